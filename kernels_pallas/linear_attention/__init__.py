@@ -1,0 +1,1 @@
+"""linear_attention op: api (entry point), reference, xla (chunked), pallas (kernels), config."""
