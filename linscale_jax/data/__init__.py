@@ -1,0 +1,62 @@
+"""Data: seqio Tasks, vocabularies, and packed, host-sharded, exactly resumable batches.
+
+  vocab = data.get_vocabulary(config.data)                 # seqio.Vocabulary; vocab.vocab_size
+  it = data.make_iterator(config, split="train", host_index=0, host_count=1)
+  batch = next(it)   # numpy, per host [b, t] with b = train.batch_size // host_count, t = train.seq_len:
+                     #   inputs, targets, segment_ids (0 = padding), positions (int32), weights (float32)
+  state = it.get_state(); it.set_state(state)              # JSON-serialisable, exact resume
+  data.eval_batches(config, split="validation", num_batches=N)   # fixed list of batches
+  data.corpus_documents(config.data, split)                # raw document strings
+
+Config (config.data): task (stdlib | files | tfds:<name>), vocab (byte | sentencepiece:<path> |
+cl100k_base), paths, text_key, txt_document, tfds_data_dir, tiktoken_file, val_fraction, seed.
+Importing this package imports TensorFlow (CPU only, 2 threads) and registers the default Tasks.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from linscale_jax.data import corpora, pipeline, tasks
+from linscale_jax.data.errors import DataError
+from linscale_jax.data.pipeline import DataIterator
+from linscale_jax.data.tasks import get_task
+from linscale_jax.data.vocab import get_vocabulary
+
+__all__ = ["DataError", "DataIterator", "corpus_documents", "eval_batches", "get_task", "get_vocabulary",
+           "make_iterator"]
+
+tasks.register_defaults()
+
+
+def make_iterator(config, split: str = "train", host_index: int = 0, host_count: int = 1) -> DataIterator:
+    """Infinite deterministic iterator of this host's packed batches (order fixed by config.data.seed)."""
+    b = pipeline.host_batch_size(config.train.batch_size, host_count, host_index)
+    task = get_task(config.data)
+    pipeline.check_model_vocab(config, task.output_features["targets"].vocabulary)
+    return DataIterator(task, split=split, batch_size=b, seq_len=config.train.seq_len, seed=config.data.seed,
+                        host_index=host_index, host_count=host_count)
+
+
+def eval_batches(config, split: str = "validation", num_batches: int = 4, host_index: int = 0,
+                 host_count: int = 1) -> list[dict]:
+    """The first `num_batches` batches of one unshuffled pass over `split` (fewer if the split is short)."""
+    b = pipeline.host_batch_size(config.train.batch_size, host_count, host_index)
+    task = get_task(config.data)
+    pipeline.check_model_vocab(config, task.output_features["targets"].vocabulary)
+    it = DataIterator(task, split=split, batch_size=b, seq_len=config.train.seq_len, seed=config.data.seed,
+                      host_index=host_index, host_count=host_count, shuffle=False, repeat=False)
+    batches = [batch for batch, _ in zip(it, range(num_batches))]
+    pipeline.warn_short(batches, num_batches, task.name, split)
+    return batches
+
+
+def corpus_documents(data_config, split: str = "train") -> Iterator[str]:
+    """Raw document strings of `split` in source order (unshuffled, untokenised)."""
+    source = get_task(data_config).source
+    if isinstance(source, corpora.InMemorySource):
+        yield from source.texts(split)
+        return
+    text_key = tasks.text_key(data_config)
+    for example in source.get_dataset(split=split, shuffle=False).as_numpy_iterator():
+        yield example[text_key].decode("utf-8")

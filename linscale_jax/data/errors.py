@@ -1,0 +1,5 @@
+"""The one exception type of the data package: bad input, with a message that names the fix."""
+
+
+class DataError(ValueError):
+    """Raised for unusable data configuration or input (missing files, empty or non-UTF-8 text, ...)."""
