@@ -19,7 +19,7 @@ Returns o [b, t, h, v] (dtype of q), and the final state [b, h, k, v] float32 wh
 return_final_state=True.
 
 impl: "reference" (token-by-token `lax.scan`), "xla" (chunked parallel form), "pallas" (kernels),
-"auto" (pallas on TPU/GPU, xla on CPU).
+"auto" (pallas on TPU, xla on GPU and CPU; the kernels are TPU-only for now).
 """
 
 from __future__ import annotations
@@ -65,7 +65,8 @@ def _resolve_impl(impl: str) -> str:
     if impl not in IMPLS:
         raise ValueError(f"linear_attention: unknown impl={impl!r}; choose one of {IMPLS}.")
     if impl == "auto":
-        return "pallas" if jax.default_backend() in ("tpu", "gpu") else "xla"
+        # The Pallas kernels target TPU (Mosaic); GPU and CPU use the chunked XLA form.
+        return "pallas" if jax.default_backend() == "tpu" else "xla"
     return impl
 
 

@@ -1,0 +1,78 @@
+"""Block sizes for the Pallas linear-attention kernels, with per-backend defaults.
+
+The kernels walk the sequence in chunks of `chunk_size` tokens (one grid step per chunk, the fp32
+state [v, k] carried in scratch). The data-dependent (per key channel) decay splits each chunk into
+sub-chunks of `sub_chunk` rows: pairs of rows in different sub-chunks use the matmul form with a
+reference point between them (every exponent <= 0), pairs inside one sub-chunk use an exact
+[sub_chunk, sub_chunk, k] elementwise form. No exponent is ever positive.
+
+The key/value head dims are not blocked: every model in the paper uses 128 (cosFormer2 256 for q/k),
+and one 256 x 128 fp32 state is 128 KiB of VMEM. On TPU the head dims must be multiples of 128
+(lane tiling) and chunk sizes multiples of 8 (16 for bf16 inputs: sublane tiling).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+
+_LANE = 128
+
+
+@dataclasses.dataclass(frozen=True)
+class LinearAttentionBlocks:
+    """chunk_size: tokens per grid step; sub_chunk: diagonal sub-block of the data-dependent decay."""
+
+    chunk_size: int = 64
+    sub_chunk: int = 16
+
+    def __post_init__(self):
+        if self.chunk_size < 1 or self.sub_chunk < 1:
+            raise ValueError(f"block sizes must be positive, got {self}.")
+        if self.chunk_size % self.sub_chunk:
+            raise ValueError(
+                f"chunk_size={self.chunk_size} must be a multiple of sub_chunk={self.sub_chunk}."
+            )
+
+    def with_chunk_size(self, chunk_size: int) -> "LinearAttentionBlocks":
+        """The same defaults with another chunk size (sub_chunk shrunk to divide it if needed)."""
+        sub = self.sub_chunk
+        while chunk_size % sub:
+            sub //= 2
+        return LinearAttentionBlocks(chunk_size=chunk_size, sub_chunk=max(sub, 1))
+
+
+DEFAULTS = {
+    "tpu": LinearAttentionBlocks(chunk_size=128, sub_chunk=16),
+    "gpu": LinearAttentionBlocks(chunk_size=64, sub_chunk=16),
+    "cpu": LinearAttentionBlocks(chunk_size=64, sub_chunk=16),  # Pallas interpret mode
+}
+
+
+def default_blocks(backend: str | None = None) -> LinearAttentionBlocks:
+    backend = backend or jax.default_backend()
+    return DEFAULTS.get(backend, DEFAULTS["cpu"])
+
+
+def check_tiling(blocks: LinearAttentionBlocks, key_dim: int, value_dim: int, num_heads: int,
+                 dtype, backend: str) -> None:
+    """Raise a ValueError naming the problem when the shapes do not fit the backend's tiling."""
+    if backend != "tpu":
+        return
+    sublane = 16 if jax.numpy.dtype(dtype).itemsize == 2 else 8
+    problems = []
+    for name, dim in (("key", key_dim), ("value", value_dim)):
+        if dim % _LANE and num_heads > 1:
+            problems.append(f"{name} head dim {dim} is not a multiple of {_LANE} (TPU lane tiling)")
+    if blocks.chunk_size % sublane:
+        problems.append(f"chunk_size {blocks.chunk_size} is not a multiple of {sublane} "
+                        f"(TPU sublane tiling for {jax.numpy.dtype(dtype).name})")
+    if blocks.sub_chunk % 8:
+        problems.append(f"sub_chunk {blocks.sub_chunk} is not a multiple of 8")
+    if problems:
+        raise ValueError(
+            "linear_attention(impl='pallas') on TPU: " + "; ".join(problems)
+            + ". Use head dims that are multiples of 128 and chunk_size a multiple of 16, "
+            "or impl='xla'."
+        )

@@ -1,0 +1,128 @@
+"""Backward Pallas kernels: a parallel intra-chunk part, a forward sweep (dq) and a reverse sweep
+(dk, dv, d initial state). The chunk states are recomputed in the dq sweep, not stored.
+
+    intra:   grid (b, h, n) all "parallel"    -> dq, dk, dv from pairs inside one chunk
+    dq:      grid (b, h, n), chunks in order   -> dq_i += gq_i ⊙ (do_i S_inᵀ)       (S_in recomputed)
+    reverse: grid (b, h, n), chunks reversed   -> dk_j += gk_j ⊙ (v_j dS_out), dv_j += (k_j ⊙ gk_j) dS_out,
+                                                  dS_in = gS ⊙ dS_out + (q ⊙ gq)ᵀ do
+All outputs float32; the wrapper sums the parts. Layout: see pallas_chunk.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from kernels_pallas.linear_attention import pallas_chunk as pc
+from kernels_pallas.linear_attention.pallas_chunk import F32, mm, mm_nt, mm_tn, scale
+
+
+def _data_intra_bwd(q, k, v, do, g, sub, dq_ref, dk_ref, dv_ref):
+    """Intra-chunk gradients for a data-dependent decay, sub-chunk by sub-chunk of rows."""
+    sc = pc.SubChunks(g, sub)
+    dk_ref[...] = jnp.zeros(dk_ref.shape, F32)
+    dv_ref[...] = jnp.zeros(dv_ref.shape, F32)
+    for blk in range(q.shape[0] // sub):
+        i0 = blk * sub
+        rows = slice(i0, i0 + sub)
+        qi, ki, doi = q[rows], k[rows], do[rows]
+        e = sc.diag(blk)  # [s, s, k], zero above the diagonal
+        p_diag = jnp.sum(qi[:, None, :] * ki[None, :, :] * e, axis=-1)
+        dp_diag = mm_nt(doi, v[rows])
+        dqi = jnp.sum(dp_diag[:, :, None] * ki[None, :, :] * e, axis=1)
+        dk_ref[rows, :] += jnp.sum(dp_diag[:, :, None] * qi[:, None, :] * e, axis=0)
+        dv_ref[rows, :] += mm_tn(p_diag, doi)
+        if blk:
+            fq, fk = sc.off(blk)
+            qt, kt = qi * fq, k[:i0] * fk
+            dp_off = mm_nt(doi, v[:i0])  # [s, i0]
+            dqi = dqi + fq * mm(dp_off, kt)
+            dk_ref[:i0, :] += fk * mm_tn(dp_off, qt)
+            dv_ref[:i0, :] += mm_tn(mm_nt(qt, kt), doi)
+        dq_ref[rows, :] = dqi
+
+
+def _intra_kernel(st: pc.Static, *refs):
+    a_ref, g_ref, rest = pc.split_decay_refs(st, refs)
+    q_ref, k_ref, v_ref, do_ref, dq_ref, dk_ref, dv_ref = rest
+    dec = pc.chunk_decay(st, a_ref, g_ref)
+    q, k, v, do = (r[...].astype(F32) for r in (q_ref, k_ref, v_ref, do_ref))
+    if st.kind == "data":
+        _data_intra_bwd(q, k, v, do, dec.g, st.sub, dq_ref, dk_ref, dv_ref)
+        return
+    p = mm_nt(q, k) * dec.d
+    dp = mm_nt(do, v) * dec.d
+    dq_ref[...] = mm(dp, k)
+    dk_ref[...] = mm_tn(dp, q)
+    dv_ref[...] = mm_tn(p, do)
+
+
+def _dq_kernel(st: pc.Static, *refs):
+    a_ref, g_ref, rest = pc.split_decay_refs(st, refs)
+    k_ref, v_ref, do_ref, s0_ref, dq_ref, s_scr = rest
+
+    @pl.when(pl.program_id(2) == 0)
+    def _():
+        s_scr[...] = s0_ref[...]
+
+    dec = pc.chunk_decay(st, a_ref, g_ref)
+    k, v, do = (r[...].astype(F32) for r in (k_ref, v_ref, do_ref))
+    s = s_scr[...]
+    dq_ref[...] = scale(mm(do, s), dec.gq)
+    s_scr[...] = scale(s, dec.gs) + mm_tn(v, scale(k, dec.gk))
+
+
+def _reverse_kernel(st: pc.Static, *refs):
+    a_ref, g_ref, rest = pc.split_decay_refs(st, refs)
+    q_ref, k_ref, v_ref, do_ref, ds_ref, dk_ref, dv_ref, ds0_ref, ds_scr = rest
+    c = pl.program_id(2)
+
+    @pl.when(c == 0)
+    def _():
+        ds_scr[...] = ds_ref[...]
+
+    dec = pc.chunk_decay(st, a_ref, g_ref, reverse=True)
+    q, k, v, do = (r[...].astype(F32) for r in (q_ref, k_ref, v_ref, do_ref))
+    ds = ds_scr[...]  # gradient w.r.t. the state after this chunk, [v, k]
+    dk_ref[...] = scale(mm(v, ds), dec.gk)
+    dv_ref[...] = mm_nt(scale(k, dec.gk), ds)
+    ds_new = scale(ds, dec.gs) + mm_tn(do, scale(q, dec.gq))
+    ds_scr[...] = ds_new
+
+    @pl.when(c == pl.num_programs(2) - 1)
+    def _():
+        ds0_ref[...] = ds_new
+
+
+def backward(st: pc.Static, q, k, v, decay, s0, do, ds_final):
+    """Gradients (float32) of o and the final state w.r.t. q, k, v and the initial state.
+    Shapes as in pallas_fwd.forward; do: [b, t, h*v]; ds_final: [b, h, v, k] float32."""
+    b, t, _ = q.shape
+    h, dk_, dv_ = st.num_heads, st.key_dim, st.value_dim
+    grid = (b, h, t // st.chunk)
+    dec_args = [] if decay is None else [decay]
+    f32 = lambda width: ((b, t, h * width), F32)  # noqa: E731
+    state = ((b, h, dv_, dk_), F32)
+    kspec, vspec, sspec = pc.chunk_spec(st, dk_), pc.chunk_spec(st, dv_), pc.state_spec(st)
+
+    intra = pc.call(functools.partial(_intra_kernel, st), st, grid,
+                    pc.decay_specs(st) + [kspec, kspec, vspec, vspec],
+                    [kspec, kspec, vspec], [f32(dk_), f32(dk_), f32(dv_)], [], sequential=False)
+    dq, dk, dv = intra(*dec_args, q, k, v, do)
+
+    dq_sweep = pc.call(functools.partial(_dq_kernel, st), st, grid,
+                       pc.decay_specs(st) + [kspec, vspec, vspec, sspec],
+                       kspec, f32(dk_), [pltpu.VMEM((dv_, dk_), F32)], sequential=True)
+    dq = dq + dq_sweep(*dec_args, k, v, do, s0)
+
+    rk, rv = pc.chunk_spec(st, dk_, reverse=True), pc.chunk_spec(st, dv_, reverse=True)
+    rev = pc.call(functools.partial(_reverse_kernel, st), st, grid,
+                  pc.decay_specs(st, reverse=True) + [rk, rk, rv, rv, sspec],
+                  [rk, rv, sspec], [f32(dk_), f32(dv_), state], [pltpu.VMEM((dv_, dk_), F32)],
+                  sequential=True)
+    dk_inter, dv_inter, ds0 = rev(*dec_args, q, k, v, do, ds_final)
+    return dq, dk + dk_inter, dv + dv_inter, ds0

@@ -1,0 +1,223 @@
+"""Per-chunk math shared by the Pallas linear-attention kernels (forward and backward).
+
+Kernel layout (legend: b batch, t sequence (padded to a multiple of the chunk C), h heads, k key dim,
+v value dim, n = t / C chunks):
+    q, k, g: [b, t, h*k]   (free reshape of [b, t, h, k]; a block is one chunk of one head)
+    v, o:    [b, t, h*v]
+    state:   [b, h, v, k] float32 — stored TRANSPOSED (Sᵀ) so that every matmul is NN, NT or TN
+    a:       [h] float32 in SMEM (per-head log decay)
+    g:       data-dependent log decay (float32)
+
+Every decay weight is exp of a sum of log decays over a contiguous range of steps (<= 0), formed as
+a DIRECT sum of those steps — never as a difference of two prefix sums (which would lose accuracy
+when a large decay such as RESET_LOG_DECAY precedes the range) and never exp(+x):
+    gq_i = exp(Σ_{r<=i} g_r)  (chunk start to i),  gk_j = exp(Σ_{r>j} g_r)  (j to chunk end),
+    gS = exp(Σ_r g_r);  intra-chunk pairs j < i: exp(Σ_{j<r<=i} g_r).
+In-chunk range sums are matmuls of g with 0/1 triangular masks. For the data-dependent decay a pair
+(i in sub-chunk I, j in an earlier sub-chunk J) splits its range at the sub-chunk boundaries,
+    Σ_{j<r<=i} g = (j to end of J) + (totals of the sub-chunks between) + (start of I to i),
+so the query and key factors are separately <= 1 and one matmul covers all earlier sub-chunks; pairs
+inside one sub-chunk use an exact [s, s, k] elementwise form. Scalar decays use exp(a·(n_i − n_j))
+with integer step counts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+F32 = jnp.float32
+_HI = jax.lax.Precision.HIGHEST
+
+
+def mm(a, b):
+    """a [m, c] @ b [c, n] in float32."""
+    return jax.lax.dot_general(a, b, (((1,), (0,)), ((), ())), precision=_HI,
+                               preferred_element_type=F32)
+
+
+def mm_nt(a, b):
+    """a [m, c] @ b[n, c]ᵀ."""
+    return jax.lax.dot_general(a, b, (((1,), (1,)), ((), ())), precision=_HI,
+                               preferred_element_type=F32)
+
+
+def mm_tn(a, b):
+    """a[c, m]ᵀ @ b [c, n]."""
+    return jax.lax.dot_general(a, b, (((0,), (0,)), ((), ())), precision=_HI,
+                               preferred_element_type=F32)
+
+
+@dataclasses.dataclass(frozen=True)
+class Static:
+    """Compile-time description of one call: decay kind, block sizes, dims, real length."""
+
+    kind: str  # "none" | "head" | "data"
+    chunk: int
+    sub: int
+    num_heads: int
+    key_dim: int
+    value_dim: int
+    t_real: int  # sequence length before padding (the head kind masks its decay beyond it)
+    interpret: object  # False (compile with Mosaic) | pltpu.InterpretParams | True
+
+
+@dataclasses.dataclass
+class ChunkDecay:
+    """Decay factors of one chunk. gq/gk: [C, k] (data) | [C, 1] (head) | None (none);
+    gs: [1, k] | scalar | None; d: [C, C] causal decay matrix (none/head); g: [C, k] (data)."""
+
+    gq: object = None
+    gk: object = None
+    gs: object = None
+    d: object = None
+    g: object = None
+
+
+def chunk_index(reverse: bool):
+    c = pl.program_id(2)
+    return pl.num_programs(2) - 1 - c if reverse else c
+
+
+def _mask(n, fn):
+    rows = jax.lax.broadcasted_iota(jnp.int32, (n, n), 0)
+    cols = jax.lax.broadcasted_iota(jnp.int32, (n, n), 1)
+    return fn(rows, cols)
+
+
+def range_sums(g, fn):
+    """Σ_r [fn(i, r)] g_r for every row i: g [C, k] -> [C, k] (a direct sum, as a 0/1 matmul)."""
+    return mm(_mask(g.shape[0], fn).astype(F32), g)
+
+
+def chunk_decay(st: Static, a_ref, g_ref, reverse: bool = False) -> ChunkDecay:
+    """Decay factors for the current grid step (chunk) and head."""
+    n = st.chunk
+    if st.kind == "data":
+        g = g_ref[...].astype(F32)
+        upto = range_sums(g, lambda i, r: r <= i)  # Σ_{r<=i} g_r
+        after = range_sums(g, lambda i, r: r > i)  # Σ_{r>i} g_r
+        return ChunkDecay(gq=jnp.exp(upto), gk=jnp.exp(after), gs=jnp.exp(upto[n - 1:n]), g=g)
+    causal = _mask(n, lambda r, c: c <= r)
+    if st.kind == "none":
+        return ChunkDecay(d=causal.astype(F32))
+    a = a_ref[pl.program_id(1)]
+    # Steps beyond the real length (padding) do not decay: count the real steps of this chunk.
+    count = jnp.clip(st.t_real - chunk_index(reverse) * n, 0, n)
+    pos_r = _mask(n, lambda r, c: jnp.minimum(r + 1, count)).astype(F32)
+    pos_c = _mask(n, lambda r, c: jnp.minimum(c + 1, count)).astype(F32)
+    d = jnp.exp(jnp.where(causal, a * (pos_r - pos_c), -jnp.inf))
+    pos = pos_r[:, :1]  # [C, 1]
+    total = count.astype(F32)
+    return ChunkDecay(gq=jnp.exp(a * pos), gk=jnp.exp(a * (total - pos)), gs=jnp.exp(a * total),
+                      d=d)
+
+
+def scale(x, g):
+    return x if g is None else x * g
+
+
+class SubChunks:
+    """Factors for the data-dependent intra-chunk part, sub-chunk of rows by sub-chunk."""
+
+    def __init__(self, g, sub):
+        self.g, self.sub = g, sub
+        block = lambda i: jax.lax.div(i, jnp.int32(sub))  # noqa: E731 (i >= 0: floor division)
+        same = lambda i, r: block(i) == block(r)  # noqa: E731
+        self.head = range_sums(g, lambda i, r: same(i, r) & (r <= i))  # start of sub-chunk to i
+        self.tail = range_sums(g, lambda i, r: same(i, r) & (r > i))  # i+1 to end of sub-chunk
+        self.total = [self.head[m * sub + sub - 1:(m + 1) * sub] for m in range(g.shape[0] // sub)]
+
+    def diag(self, blk):
+        """exp(Σ_{j<r<=i} g_r) for i >= j inside sub-chunk blk, else 0: [s, s, k]."""
+        s = self.sub
+        g = self.g[blk * s:(blk + 1) * s]
+        i = jax.lax.broadcasted_iota(jnp.int32, (s, s, s), 0)
+        j = jax.lax.broadcasted_iota(jnp.int32, (s, s, s), 1)
+        r = jax.lax.broadcasted_iota(jnp.int32, (s, s, s), 2)
+        sel = ((j < r) & (r <= i)).astype(F32).reshape(s * s, s)
+        expo = mm(sel, g).reshape(s, s, -1)
+        keep = jax.lax.broadcasted_iota(jnp.int32, (s, s, 1), 1) <= \
+            jax.lax.broadcasted_iota(jnp.int32, (s, s, 1), 0)
+        return jnp.exp(jnp.where(keep, expo, -jnp.inf))
+
+    def off(self, blk):
+        """Query factors exp(start of blk .. i) [s, k] and key factors exp(j .. start of blk)
+        [blk*s, k] for every row j of the earlier sub-chunks; all <= 1."""
+        s = self.sub
+        fq = jnp.exp(self.head[blk * s:(blk + 1) * s])
+        parts, gap = [], jnp.zeros_like(self.total[0])
+        for m in range(blk - 1, -1, -1):  # gap = totals of the sub-chunks strictly between
+            parts.append(jnp.exp(self.tail[m * s:(m + 1) * s] + gap))
+            gap = gap + self.total[m]
+        return fq, jnp.concatenate(parts[::-1], axis=0)
+
+
+# ----------------------------------------------------------------------------- pallas_call plumbing
+
+
+def chunk_spec(st: Static, width: int, reverse: bool = False):
+    """One chunk of one head of a [b, t, h*width] array."""
+    def index(b, h, c):
+        return (b, pl.num_programs(2) - 1 - c if reverse else c, h)
+
+    return pl.BlockSpec((None, st.chunk, width), index)
+
+
+def state_spec(st: Static):
+    return pl.BlockSpec((None, None, st.value_dim, st.key_dim), lambda b, h, c: (b, h, 0, 0))
+
+
+def smem_spec():
+    return pl.BlockSpec(memory_space=pltpu.SMEM)
+
+
+def decay_specs(st: Static, reverse: bool = False):
+    """In-spec of the decay operand: head -> a [h] in SMEM, data -> g chunk, none -> nothing."""
+    if st.kind == "head":
+        return [smem_spec()]
+    if st.kind == "data":
+        return [chunk_spec(st, st.key_dim, reverse)]
+    return []
+
+
+def call(kernel, st: Static, grid, in_specs, out_specs, out_shape, scratch, sequential: bool):
+    """pallas_call with TPU grid semantics; out_shape: (shape, dtype) pairs. Inside shard_map the
+    outputs are declared varying over every mesh axis any operand varies over."""
+    semantics = ("parallel", "parallel", "arbitrary" if sequential else "parallel")
+    single = isinstance(out_shape, tuple)
+
+    def run(*args):
+        varying = frozenset().union(*(jax.typeof(x).mat.varying for x in args))
+        mat = jax.sharding.ManualAxisType(varying=varying) if varying else None
+        shapes = [jax.ShapeDtypeStruct(s, d, manual_axis_type=mat)
+                  for s, d in ([out_shape] if single else out_shape)]
+        fn = pl.pallas_call(
+            kernel,
+            grid=grid,
+            in_specs=in_specs,
+            out_specs=out_specs,
+            out_shape=shapes[0] if single else shapes,
+            scratch_shapes=scratch,
+            compiler_params=pltpu.CompilerParams(dimension_semantics=semantics),
+            interpret=st.interpret,
+        )
+        if varying:  # every operand must vary over the same axes as the outputs
+            args = [jax.lax.pcast(x, tuple(varying - jax.typeof(x).mat.varying), to="varying")
+                    if varying - jax.typeof(x).mat.varying else x for x in args]
+        return fn(*args)
+
+    return run
+
+
+def split_decay_refs(st: Static, refs):
+    """Kernels receive (decay operand?, *rest); returns (a_ref, g_ref, rest)."""
+    if st.kind == "head":
+        return refs[0], None, refs[1:]
+    if st.kind == "data":
+        return None, refs[0], refs[1:]
+    return None, None, refs

@@ -1,0 +1,77 @@
+"""Forward Pallas kernel: per chunk, intra-chunk masked matmul + inter-chunk state sweep.
+
+Grid (b, h, n): batch and heads "parallel", chunks "arbitrary" (sequential), the fp32 state Sᵀ [v, k]
+carried in VMEM scratch from one chunk to the next. Layout and decay factors: see pallas_chunk.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from kernels_pallas.linear_attention import pallas_chunk as pc
+from kernels_pallas.linear_attention.pallas_chunk import F32, mm, mm_nt, mm_tn, scale
+
+
+def data_intra(q, k, v, g, sub):
+    """Intra-chunk output for a data-dependent decay, one [sub, v] block per sub-chunk of rows."""
+    sc = pc.SubChunks(g, sub)
+    outs = []
+    for blk in range(q.shape[0] // sub):
+        i0 = blk * sub
+        qi, ki = q[i0:i0 + sub], k[i0:i0 + sub]
+        p_diag = jnp.sum(qi[:, None, :] * ki[None, :, :] * sc.diag(blk), axis=-1)  # [s, s]
+        o = mm(p_diag, v[i0:i0 + sub])
+        if blk:
+            fq, fk = sc.off(blk)
+            o = o + mm(mm_nt(qi * fq, k[:i0] * fk), v[:i0])
+        outs.append(o)
+    return outs
+
+
+def _forward_kernel(st: pc.Static, *refs):
+    a_ref, g_ref, rest = pc.split_decay_refs(st, refs)
+    q_ref, k_ref, v_ref, s0_ref, o_ref, s_out_ref, s_scr = rest
+    c = pl.program_id(2)
+
+    @pl.when(c == 0)
+    def _():
+        s_scr[...] = s0_ref[...]
+
+    dec = pc.chunk_decay(st, a_ref, g_ref)
+    q, k, v = (r[...].astype(F32) for r in (q_ref, k_ref, v_ref))
+    s = s_scr[...]
+    o_inter = mm_nt(scale(q, dec.gq), s)  # [C, v]
+    if st.kind == "data":
+        for i, o in enumerate(data_intra(q, k, v, dec.g, st.sub)):
+            rows = slice(i * st.sub, (i + 1) * st.sub)
+            o_ref[rows, :] = (o + o_inter[rows]).astype(o_ref.dtype)
+    else:
+        o_ref[...] = (mm(mm_nt(q, k) * dec.d, v) + o_inter).astype(o_ref.dtype)
+    s_new = scale(s, dec.gs) + mm_tn(v, scale(k, dec.gk))
+    s_scr[...] = s_new
+
+    @pl.when(c == pl.num_programs(2) - 1)
+    def _():
+        s_out_ref[...] = s_new
+
+
+def forward(st: pc.Static, q, k, v, decay, s0):
+    """q, k: [b, t, h*k]; v: [b, t, h*v]; decay: None | a [h] | A [b, t, h*k]; s0: [b, h, v, k].
+    Returns o [b, t, h*v] (q.dtype) and the final state [b, h, v, k] float32."""
+    b, t, _ = q.shape
+    h, dk, dv = st.num_heads, st.key_dim, st.value_dim
+    grid = (b, h, t // st.chunk)
+    in_specs = pc.decay_specs(st) + [
+        pc.chunk_spec(st, dk), pc.chunk_spec(st, dk), pc.chunk_spec(st, dv), pc.state_spec(st)]
+    out_specs = [pc.chunk_spec(st, dv), pc.state_spec(st)]
+    out_shape = [((b, t, h * dv), q.dtype),
+                 ((b, h, dv, dk), F32)]
+    fn = pc.call(functools.partial(_forward_kernel, st), st, grid, in_specs, out_specs, out_shape,
+                 [pltpu.VMEM((dv, dk), F32)], sequential=True)
+    args = ([] if decay is None else [decay]) + [q, k, v, s0]
+    return fn(*args)
