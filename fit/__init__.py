@@ -1,0 +1,11 @@
+"""Scaling-law fitting: training-curve tables -> power laws (approaches 1, 2, 3), intervals, plots.
+
+Modules: table (load / validate), powerlaw (log-space least squares), approach1 (envelope, the
+paper's method), approach2 (IsoFLOP parabolas), approach3 (parametric L(N, D)), bootstrap (whole
+runs), plots (PNGs), report (fits.json / summary), paper (the paper's Table 3), synthetic (planted
+laws for tests), cli (``python -m fit``).
+"""
+
+from fit.table import PF_DAY, FitError, Table, load
+
+__all__ = ["PF_DAY", "FitError", "Table", "load"]

@@ -1,0 +1,7 @@
+"""``python -m fit``: see fit/cli.py."""
+
+import sys
+
+from fit.cli import main
+
+sys.exit(main())
