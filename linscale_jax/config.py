@@ -42,6 +42,16 @@ def model_defaults() -> ml_collections.ConfigDict:
             tpe="recurrence",  # cosformer2 Toeplitz positional encoding: recurrence | none
             remat="none",  # none | block | dots  (activation checkpointing per block)
             scan_layers=False,  # scan over a stacked layer axis (faster compiles for deep models)
+            # --- variants of released checkpoints (interop); the defaults are the paper's blocks ---
+            n_kv_heads=0,  # llama grouped-query attention: key/value heads (0 = n_heads)
+            tie_embeddings=True,  # False: separate LM head `lm_head` [d, vocab]
+            embed_scale="none",  # none | sqrt_d (embedding output multiplied by sqrt(d))
+            norm_scale=False,  # linear models: learnable scale in every RMSNorm (llama always has it)
+            mixer_norm_eps=0.0,  # eps of the mixer output norm (0 = norm_eps)
+            glu_act="none",  # linear models' GLU activation: none (paper) | silu (llama: always silu)
+            hgrn2_q_scale="one",  # one (paper) | rsqrt_k (fla: q scaled by (d/h)^-1/2)
+            tnl_gate="lowrank",  # lowrank (paper: sigmoid(X W_gdown W_gup)) | linear (released: X W_u)
+            tnl_lrpe=False,  # released TransNormerLLM: LRPE on TNL's q, k (θ [h, d/h] per layer)
         )
     )
 

@@ -1,0 +1,67 @@
+"""Print a model's shape, parameter counts and FLOPs (paper Table-1 and exact definitions).
+
+    python -m linscale_jax.describe --config=configs/paper.py:tnl-410m [--config.model.n_layers=4]
+    python -m linscale_jax.describe --paper          # table of the 24 paper configs
+    python -m linscale_jax.describe --paper --json   # the same as a JSON list
+
+FLOPs are per token at --seq_len (default: config.train.seq_len; 8192 with --paper).
+"""
+
+from __future__ import annotations
+
+import json
+
+from absl import app, flags
+from ml_collections import config_flags
+
+from linscale_jax import accounting
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/paper.py:tnl-410m.")
+_PAPER = flags.DEFINE_bool("paper", False, "Describe the 24 paper configs (4 archs x 6 sizes).")
+_JSON = flags.DEFINE_bool("json", False, "Print JSON instead of a table.")
+_SEQ_LEN = flags.DEFINE_integer("seq_len", None, "Sequence length for FLOPs per token.")
+
+COLUMNS = [  # (key, header, format)
+    ("arch", "arch", "{}"), ("size", "size", "{}"), ("n_layers", "l", "{}"), ("d_model", "d", "{}"),
+    ("n_heads", "h", "{}"), ("ffn_dim", "g", "{}"), ("vocab_size", "vocab", "{}"),
+    ("params_total", "total", "{:,}"), ("params_embedding", "embedding", "{:,}"),
+    ("params_non_embedding", "non-emb", "{:,}"), ("paper_params", "paper N", "{:,}"),
+    ("paper_flops_per_token", "paper C/tok", "{:.4g}"),
+    ("flops_per_token_exact", "exact C/tok", "{:.4g}"),
+]
+
+
+def paper_rows(seq_len: int = 8192) -> list[dict]:
+    """One summary per paper config (arch-major order)."""
+    from linscale_jax.config import ARCHS
+    from linscale_jax.models import ModelConfig, sizes
+
+    return [
+        accounting.summary(ModelConfig.from_config(sizes.paper_model(arch, size)), seq_len)
+        for arch in ARCHS
+        for size in sizes.PAPER_SIZES
+    ]
+
+
+def format_table(rows: list[dict]) -> str:
+    cells = [[h for _, h, _ in COLUMNS]] + [[f.format(r[k]) for k, _, f in COLUMNS] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS))]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def main(argv):
+    del argv
+    if _PAPER.value:
+        rows = paper_rows(_SEQ_LEN.value or 8192)
+    elif _CONFIG.value is not None:
+        config = _CONFIG.value
+        rows = [accounting.summary(config.model, _SEQ_LEN.value or config.train.seq_len)]
+    else:
+        raise app.UsageError("pass --config=configs/<file>.py:<arch>-<size> or --paper.")
+    print(json.dumps(rows, indent=1) if _JSON.value else format_table(rows))
+
+
+if __name__ == "__main__":
+    app.run(main)

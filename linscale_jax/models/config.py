@@ -1,0 +1,154 @@
+"""ModelConfig: the validated, frozen view of the `model` section of an experiment config.
+
+    cfg = ModelConfig.from_config(config.model)
+
+Every error names the field and the fix. Shape legend: l layers, d width, h heads, e = d/h head dim,
+g GLU width, v vocab.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+from linscale_jax.config import ARCHS, model_defaults
+
+DTYPES = ("float32", "bfloat16")
+IMPLS = ("auto", "reference", "xla", "pallas")
+REMATS = ("none", "block", "dots")
+TNL_DECAY_RULES = ("alibi_layer", "fla")
+TPES = ("recurrence", "none")
+EMBED_SCALES = ("none", "sqrt_d")
+GLU_ACTS = ("none", "silu")
+HGRN2_Q_SCALES = ("one", "rsqrt_k")
+TNL_GATES = ("lowrank", "linear")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    arch: str = "llama"
+    size: str = "custom"
+    n_layers: int = 2
+    d_model: int = 128
+    n_heads: int = 1
+    ffn_dim: int = 256
+    vocab_size: int = 256
+    max_seq_len: int = 8192
+    dtype: str = "float32"
+    param_dtype: str = "float32"
+    init_std: float = 0.02
+    norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    impl: str = "auto"
+    chunk_size: int = 64
+    tnl_decay_rule: str = "alibi_layer"
+    tpe: str = "recurrence"
+    remat: str = "none"
+    scan_layers: bool = False
+    n_kv_heads: int = 0
+    tie_embeddings: bool = True
+    embed_scale: str = "none"
+    norm_scale: bool = False
+    mixer_norm_eps: float = 0.0
+    glu_act: str = "none"
+    hgrn2_q_scale: str = "one"
+    tnl_gate: str = "lowrank"
+    tnl_lrpe: bool = False
+
+    def __post_init__(self):
+        self.validate()
+
+    @property
+    def head_dim(self) -> int:
+        """e = d / h."""
+        return self.d_model // self.n_heads
+
+    @property
+    def is_linear(self) -> bool:
+        return self.arch != "llama"
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads of llama attention (n_kv_heads, 0 meaning n_heads)."""
+        return self.n_kv_heads or self.n_heads
+
+    @property
+    def out_norm_eps(self) -> float:
+        """eps of the linear mixers' output norm."""
+        return self.mixer_norm_eps or self.norm_eps
+
+    @classmethod
+    def from_config(cls, section: Mapping[str, Any] | Any) -> "ModelConfig":
+        """Build from a ConfigDict / dict `model` section; unknown keys are an error."""
+        if hasattr(section, "to_dict"):
+            section = section.to_dict()
+        section = dict(section)
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(section) - names)
+        if unknown:
+            raise ValueError(
+                f"model config: unknown field(s) {unknown}; valid fields are {sorted(names)} "
+                "(see linscale_jax.config.model_defaults)."
+            )
+        defaults = model_defaults().to_dict()
+        merged = {k: section.get(k, defaults.get(k)) for k in names if k in section or k in defaults}
+        return cls(**merged)
+
+    def replace(self, **changes) -> "ModelConfig":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def validate(self) -> None:
+        def choice(name, value, options):
+            if value not in options:
+                raise ValueError(
+                    f"model.{name}={value!r} is not supported; choose one of {options} "
+                    f"(e.g. --config.model.{name}={options[0]})."
+                )
+
+        choice("arch", self.arch, ARCHS)
+        choice("dtype", self.dtype, DTYPES)
+        choice("impl", self.impl, IMPLS)
+        choice("remat", self.remat, REMATS)
+        choice("tnl_decay_rule", self.tnl_decay_rule, TNL_DECAY_RULES)
+        choice("tpe", self.tpe, TPES)
+        choice("embed_scale", self.embed_scale, EMBED_SCALES)
+        choice("glu_act", self.glu_act, GLU_ACTS)
+        choice("hgrn2_q_scale", self.hgrn2_q_scale, HGRN2_Q_SCALES)
+        choice("tnl_gate", self.tnl_gate, TNL_GATES)
+        if self.n_kv_heads < 0 or (self.n_kv_heads and self.n_heads % self.n_kv_heads):
+            raise ValueError(
+                f"model.n_kv_heads={self.n_kv_heads} must divide model.n_heads={self.n_heads} "
+                "(0 means n_kv_heads = n_heads)."
+            )
+        if self.n_kv_heads and self.arch != "llama":
+            raise ValueError("model.n_kv_heads (grouped-query attention) applies to llama only; set it to 0.")
+        if self.mixer_norm_eps < 0:
+            raise ValueError("model.mixer_norm_eps must be >= 0 (0 = use model.norm_eps).")
+        if self.param_dtype != "float32":
+            raise ValueError(
+                f"model.param_dtype={self.param_dtype!r}: parameters are kept in float32; "
+                "set model.dtype=bfloat16 for bf16 compute instead."
+            )
+        for name in ("n_layers", "d_model", "n_heads", "ffn_dim", "vocab_size", "max_seq_len",
+                     "chunk_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"model.{name}={value!r} must be a positive integer.")
+        if self.d_model % self.n_heads:
+            divisors = [h for h in range(1, self.d_model + 1) if self.d_model % h == 0]
+            near = sorted(divisors, key=lambda h: abs(h - self.n_heads))[:3]
+            raise ValueError(
+                f"model.d_model={self.d_model} is not divisible by model.n_heads={self.n_heads}: "
+                f"the head dim must be an integer. Set n_heads to a divisor of d_model "
+                f"(nearest: {sorted(near)}; the paper uses n_heads = d_model // 128)."
+            )
+        if self.arch == "llama" and self.head_dim % 2:
+            raise ValueError(
+                f"llama: head dim d_model/n_heads = {self.head_dim} must be even for RoPE; "
+                "change model.n_heads."
+            )
+        if self.init_std <= 0 or self.norm_eps <= 0:
+            raise ValueError("model.init_std and model.norm_eps must be > 0.")

@@ -1,0 +1,105 @@
+"""HGRN2: gated linear RNN with data-dependent decay, depth-wise lower bounds, outer-product state.
+
+Legend: b batch, t sequence, h heads, e = d/h head dim, d width, l layers, j layer index.
+
+    P = softmax(Γ, axis=layers), β = cumsum(P) - P[0]       Γ [l, d] (init ones -> β_j = j/l)
+    f_t = β_j + (1 - β_j) sigmoid(X̄ W_f),  k_t = 1 - f_t,  q_t = silu(X̄ W_q),  v_t = X̄ W_i
+    S_t = Diag(f_t) S_{t-1} + k_tᵀ v_t,  y_t = q_t S_t       (state e×e per head, scale 1)
+    output SimpleRMSNorm(concat_heads(y)) W_o
+
+Released-variant switches (interop): model.hgrn2_q_scale="rsqrt_k" scales q by e^-1/2 (fla);
+model.norm_scale / mixer_norm_eps give the norms learnable scales / their own eps (fla).
+
+Everything about the gate is computed in log space, in float32:
+    log β_j   = logsumexp(log P[1..j])          (layer 0: β_0 = 0 exactly: log β_0 = -inf)
+    log(1-β_j) = logsumexp(log P[{0} ∪ {j+1..l-1}])
+    log f = logaddexp(log β_j, log(1-β_j) + log_sigmoid(z)),  k = -expm1(log f)
+so no 1 - (something close to 1) is ever formed.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from linscale_jax.models.config import ModelConfig
+from linscale_jax.models.decoder import Decoder
+from linscale_jax.models.layers import KeyGen, Linear, make_norm, merge_heads, split_heads
+from linscale_jax.models.linear_common import run_linear_attention, zero_state
+
+
+def lower_bounds_log(gamma):
+    """Γ [l, d] -> (log β [l, d], log(1-β) [l, d]) in float32. log β[0] = -inf (β_0 = 0)."""
+    lp = jax.nn.log_softmax(gamma.astype(jnp.float32), axis=0)  # log P
+    neg_inf = jnp.full_like(lp[:1], -jnp.inf)
+    # log β_j = log Σ_{1<=i<=j} P_i
+    log_beta = jnp.concatenate([neg_inf, jax.lax.cumlogsumexp(lp[1:], axis=0)], axis=0)
+    # log(1 - β_j) = log (P_0 + Σ_{i>j} P_i)
+    tail = jax.lax.cumlogsumexp(lp, axis=0, reverse=True)  # tail[j] = log Σ_{i>=j} P_i
+    tail_after = jnp.concatenate([tail[1:], neg_inf], axis=0)  # log Σ_{i>j} P_i
+    log_one_minus = jnp.logaddexp(lp[:1], tail_after)
+    # layer 0: β_0 = 0 exactly, i.e. (log β, log(1-β)) = (-inf, 0); logaddexp(-inf, a) = a exactly
+    # with gradient 1 (and 0 towards the constant -inf), so no NaN reaches Γ.
+    log_one_minus = jnp.concatenate([jnp.zeros_like(lp[:1]), log_one_minus[1:]], axis=0)
+    return log_beta, log_one_minus
+
+
+def beta_values(gamma):
+    """β [l, d] = cumsum(softmax(Γ)) - P[0] (direct form; for inspection and tests)."""
+    p = jax.nn.softmax(gamma.astype(jnp.float32), axis=0)
+    return jnp.cumsum(p, axis=0) - p[0]
+
+
+def gate_log_f(z, log_beta=None, log_one_minus_beta=None):
+    """log f = log(β + (1-β) sigmoid(z)) in float32; β = 0 (layer 0) when log_beta is None.
+    z [..., d]; log_beta, log_one_minus_beta [d]."""
+    z = z.astype(jnp.float32)
+    if log_beta is None:
+        return jax.nn.log_sigmoid(z)
+    return jnp.logaddexp(log_beta, log_one_minus_beta + jax.nn.log_sigmoid(z))
+
+
+class HGRN2Mixer(nnx.Module):
+    def __init__(self, cfg: ModelConfig, *, keys: KeyGen):
+        d, std = cfg.d_model, cfg.init_std
+        self.wq = Linear(d, d, keys=keys, std=std, axes=("embed", "heads"))
+        self.wf = Linear(d, d, keys=keys, std=std, axes=("embed", "heads"))
+        self.wi = Linear(d, d, keys=keys, std=std, axes=("embed", "heads"))
+        self.wo = Linear(d, d, keys=keys, std=std, axes=("heads", "embed"))
+        self.out_norm = make_norm(cfg, cfg.out_norm_eps)
+        self.cfg = cfg
+
+    def __call__(self, x, *, positions, segment_ids, cache, extra):
+        """extra = (log β_j [d], log(1-β_j) [d]) for this layer."""
+        h = self.cfg.n_heads
+        log_f = gate_log_f(self.wf(x), *extra)
+        k = (-jnp.expm1(log_f)).astype(x.dtype)
+        q = jax.nn.silu(self.wq(x))
+        if self.cfg.hgrn2_q_scale == "rsqrt_k":
+            q = q * jnp.asarray(self.cfg.head_dim**-0.5, q.dtype)
+        v = self.wi(x)
+        q, k, v = (split_heads(a, h) for a in (q, k, v))
+        log_f = split_heads(log_f, h)
+        y, cache = run_linear_attention(self.cfg, q, k, v, log_f, segment_ids, cache)
+        y = self.out_norm(merge_heads(y))
+        return self.wo(y), cache
+
+    def init_cache(self, batch_size: int, max_len: int):
+        e = self.cfg.head_dim
+        return zero_state(batch_size, self.cfg.n_heads, e, e)
+
+
+class HGRN2(Decoder):
+    def __init__(self, cfg: ModelConfig, *, keys: KeyGen):
+        super().__init__(cfg, keys=keys)
+        # Lower-bound logits Γ (init ones: uniform softmax, β_j = j/l).
+        self.lower_bounds = nnx.Param(jnp.ones((cfg.n_layers, cfg.d_model), jnp.float32),
+                                      axes=("layers", "embed"))
+
+    def make_mixer(self, cfg, keys):
+        return HGRN2Mixer(cfg, keys=keys)
+
+    def layer_extras(self):
+        log_beta, log_one_minus = lower_bounds_log(self.lower_bounds[...])
+        return (log_beta, log_one_minus)  # stacked over layers [l, d]

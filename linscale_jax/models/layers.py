@@ -1,0 +1,133 @@
+"""Shared layers: Linear, Embed, RMSNorm, SimpleRMSNorm, GLU/SwiGLU, low-rank output gate.
+
+Legend: b batch, t sequence, d width, g GLU width, v vocab, r gate rank (= d/h).
+Parameters are float32 and carry logical axis names in the `axes` metadata (vocab, embed, heads,
+mlp, rank, layers) for sharding rules. Matmuls run in the compute dtype; norms in float32.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+
+class KeyGen:
+    """Deterministic stream of PRNG keys from one base key: keys() -> fold_in(base, i), i = 0, 1, ...
+    (one nnx.Rngs draw per model, so abstract construction with nnx.eval_shape stays cheap)."""
+
+    def __init__(self, base_key):
+        self.base_key = base_key
+        self.count = 0
+
+    def __call__(self):
+        self.count += 1
+        return jax.random.fold_in(self.base_key, self.count - 1)
+
+
+def normal_param(keys: KeyGen, shape, std: float, axes) -> nnx.Param:
+    return nnx.Param(std * jax.random.normal(keys(), shape, jnp.float32), axes=tuple(axes))
+
+
+class Linear(nnx.Module):
+    """y = x @ kernel (no bias). kernel [in, out] float32, cast to x.dtype for the matmul."""
+
+    def __init__(self, d_in: int, d_out: int, *, keys: KeyGen, std: float, axes):
+        self.kernel = normal_param(keys, (d_in, d_out), std, axes)
+
+    def __call__(self, x):
+        return jnp.dot(x, self.kernel[...].astype(x.dtype))
+
+
+class Embed(nnx.Module):
+    """Tied embedding: lookup tokens [b, t] -> [b, t, d]; attend x [b, t, d] -> fp32 logits [b, t, v]."""
+
+    def __init__(self, vocab: int, d: int, *, keys: KeyGen, std: float):
+        self.embedding = normal_param(keys, (vocab, d), std, ("vocab", "embed"))
+
+    def __call__(self, tokens, dtype):
+        return jnp.take(self.embedding[...], tokens, axis=0).astype(dtype)
+
+    def attend(self, x):
+        w = self.embedding[...].astype(x.dtype)
+        return jnp.einsum("btd,vd->btv", x, w, preferred_element_type=jnp.float32)
+
+
+def simple_rms_norm(x, eps: float):
+    """SimpleRMSNorm x / sqrt(mean(x²) + eps) over the last axis, in float32; returns x.dtype."""
+    xf = x.astype(jnp.float32)
+    y = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
+    return y.astype(x.dtype)
+
+
+class RMSNorm(nnx.Module):
+    """LLaMA RMSNorm with a learnable scale [d] (init 1), computed in float32."""
+
+    def __init__(self, d: int, eps: float):
+        self.scale = nnx.Param(jnp.ones((d,), jnp.float32), axes=("embed",))
+        self.eps = eps
+
+    def __call__(self, x):
+        xf = x.astype(jnp.float32)
+        y = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + self.eps)
+        return (y * self.scale[...]).astype(x.dtype)
+
+
+class SimpleRMSNorm(nnx.Module):
+    """Parameter-free RMSNorm of the linear models."""
+
+    def __init__(self, eps: float):
+        self.eps = eps
+
+    def __call__(self, x):
+        return simple_rms_norm(x, self.eps)
+
+
+def make_norm(cfg, eps: float | None = None):
+    """RMSNorm with a learnable scale (llama, or model.norm_scale) or parameter-free SimpleRMSNorm."""
+    eps = cfg.norm_eps if eps is None else eps
+    if cfg.arch == "llama" or cfg.norm_scale:
+        return RMSNorm(cfg.d_model, eps)
+    return SimpleRMSNorm(eps)
+
+
+class GLU(nnx.Module):
+    """Channel mixer W_down(U ⊙ act(V)); act = silu (SwiGLU, llama) or identity (linear models).
+
+    x [b, t, d] -> [b, t, d]; U, V: d×g, W_down: g×d.
+    """
+
+    def __init__(self, d: int, g: int, *, keys: KeyGen, std: float, activation: bool):
+        self.w_u = Linear(d, g, keys=keys, std=std, axes=("embed", "mlp"))
+        self.w_v = Linear(d, g, keys=keys, std=std, axes=("embed", "mlp"))
+        self.w_down = Linear(g, d, keys=keys, std=std, axes=("mlp", "embed"))
+        self.activation = activation
+
+    def __call__(self, x):
+        v = self.w_v(x)
+        if self.activation:
+            v = jax.nn.silu(v)
+        return self.w_down(self.w_u(x) * v)
+
+
+class LowRankGate(nnx.Module):
+    """Output gate G = sigmoid(x W_gdown W_gup), rank r: W_gdown d×r, W_gup r×d. x [b,t,d] -> [b,t,d]."""
+
+    def __init__(self, d: int, r: int, *, keys: KeyGen, std: float):
+        self.w_gdown = Linear(d, r, keys=keys, std=std, axes=("embed", "rank"))
+        self.w_gup = Linear(r, d, keys=keys, std=std, axes=("rank", "embed"))
+
+    def __call__(self, x):
+        return jax.nn.sigmoid(self.w_gup(self.w_gdown(x)))
+
+
+def split_heads(x, n_heads: int):
+    """[b, t, h*e] -> [b, t, h, e]."""
+    b, t, d = x.shape
+    return x.reshape(b, t, n_heads, d // n_heads)
+
+
+def merge_heads(x):
+    """[b, t, h, e] -> [b, t, h*e]."""
+    b, t, h, e = x.shape
+    return x.reshape(b, t, h * e)

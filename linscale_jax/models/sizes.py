@@ -1,0 +1,90 @@
+"""Model shapes: the paper's six sizes (notes §3), the 1B aspect-ratio variants, and a CPU ladder.
+
+    paper_model(arch, size)   -> dict for config.model     (size: 70m 160m 410m 1b 3b 7b, or an
+                                 aspect-ratio variant "1b-d1792l24" / "1b-d2048l18" / "1b-d3072l8")
+    ladder_model(arch, name)  -> dict for config.model     (name: d64 d96 d128 d192 d256 d384 d512)
+    parse_name("tnl-410m")    -> ("tnl", "410m")
+
+Paper rule: h = d/128, g = 256·ceil(int(8d/3)/256), vocab 100,280, context 8192; 410M has 25 layers
+for tnl and cosformer2 (26 otherwise). Aspect-ratio variants keep h = d/128 and the g rule.
+Ladder (CPU miniature studies): head dim 32 (h = d/32 >= 2), g = 32·ceil(int(8d/3)/32) (the paper
+rule at a 32 granularity, since 256 is coarse at d = 64), byte vocabulary 259 padded to 264,
+context 2048, layers growing with width: (d, l) = (64,2) (96,3) (128,4) (192,4) (256,6) (384,6) (512,8).
+"""
+
+from __future__ import annotations
+
+import math
+
+from linscale_jax.config import ARCHS
+
+PAPER_VOCAB = 100_280
+PAPER_CONTEXT = 8192
+PAPER_SIZES = {  # size: (l, d)
+    "70m": (6, 512),
+    "160m": (12, 768),
+    "410m": (26, 1024),
+    "1b": (32, 1536),
+    "3b": (35, 2560),
+    "7b": (32, 4096),
+}
+ASPECT_VARIANTS = {  # 1B aspect-ratio ablation d/l ∈ {1536/32 (= "1b"), 1792/24, 2048/18, 3072/8}
+    "1b-d1792l24": (24, 1792),
+    "1b-d2048l18": (18, 2048),
+    "1b-d3072l8": (8, 3072),
+}
+LADDER_VOCAB = 264
+LADDER_CONTEXT = 2048
+LADDER_HEAD_DIM = 32
+LADDER = {"d64": (2, 64), "d96": (3, 96), "d128": (4, 128), "d192": (4, 192), "d256": (6, 256),
+          "d384": (6, 384), "d512": (8, 512)}
+
+
+def paper_ffn_dim(d: int, multiple: int = 256) -> int:
+    """g = multiple·ceil(int(8d/3)/multiple)."""
+    return multiple * math.ceil(int(8 * d / 3) / multiple)
+
+
+def parse_name(name: str) -> tuple[str, str]:
+    """'<arch>-<size>' -> (arch, size); unknown arch is an error listing ARCHS."""
+    arch, sep, size = str(name).partition("-")
+    if not sep or arch not in ARCHS:
+        raise ValueError(
+            f"config name {name!r} must be '<arch>-<size>' with arch one of {ARCHS} "
+            "(e.g. tnl-410m, llama-d128)."
+        )
+    return arch, size
+
+
+def paper_model(arch: str, size: str) -> dict:
+    if arch not in ARCHS:
+        raise ValueError(f"unknown architecture {arch!r}; choose one of {ARCHS}.")
+    if size in PAPER_SIZES:
+        l, d = PAPER_SIZES[size]
+        if size == "410m" and arch in ("tnl", "cosformer2"):
+            l = 25
+    elif size in ASPECT_VARIANTS:
+        l, d = ASPECT_VARIANTS[size]
+    else:
+        raise ValueError(
+            f"unknown paper size {size!r}; choose one of {list(PAPER_SIZES) + list(ASPECT_VARIANTS)}."
+        )
+    return dict(arch=arch, size=size, n_layers=l, d_model=d, n_heads=d // 128,
+                ffn_dim=paper_ffn_dim(d), vocab_size=PAPER_VOCAB, max_seq_len=PAPER_CONTEXT)
+
+
+def ladder_model(arch: str, name: str) -> dict:
+    if arch not in ARCHS:
+        raise ValueError(f"unknown architecture {arch!r}; choose one of {ARCHS}.")
+    if name not in LADDER:
+        raise ValueError(f"unknown ladder size {name!r}; choose one of {list(LADDER)}.")
+    l, d = LADDER[name]
+    return dict(arch=arch, size=name, n_layers=l, d_model=d, n_heads=d // LADDER_HEAD_DIM,
+                ffn_dim=paper_ffn_dim(d, 32), vocab_size=LADDER_VOCAB, max_seq_len=LADDER_CONTEXT)
+
+
+def apply_model(section, values: dict):
+    """Write `values` into a config.model ConfigDict section (plain field assignment)."""
+    for key, value in values.items():
+        setattr(section, key, value)
+    return section

@@ -1,0 +1,104 @@
+"""TNL (TransNormerLLM): linear attention with a data-independent per-head decay.
+
+Legend: b batch, t sequence, h heads, e = d/h head dim, d width, l layers, j layer index.
+
+    Q = swish(X̄ W_q), K = swish(X̄ W_k), V = X̄ W_v          (no 1/sqrt(e) scale)
+    S_t = λ S_{t-1} + k_tᵀ v_t,  o_t = q_t S_t                 (per head, λ = exp(log_decay))
+    O = SimpleRMSNorm(concat_heads(o)) ⊙ sigmoid(X̄ W_gdown W_gup)  (gate rank d/h), then W_o.
+
+Decay rule (model.tnl_decay_rule):
+  "alibi_layer" (default; released TNL checkpoints): ALiBi slopes s_i (i = 1..h; for h not a power
+      of two ALiBi's interleave rule), scaled per layer s_{i,j} = s_i (1 - j/(l-1) + 1e-5)
+      (l = 1: factor 1 + 1e-5), log λ = -s. First layer decays fastest, the last almost not at all.
+  "fla": log λ_i = -(8/h)(1 - j/l) i for i = 0..h-1 (flash-linear-attention's rule; head 0 has no
+      decay).
+
+Released TransNormerLLM switches (interop): model.tnl_gate="linear" replaces the gate by a full-rank
+multiplier X̄ W_u (no activation); model.tnl_lrpe=True applies cosFormer2's LRPE to q, k (θ [h, e]
+per layer, q/k head dim doubles); model.embed_scale="sqrt_d".
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from linscale_jax.models.config import ModelConfig
+from linscale_jax.models.decoder import Decoder
+from linscale_jax.models.layers import (KeyGen, Linear, LowRankGate, make_norm, merge_heads,
+                                        split_heads)
+from linscale_jax.models.linear_common import (lrpe, lrpe_theta_init, run_linear_attention,
+                                               zero_state)
+
+
+def alibi_slopes(n_heads: int) -> np.ndarray:
+    """ALiBi head slopes [h]: 2^(-8i/h), i = 1..h, with the interleave rule for non powers of two."""
+
+    def power_of_two(n):
+        start = 2.0 ** (-8.0 / n)
+        return [start ** (i + 1) for i in range(n)]
+
+    if math.log2(n_heads).is_integer():
+        return np.asarray(power_of_two(n_heads), np.float64)
+    closest = 2 ** math.floor(math.log2(n_heads))
+    extra = alibi_slopes(2 * closest)[0::2][: n_heads - closest]
+    return np.concatenate([power_of_two(closest), extra])
+
+
+def tnl_log_decay(rule: str, n_heads: int, layer_idx: int, n_layers: int) -> np.ndarray:
+    """log λ per head [h] (float32, < 0 except fla's head 0) for layer j of l."""
+    if rule == "alibi_layer":
+        frac = layer_idx / (n_layers - 1) if n_layers > 1 else 0.0
+        s = alibi_slopes(n_heads) * (1.0 - frac + 1e-5)
+        return (-s).astype(np.float32)
+    if rule == "fla":
+        return (-(8.0 / n_heads) * (1.0 - layer_idx / n_layers) * np.arange(n_heads)).astype(np.float32)
+    raise ValueError(f"unknown tnl_decay_rule {rule!r}; choose alibi_layer or fla.")
+
+
+class TNLAttention(nnx.Module):
+    def __init__(self, cfg: ModelConfig, *, keys: KeyGen):
+        d, std = cfg.d_model, cfg.init_std
+        self.wq = Linear(d, d, keys=keys, std=std, axes=("embed", "heads"))
+        self.wk = Linear(d, d, keys=keys, std=std, axes=("embed", "heads"))
+        self.wv = Linear(d, d, keys=keys, std=std, axes=("embed", "heads"))
+        if cfg.tnl_gate == "lowrank":
+            self.gate = LowRankGate(d, cfg.head_dim, keys=keys, std=std)
+        else:  # released TransNormerLLM: full-rank multiplier u = X̄ W_u, no activation
+            self.wu = Linear(d, d, keys=keys, std=std, axes=("embed", "heads"))
+        self.wo = Linear(d, d, keys=keys, std=std, axes=("heads", "embed"))
+        if cfg.tnl_lrpe:
+            self.theta = nnx.Param(jnp.asarray(lrpe_theta_init(cfg.n_heads, d)), axes=(None, None))
+        self.out_norm = make_norm(cfg, cfg.out_norm_eps)
+        self.cfg = cfg
+
+    def __call__(self, x, *, positions, segment_ids, cache, extra):
+        """extra = this layer's log decay [h] (TNL.layer_extras)."""
+        h = self.cfg.n_heads
+        q = jax.nn.silu(split_heads(self.wq(x), h))
+        k = jax.nn.silu(split_heads(self.wk(x), h))
+        v = split_heads(self.wv(x), h)
+        if self.cfg.tnl_lrpe:
+            q, k = lrpe(q, positions, self.theta[...]), lrpe(k, positions, self.theta[...])
+        o, cache = run_linear_attention(self.cfg, q, k, v, extra, segment_ids, cache)
+        gate = self.gate(x) if self.cfg.tnl_gate == "lowrank" else self.wu(x)
+        return self.wo(self.out_norm(merge_heads(o)) * gate), cache
+
+    def init_cache(self, batch_size: int, max_len: int):
+        e = self.cfg.head_dim
+        return zero_state(batch_size, self.cfg.n_heads, 2 * e if self.cfg.tnl_lrpe else e, e)
+
+
+class TNL(Decoder):
+    def make_mixer(self, cfg, keys):
+        return TNLAttention(cfg, keys=keys)
+
+    def layer_extras(self):
+        """Per-layer log decay, stacked [l, h] (constants from the config's decay rule)."""
+        c = self.cfg
+        return jnp.asarray(np.stack([tnl_log_decay(c.tnl_decay_rule, c.n_heads, j, c.n_layers)
+                                     for j in range(c.n_layers)]))

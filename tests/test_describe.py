@@ -1,0 +1,75 @@
+"""describe CLI and the config files configs/paper.py, configs/ladder.py."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from linscale_jax.config import ARCHS
+from linscale_jax.models import ModelConfig, sizes
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+KEYS = {"arch", "size", "n_layers", "d_model", "n_heads", "ffn_dim", "vocab_size", "params_total",
+        "params_embedding", "params_non_embedding", "paper_params", "paper_flops_per_token",
+        "flops_per_token_exact"}
+
+
+def load_config_file(name):
+    spec = importlib.util.spec_from_file_location(f"cfg_{name}", os.path.join(ROOT, "configs", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_describe(*args):
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
+    out = subprocess.run([sys.executable, "-m", "linscale_jax.describe", *args], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout
+
+
+def test_describe_paper_json():
+    rows = json.loads(run_describe("--paper", "--json"))
+    assert len(rows) == 24
+    assert all(set(r) == KEYS for r in rows)
+    assert {(r["arch"], r["size"]) for r in rows} == {(a, s) for a in ARCHS for s in sizes.PAPER_SIZES}
+    for r in rows:
+        assert r["params_total"] == r["params_embedding"] + r["params_non_embedding"]
+        assert r["params_embedding"] == r["vocab_size"] * r["d_model"]
+        assert 0.9 < r["paper_params"] / r["params_non_embedding"] <= 1.0
+
+
+def test_describe_one_config_with_override():
+    out = run_describe("--config=configs/paper.py:tnl-410m", "--config.model.n_layers=2")
+    header, rule, row = out.strip().splitlines()
+    assert header.split()[:4] == ["arch", "size", "l", "d"]
+    assert row.split()[:4] == ["tnl", "410m", "2", "1024"]
+
+
+def test_paper_config_file():
+    paper = load_config_file("paper")
+    c = paper.get_config("hgrn2-1b-d1792l24")
+    assert (c.model.arch, c.model.n_layers, c.model.d_model, c.model.n_heads) == ("hgrn2", 24, 1792, 14)
+    assert (c.train.seq_len, c.train.batch_size, c.optim.lr, c.optim.weight_decay) == (8192, 480, 3e-4, 0.1)
+    assert c.train.steps * 8192 * 480 >= 300e9 and c.data.vocab == "cl100k_base"
+    assert len(paper.names()) == 4 * 9
+    for name in paper.names():
+        ModelConfig.from_config(paper.get_config(name).model)
+    with pytest.raises(ValueError, match="unknown paper size '5b'.*70m"):
+        paper.get_config("tnl-5b")
+    with pytest.raises(ValueError, match="arch one of"):
+        paper.get_config("mamba-1b")
+
+
+def test_ladder_config_file():
+    ladder = load_config_file("ladder")
+    for name in sizes.LADDER:
+        cfg = ModelConfig.from_config(ladder.get_config(f"cosformer2-{name}").model)
+        assert cfg.n_heads >= 2 and cfg.head_dim == 32 and cfg.vocab_size == 264
+    assert [sizes.LADDER[n][1] for n in sizes.LADDER] == [64, 96, 128, 192, 256, 384, 512]
+    with pytest.raises(ValueError, match="unknown ladder size 'd1000'.*d64"):
+        ladder.get_config("tnl-d1000")

@@ -1,0 +1,210 @@
+"""Per-architecture checks against the notes' formulas (numpy, written from the notes, not the code)."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from linscale_jax.models import ModelConfig
+from linscale_jax.models.cosformer2 import TPE, Cosformer2Attention, lrpe, lrpe_theta_init
+from linscale_jax.models.hgrn2 import HGRN2Mixer, beta_values, gate_log_f, lower_bounds_log
+from linscale_jax.models.layers import KeyGen
+from linscale_jax.models.llama import rope
+from linscale_jax.models.tnl import TNLAttention, alibi_slopes, tnl_log_decay
+
+D, H, T = 16, 2, 7
+E = D // H
+
+
+def cfg(arch, **kw):
+    base = dict(arch=arch, n_layers=3, d_model=D, n_heads=H, ffn_dim=32, vocab_size=16,
+                max_seq_len=64, impl="reference", init_std=0.2)
+    base.update(kw)
+    return ModelConfig(**base)
+
+
+def np_(x):
+    return np.asarray(x, np.float64)
+
+
+def silu(x):
+    return x / (1 + np.exp(-x))
+
+
+def sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def srms(x, eps=1e-6):
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps)
+
+
+def heads(x):
+    return x.reshape(x.shape[0], H, -1)  # [t, h, e]
+
+
+def x_input(seed=0):
+    return jax.random.normal(jax.random.key(seed), (1, T, D), jnp.float32)
+
+
+# --- TNL -----------------------------------------------------------------------------------------
+
+
+def test_tnl_decay_values():
+    np.testing.assert_allclose(alibi_slopes(8), [2.0 ** -(i + 1) for i in range(8)])
+    # h = 6: ALiBi interleave: slopes of 4 heads, then every other slope of 8 heads
+    np.testing.assert_allclose(alibi_slopes(6), [2**-2, 2**-4, 2**-6, 2**-8, 2**-1, 2**-3])
+    s4 = np.array([2**-2, 2**-4, 2**-6, 2**-8])
+    for j, factor in enumerate([1 + 1e-5, 0.5 + 1e-5, 1e-5]):
+        np.testing.assert_allclose(tnl_log_decay("alibi_layer", 4, j, 3), -s4 * factor, rtol=1e-6)
+    np.testing.assert_allclose(tnl_log_decay("alibi_layer", 4, 0, 1), -s4 * (1 + 1e-5), rtol=1e-6)
+    np.testing.assert_allclose(tnl_log_decay("fla", 4, 1, 2), [0, -1, -2, -3])
+
+
+def test_tnl_mixer_matches_formula():
+    c = cfg("tnl")
+    m = TNLAttention(c, keys=KeyGen(jax.random.key(0)))
+    x = x_input()
+    y, _ = m(x, positions=jnp.arange(T)[None], segment_ids=None, cache=None,
+             extra=jnp.asarray(tnl_log_decay("alibi_layer", H, 1, 3)))
+    X = np_(x[0])
+    q, k, v = (heads(f(X @ np_(w.kernel[...]))) for f, w in
+               ((silu, m.wq), (silu, m.wk), (lambda a: a, m.wv)))
+    lam = np.exp(tnl_log_decay("alibi_layer", H, 1, 3).astype(np.float64))  # [h]
+    o = np.zeros((T, H, E))
+    for t in range(T):
+        for s in range(t + 1):
+            o[t] += (lam ** (t - s) * (q[t] * k[s]).sum(-1))[:, None] * v[s]
+    gate = sigmoid(X @ np_(m.gate.w_gdown.kernel[...]) @ np_(m.gate.w_gup.kernel[...]))
+    ref = (srms(o.reshape(T, D)) * gate) @ np_(m.wo.kernel[...])
+    np.testing.assert_allclose(y[0], ref, rtol=2e-4, atol=2e-5)
+
+
+# --- HGRN2 ---------------------------------------------------------------------------------------
+
+
+def test_hgrn2_lower_bounds():
+    l = 5
+    np.testing.assert_allclose(beta_values(jnp.ones((l, 3)))[:, 0], np.arange(l) / l, atol=1e-6)
+    gamma = jax.random.normal(jax.random.key(1), (l, 3)) * 3
+    g = np_(gamma)
+    p = np.exp(g) / np.exp(g).sum(0)
+    beta = np.cumsum(p, 0) - p[0]
+    assert np.all(beta[0] == 0)
+    log_beta, log_one_minus = lower_bounds_log(gamma)
+    assert np.all(np.isneginf(np.asarray(log_beta[0])))
+    np.testing.assert_allclose(np.exp(np_(log_beta[1:])), beta[1:], rtol=1e-5)
+    np.testing.assert_allclose(np.exp(np_(log_one_minus)), 1 - beta, rtol=1e-5)
+    z = jax.random.normal(jax.random.key(2), (4, 3)) * 8
+    f = beta[2] + (1 - beta[2]) * sigmoid(np_(z))
+    np.testing.assert_allclose(np.exp(np_(gate_log_f(z, log_beta[2], log_one_minus[2]))), f, rtol=1e-5)
+    np.testing.assert_allclose(np.exp(np_(gate_log_f(z))), sigmoid(np_(z)), rtol=1e-5)
+    assert float(log_one_minus[0, 0]) == 0.0  # layer 0: f = sigmoid(z) exactly
+    np.testing.assert_array_equal(gate_log_f(z, log_beta[0], log_one_minus[0]), gate_log_f(z))
+
+
+def test_hgrn2_mixer_matches_formula():
+    c = cfg("hgrn2")
+    m = HGRN2Mixer(c, keys=KeyGen(jax.random.key(0)))
+    gamma = jax.random.normal(jax.random.key(3), (3, D))
+    log_beta, log_one_minus = lower_bounds_log(gamma)
+    x = x_input(1)
+    y, _ = m(x, positions=jnp.arange(T)[None], segment_ids=None, cache=None,
+             extra=(log_beta[2], log_one_minus[2]))
+    X = np_(x[0])
+    beta = np_(beta_values(gamma))[2]
+    f = heads(beta + (1 - beta) * sigmoid(X @ np_(m.wf.kernel[...])))
+    q = heads(silu(X @ np_(m.wq.kernel[...])))
+    v = heads(X @ np_(m.wi.kernel[...]))
+    S = np.zeros((H, E, E))
+    o = np.zeros((T, H, E))
+    for t in range(T):
+        S = f[t][:, :, None] * S + (1 - f[t])[:, :, None] * v[t][:, None, :]
+        o[t] = np.einsum("hk,hkv->hv", q[t], S)
+    ref = srms(o.reshape(T, D)) @ np_(m.wo.kernel[...])
+    np.testing.assert_allclose(y[0], ref, rtol=2e-4, atol=2e-5)
+
+
+# --- cosFormer2 ----------------------------------------------------------------------------------
+
+
+def test_lrpe_theta_and_relative_property():
+    theta = lrpe_theta_init(H, D)
+    assert theta.shape == (H, E)
+    np.testing.assert_allclose(theta.reshape(-1), 10000.0 ** (-2 * np.arange(D) / D), rtol=1e-6)
+    q = jax.random.normal(jax.random.key(4), (1, 1, H, E))
+    k = jax.random.normal(jax.random.key(5), (1, 1, H, E))
+    th = jnp.asarray(theta)
+
+    def dot(t, s):
+        return np_(jnp.sum(lrpe(q, jnp.array([[t]]), th) * lrpe(k, jnp.array([[s]]), th), -1))
+
+    direct = (np_(q) * np_(k) * np.cos(np_(th) * 3)).sum(-1)
+    np.testing.assert_allclose(dot(5, 2), direct, rtol=1e-5)
+    np.testing.assert_allclose(dot(5, 2), dot(40, 37), rtol=1e-4)
+
+
+def test_cosformer2_mixer_matches_formula():
+    c = cfg("cosformer2")
+    m = Cosformer2Attention(c, keys=KeyGen(jax.random.key(0)))
+    x = x_input(2)
+    y, _ = m(x, positions=jnp.arange(T)[None], segment_ids=None, cache=None, extra=None)
+    X = np_(x[0])
+    q, k = (heads(silu(X @ np_(w.kernel[...]))) for w in (m.wq, m.wk))
+    v = heads(X @ np_(m.wv.kernel[...]))
+    th = np_(m.theta[...])
+    o = np.zeros((T, H, E))
+    for t in range(T):
+        for s in range(t + 1):
+            a = (q[t] * k[s] * np.cos(th * (t - s))).sum(-1)  # [h]
+            o[t] += a[:, None] * v[s]
+    gate = sigmoid(X @ np_(m.gate.w_gdown.kernel[...]) @ np_(m.gate.w_gup.kernel[...]))
+    ref = (srms(o.reshape(T, D)) * gate) @ np_(m.wo.kernel[...])
+    np.testing.assert_allclose(y[0], ref, rtol=2e-4, atol=2e-5)
+
+
+def test_tpe_is_a_causal_toeplitz_per_head():
+    c = cfg("cosformer2")
+    tpe = TPE(c, keys=KeyGen(jax.random.key(0)))
+    n_params = sum(int(np.prod(p.shape)) for p in jax.tree.leaves(nnx.state(tpe, nnx.Param)))
+    assert n_params == D * E + 2 * D + H  # d·e (per-head projection) + q, k + decays
+    x = x_input(3)
+    y, _ = tpe(x, None, None)
+    X = heads(np_(x[0]))
+    qk = (np_(tpe.q[...]) * np_(tpe.k[...])).sum(-1)  # [h]
+    lam = sigmoid(np_(tpe.decay_logit[...]))
+    u = np.zeros((T, H, E))
+    for t in range(T):
+        for s in range(t + 1):
+            u[t] += (qk * lam ** (t - s))[:, None] * X[s]
+    ref = np.einsum("the,hef->thf", srms(u), np_(tpe.proj[...])).reshape(T, D)
+    np.testing.assert_allclose(y[0], ref, rtol=2e-4, atol=2e-5)
+
+
+# --- LLaMA ---------------------------------------------------------------------------------------
+
+
+def test_rope_relative_and_theta():
+    q = jax.random.normal(jax.random.key(6), (1, 1, 1, 8))
+    k = jax.random.normal(jax.random.key(7), (1, 1, 1, 8))
+
+    def dot(t, s):
+        return float(jnp.sum(rope(q, jnp.array([[t]]), 1e4) * rope(k, jnp.array([[s]]), 1e4)))
+
+    assert math.isclose(dot(9, 4), dot(30, 25), rel_tol=1e-4)
+    # rotation of pair (x_i, x_{i+e/2}) by angle t·theta^(-2i/e)
+    x = jnp.zeros((1, 1, 1, 8)).at[..., 1].set(1.0)
+    r = np.asarray(rope(x, jnp.array([[3]]), 1e4))[0, 0, 0]
+    ang = 3 * 1e4 ** (-2 / 8)
+    np.testing.assert_allclose([r[1], r[5]], [math.cos(ang), math.sin(ang)], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("h", [3, 12])
+def test_alibi_non_power_of_two_is_interleave(h):
+    closest = 2 ** math.floor(math.log2(h))
+    expect = [2 ** (-8 * (i + 1) / closest) for i in range(closest)]
+    expect += [2 ** (-8 * (i + 1) / (2 * closest)) for i in range(0, 2 * closest, 2)][: h - closest]
+    np.testing.assert_allclose(alibi_slopes(h), expect)
