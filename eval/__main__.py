@@ -1,0 +1,45 @@
+"""python -m eval --workdir=DIR [--steps=all|last|S1,S2,...] [--tasks=val_loss,niah,...]
+
+Evaluates the run's checkpoints (all by default) and appends one row per (checkpoint, task) to
+DIR/eval/results.jsonl, skipping pairs already there. Tasks: see eval/suite.py.
+"""
+
+import argparse
+import sys
+
+from eval.loading import EvalError
+from eval.suite import TASKS
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m eval", description=__doc__.split("\n\n")[1])
+    p.add_argument("--workdir", required=True, help="training run directory (holds checkpoints/)")
+    p.add_argument("--steps", default="all", help="all | last | comma list of steps")
+    p.add_argument("--tasks", default="val_loss", help=f"comma list of: {', '.join(TASKS)}")
+    p.add_argument("--val_batches", type=int, default=None, help="validation batches (default: config)")
+    p.add_argument("--niah_grid", default="35x35", help="LENGTHSxDEPTHS of the NIAH grid")
+    p.add_argument("--probe_items", type=int, default=64)
+    p.add_argument("--wikitext", default=None, help="local WikiText-2 style .txt/.jsonl")
+    p.add_argument("--lambada", default=None, help="local LAMBADA style .jsonl")
+    p.add_argument("--limit", type=int, default=None, help="lm-eval --limit for commonsense/scrolls")
+    a = p.parse_args(argv)
+    from eval.runner import evaluate
+
+    try:
+        grid = tuple(int(x) for x in a.niah_grid.lower().split("x"))
+        if len(grid) != 2 or min(grid) < 1:
+            raise ValueError
+    except ValueError:
+        p.error(f"--niah_grid must look like 35x35, got {a.niah_grid!r}")
+    try:
+        evaluate(a.workdir, a.steps, a.tasks, ctx_kwargs=dict(
+            val_batches=a.val_batches, niah_grid=grid, probe_items=a.probe_items, wikitext=a.wikitext,
+            lambada=a.lambada, limit=a.limit))
+    except EvalError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

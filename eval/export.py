@@ -1,0 +1,70 @@
+"""python -m eval.export --workdirs DIR1 DIR2 ... --out table.csv   (globs allowed: 'runs/*')
+
+One table from the results.jsonl of many runs, one line per (run, step), for fit/:
+  arch, run, step, n_params, tokens, flops, loss, flops_exact, then every other metric.
+loss = val_loss (the validation task); other tasks' fields are named <task>.<field> (val_loss
+task fields keep their names: val_ppl, val_bpb, ...). Steps without a val_loss row have an empty loss.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import glob
+import os
+import sys
+
+from eval.loading import EvalError
+from eval.runner import ROW_KEYS, read_results
+
+LEAD = ["arch", "run", "step", "n_params", "tokens", "flops", "loss", "flops_exact"]
+SKIP = {"task", "eval_seconds", "niah_heatmap", "niah_grid", "niah_mode"}
+
+
+def collect(workdirs) -> list[dict]:
+    table: dict[tuple, dict] = {}
+    for wd in workdirs:
+        rows = read_results(wd)
+        if not rows:
+            raise EvalError(f"{wd} has no eval/results.jsonl rows; run python -m eval --workdir={wd} first")
+        for r in rows:
+            line = table.setdefault((r["run"], r["step"]), {k: r.get(k) for k in ROW_KEYS})
+            for k, v in r.items():
+                if k in ROW_KEYS or k in SKIP or isinstance(v, (list, dict)):
+                    continue
+                if r["task"] == "val_loss":
+                    line["loss" if k == "val_loss" else k] = v
+                else:
+                    line[f"{r['task']}.{k}"] = v
+    return [table[k] for k in sorted(table, key=lambda k: (str(k[0]), k[1]))]
+
+
+def write_csv(lines: list[dict], out: str) -> None:
+    extra = sorted({k for line in lines for k in line} - set(LEAD))
+    with open(out, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=LEAD + extra, restval="")
+        w.writeheader()
+        w.writerows(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m eval.export", description=__doc__.split("\n")[0])
+    p.add_argument("--workdirs", nargs="+", required=True)
+    p.add_argument("--out", required=True)
+    a = p.parse_args(argv)
+    dirs = sorted({d for pat in a.workdirs for d in (glob.glob(pat) or [pat]) if os.path.isdir(d)})
+    if not dirs:
+        print(f"error: no run directories match {a.workdirs}", file=sys.stderr)
+        return 2
+    try:
+        lines = collect(dirs)
+    except EvalError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    write_csv(lines, a.out)
+    print(f"wrote {len(lines)} rows from {len(dirs)} run(s) to {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

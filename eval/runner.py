@@ -1,0 +1,144 @@
+"""Evaluate a run's checkpoints × tasks, appending one row per (checkpoint, task) to
+DIR/eval/results.jsonl; pairs already there are skipped, so a killed or repeated run resumes.
+
+    rows = evaluate(workdir, steps="all", tasks=("val_loss",), ctx_kwargs=None)
+
+Each row: task, step, tokens, flops (paper C), flops_exact, n_params (non-embedding), arch, run,
+eval_seconds, and the task's metric fields (e.g. val_loss). Rows are flushed one by one.
+All checkpoints of a run must share one model config (arch and shapes): a checkpoint from another
+architecture or config is an error naming the differing fields.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from eval.loading import EvalError, checkpoint_steps, load_run
+from eval.suite import TASKS, TaskContext
+
+ROW_KEYS = ("step", "tokens", "flops", "flops_exact", "n_params", "arch", "run")
+
+
+def results_path(workdir: str) -> str:
+    return os.path.join(workdir, "eval", "results.jsonl")
+
+
+def read_results(workdir: str, repair: bool = False) -> list[dict]:
+    """Rows of DIR/eval/results.jsonl. A torn last line (a killed run) is ignored, and dropped from
+    the file when repair=True; a bad line elsewhere is an error naming it."""
+    path = results_path(workdir)
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    rows, good = [], []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+            good.append(line)
+        except json.JSONDecodeError as e:
+            if any(x.strip() for x in lines[n:]):
+                raise EvalError(f"{path}:{n} is not valid JSON ({e.msg}); fix or delete that line") from e
+            if repair:
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write("".join(x + "\n" for x in good))
+    return rows
+
+
+def parse_tasks(tasks) -> list[str]:
+    names = [t.strip() for t in (tasks.split(",") if isinstance(tasks, str) else tasks) if t.strip()]
+    bad = [t for t in names if t not in TASKS]
+    if bad or not names:
+        raise EvalError(f"unknown task(s) {bad or names}; known tasks: {', '.join(TASKS)}")
+    return names
+
+
+def select_steps(spec, available: list[int]) -> list[int]:
+    if spec in (None, "all"):
+        return list(available)
+    if spec == "last":
+        return available[-1:]
+    try:
+        want = [int(s) for s in (spec.split(",") if isinstance(spec, str) else spec)]
+    except ValueError as e:
+        raise EvalError(f"--steps must be all, last or a comma list of integers; got {spec!r}") from e
+    missing = [s for s in want if s not in available]
+    if missing:
+        raise EvalError(f"no checkpoint at step(s) {missing}; available: {available}")
+    return sorted(set(want))
+
+
+def check_same_model(workdir: str, metas: dict[int, dict]) -> None:
+    """Every checkpoint's model section must equal the newest one's."""
+    ref_step = max(metas)
+    ref = metas[ref_step]["config"]["model"]
+    for s, m in metas.items():
+        cur = m["config"]["model"]
+        diff = sorted(k for k in set(ref) | set(cur) if ref.get(k) != cur.get(k))
+        if diff:
+            detail = ", ".join(f"{k}: {cur.get(k)!r} vs {ref.get(k)!r}" for k in diff[:6])
+            raise EvalError(f"checkpoint step {s} in {workdir} comes from another architecture/config than "
+                            f"step {ref_step} ({detail}); keep one run per workdir and evaluate the "
+                            "other run from its own workdir")
+
+
+def _cell_progress(log, prefix):
+    """progress(done, total) for long tasks (NIAH cells): a line at every 20% with the ETA."""
+    t0 = time.time()
+
+    def progress(done, total):
+        if done == total or done % max(1, total // 5) == 0:
+            el = time.time() - t0
+            log(f"{prefix}: {done}/{total} ({el:.0f}s, ETA {el / done * (total - done):.0f}s)")
+
+    return progress
+
+
+def _fmt(metrics: dict) -> str:
+    keys = [k for k in metrics if isinstance(metrics[k], float)][:4]
+    return " ".join(f"{k}={metrics[k]:.4g}" for k in keys)
+
+
+def evaluate(workdir: str, steps="all", tasks=("val_loss",), ctx_kwargs: dict | None = None,
+             log=print) -> list[dict]:
+    from linscale_jax import checkpoint as ckpt
+
+    names = parse_tasks(tasks)
+    selected = select_steps(steps, checkpoint_steps(workdir))
+    metas = {s: ckpt.load_metadata(workdir, s) for s in selected}
+    check_same_model(workdir, metas)
+    existing = read_results(workdir, repair=True)
+    arch = metas[selected[-1]].get("arch")
+    other = {r.get("arch") for r in existing} - {arch}
+    if other:
+        raise EvalError(f"{results_path(workdir)} holds rows of arch {sorted(other)} but the checkpoints "
+                        f"are {arch!r}; the results file belongs to another run")
+    done = {(r["step"], r["task"]) for r in existing}
+    todo = [(s, t) for s in selected for t in names if (s, t) not in done]
+    log(f"eval {workdir}: {len(selected)} checkpoint(s) x {len(names)} task(s); "
+        f"{len(selected) * len(names) - len(todo)} done before, {len(todo)} to do")
+    os.makedirs(os.path.dirname(results_path(workdir)), exist_ok=True)
+    rows, t_start, loaded = [], time.time(), None
+    for i, (step, task) in enumerate(todo, 1):
+        if loaded is None or loaded[0] != step:
+            loaded = (step, load_run(workdir, step))
+        run, meta = loaded[1], metas[step]
+        ctx = TaskContext(workdir=workdir, step=step, **(ctx_kwargs or {}))
+        if ctx.progress is None:
+            ctx.progress = _cell_progress(log, f"  step {step} {task}")
+        t0 = time.time()
+        metrics = TASKS[task](run, ctx)
+        row = {"task": task, **{k: meta.get(k) for k in ROW_KEYS}, "eval_seconds": round(time.time() - t0, 3),
+               **metrics}
+        with open(results_path(workdir), "a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+        rows.append(row)
+        elapsed = time.time() - t_start
+        eta = elapsed / i * (len(todo) - i)
+        log(f"eval [{i}/{len(todo)}] step {step} {task}: {_fmt(metrics)} ({row['eval_seconds']:.1f}s) "
+            f"| elapsed {elapsed:.0f}s ETA {eta:.0f}s")
+    return rows

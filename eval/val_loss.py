@@ -1,0 +1,72 @@
+"""Validation loss, perplexity and bits per byte on the held-out split of the run's own data task.
+
+    m = validation_loss(model, config, vocab, num_batches=None)
+      -> {"val_loss", "val_ppl", "val_bpb", "val_tokens", "val_bytes"}
+
+Batches come from data.eval_batches(config, split="validation") — the run's task, tokenisation,
+sequence length and packing — so val_loss is the quantity the trainer logs. The loss is the
+weight-masked mean next-token cross-entropy in nats; ppl = exp(loss); bits per byte =
+sum(nll) / (ln 2 * bytes), where bytes are the UTF-8 bytes of the scored target text (decoded per
+packed segment), which makes runs with different vocabularies comparable.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+
+def _nll_sum(graphdef, params, inputs, targets, segment_ids, weights):
+    """[b, t] arrays -> (sum of weighted nll, sum of weights), float32 scalars."""
+    logits = nnx.merge(graphdef, params)(inputs, segment_ids=segment_ids).astype(jnp.float32)
+    logz = jax.nn.logsumexp(logits, axis=-1)
+    tgt = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+    return jnp.sum((logz - tgt) * weights), jnp.sum(weights)
+
+
+@functools.lru_cache(maxsize=16)
+def _nll_fn(graphdef):
+    """One jitted loss function per model structure (the checkpoints of a run share it)."""
+    return jax.jit(partial(_nll_sum, graphdef))
+
+
+def target_bytes(batch, vocab) -> int:
+    """UTF-8 bytes of the scored targets of a batch, decoded segment by segment."""
+    n = 0
+    tg, seg, w = batch["targets"], batch["segment_ids"], batch["weights"]
+    for r in range(tg.shape[0]):
+        for s in np.unique(seg[r][w[r] > 0]):
+            ids = tg[r][(seg[r] == s) & (w[r] > 0)]
+            n += len(vocab.decode([int(i) for i in ids]).encode("utf-8"))
+    return n
+
+
+def validation_loss(model, config, vocab, num_batches: int | None = None) -> dict:
+    from linscale_jax import data
+
+    n = int(num_batches or config.train.get("eval_batches", 4) or 4)
+    batches = data.eval_batches(config, split="validation", num_batches=n)
+    if not batches:
+        raise ValueError("data.eval_batches returned no validation batches; check config.data "
+                         "(val_fraction > 0 and a corpus with enough documents)")
+    graphdef, params = nnx.split(model)
+    step = _nll_fn(graphdef)
+    nll, tokens, nbytes = 0.0, 0.0, 0
+    for b in batches:
+        s, w = step(params, *(jnp.asarray(b[k]) for k in ("inputs", "targets", "segment_ids", "weights")))
+        nll += float(s)
+        tokens += float(w)
+        nbytes += target_bytes(b, vocab)
+    if tokens == 0:
+        raise ValueError("the validation batches contain no scored tokens (all weights are 0)")
+    loss = nll / tokens
+    if not math.isfinite(loss):
+        raise FloatingPointError(f"validation loss is {loss}; the checkpoint has non-finite weights")
+    return {"val_loss": loss, "val_ppl": math.exp(loss), "val_bpb": nll / (math.log(2) * max(nbytes, 1)),
+            "val_tokens": int(tokens), "val_bytes": nbytes}
