@@ -1,0 +1,75 @@
+"""Convert released checkpoints to linscale_jax checkpoints, and LLaMA back to Hugging Face.
+
+    python -m linscale_jax.convert --from=FORMAT --src=HF_DIR --out=WORKDIR
+        FORMAT: hf-llama | transnormerllm | hgrn2-fla | hgrn2-official
+        -> WORKDIR/checkpoints/0/ (Orbax, via checkpoint.save_model; accepted by train --init_from
+           and eval) and WORKDIR/config.json (the full experiment config)
+    python -m linscale_jax.convert --to=hf-llama --src=WORKDIR [--step=N] --out=HF_DIR
+        -> HF_DIR/config.json + model.safetensors, loadable by transformers.LlamaForCausalLM
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from linscale_jax.interop import FORMATS
+
+
+def _parse(argv):
+    p = argparse.ArgumentParser(prog="python -m linscale_jax.convert", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--from", dest="src_format", choices=FORMATS, help="format of --src")
+    p.add_argument("--to", dest="dst_format", choices=("hf-llama",), help="export a llama workdir")
+    p.add_argument("--src", required=True, help="HF checkpoint directory, or (with --to) our workdir")
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--step", type=int, default=None, help="with --to: checkpoint step (default latest)")
+    args = p.parse_args(argv)
+    if (args.src_format is None) == (args.dst_format is None):
+        p.error("give exactly one of --from=FORMAT (import) or --to=hf-llama (export).")
+    return args
+
+
+def import_checkpoint(fmt: str, src: str, out: str) -> str:
+    from linscale_jax import checkpoint as ckpt
+    from linscale_jax.accounting import param_counts
+    from linscale_jax.interop.loading import experiment_config, load
+    from linscale_jax.models import ModelConfig
+
+    section, model = load(fmt, src)
+    config = experiment_config(section)
+    config.name = f"converted-{fmt}"
+    counts = param_counts(ModelConfig.from_config(config.model))
+    ckpt.save_model(out, model, config, step=0,
+                    metadata=dict(source=os.path.abspath(src), source_format=fmt))
+    with open(os.path.join(out, "config.json"), "w", encoding="utf-8") as f:
+        f.write(config.to_json(indent=2))
+    print(f"converted {fmt} {src} -> {out}: {section['arch']} l={section['n_layers']} "
+          f"d={section['d_model']} h={section['n_heads']}, {counts['total']:,} parameters")
+    return out
+
+
+def export_llama(src: str, out: str, step=None) -> str:
+    from linscale_jax import checkpoint as ckpt
+    from linscale_jax.interop import hf_io, hf_llama
+
+    model, config, _ = ckpt.load_model(src, step=step)
+    hf_config, state = hf_llama.from_model(model, config.model.to_dict())
+    hf_io.write_checkpoint(out, hf_config, state)
+    print(f"exported {src} -> {out} (LlamaForCausalLM, {len(state)} tensors)")
+    return out
+
+
+def main(argv=None) -> int:
+    args = _parse(sys.argv[1:] if argv is None else argv)
+    if args.src_format:
+        import_checkpoint(args.src_format, args.src, args.out)
+    else:
+        export_llama(args.src, args.out, args.step)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

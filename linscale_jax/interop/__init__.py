@@ -1,0 +1,14 @@
+"""Weights in and out: converters between released PyTorch checkpoints and linscale_jax models.
+
+    hf_llama        Hugging Face LlamaForCausalLM  <->  llama          (both directions)
+    transnormerllm  OpenNLPLab TransNormerLLM      ->   tnl            (released variant switches)
+    hgrn2           hgru2-pytorch (official) / fla HGRN2ForCausalLM -> hgrn2
+
+Each format has a pair `model_config(hf_config) -> dict` (a `model` config section, with the
+released-variant switches set) and `to_params(hf_config, state) -> {param path: array}` (registry in
+`loading.CONVERTERS`); `loading.load(format, src) -> (model section, model)` reads a checkpoint
+directory (config.json + safetensors or PyTorch .bin). `python -m linscale_jax.convert` is the
+command-line front end; `hf_llama.from_model` the export.
+"""
+
+FORMATS = ("hf-llama", "transnormerllm", "hgrn2-fla", "hgrn2-official")
