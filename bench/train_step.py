@@ -1,0 +1,82 @@
+"""Train-step throughput and MFU per architecture at tiny ladder sizes, on this machine.
+
+    python bench/train_step.py [--sizes=d64,d96] [--archs=llama,tnl,hgrn2,cosformer2]
+                               [--batch=8] [--seq=256] [--steps=3]
+
+MFU = accounting.flops_per_token_exact * tokens/s / peak, where peak is the FLOP/s of a large jitted
+float32 matmul measured in the same run (so ratios between rows and against the peak are comparable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+from linscale_jax import accounting, metrics, sharding, trainer  # noqa: E402
+from linscale_jax.config import ARCHS, base_config  # noqa: E402
+from linscale_jax.models import ModelConfig, sizes  # noqa: E402
+
+
+def bench_one(arch, size, batch, seq, steps):
+    c = base_config()
+    sizes.apply_model(c.model, sizes.ladder_model(arch, size))
+    c.train.update(steps=1000, batch_size=batch, seq_len=seq)
+    mesh = sharding.make_mesh(c.mesh, jax.devices()[:1])
+    fns = trainer._compiled(trainer._key(c, mesh))
+    params, rest = fns.init_params(), fns.rest()
+    opt = fns.init_opt(params)
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, 256, (batch, seq + 1), dtype=np.int32)
+    b = dict(inputs=tokens[:, :-1], targets=tokens[:, 1:], segment_ids=np.ones((batch, seq), np.int32),
+             weights=np.ones((batch, seq), np.float32))
+    b = {k: jax.device_put(v, fns.b_shard) for k, v in b.items()}
+    t0 = time.perf_counter()
+    params, opt, m = fns.step_fn(params, opt, rest, b)
+    jax.block_until_ready(m)
+    compile_s = time.perf_counter() - t0
+    times = []
+    for _ in range(steps):
+        t = time.perf_counter()
+        params, opt, m = fns.step_fn(params, opt, rest, b)
+        jax.block_until_ready(m)
+        times.append(time.perf_counter() - t)
+    step_s = float(np.median(times))
+    cfg = ModelConfig.from_config(c.model)
+    tps = batch * seq / step_s
+    return dict(arch=arch, size=size, n_params=accounting.param_counts(cfg)["non_embedding"],
+                compile_s=compile_s, step_ms=1e3 * step_s, tokens_per_sec=tps,
+                flops_per_token=accounting.flops_per_token_exact(cfg, seq),
+                achieved=accounting.flops_per_token_exact(cfg, seq) * tps)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--archs", default=",".join(ARCHS))
+    p.add_argument("--sizes", default="d64,d96")
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--seq", type=int, default=256)
+    p.add_argument("--steps", type=int, default=3)
+    a = p.parse_args()
+    peak = metrics.measure_matmul_peak(n=2048, reps=5)
+    print(f"device: {jax.devices()[0].device_kind}; measured f32 matmul peak (2048^3): "
+          f"{peak / 1e9:.1f} GFLOP/s; batch {a.batch} x seq {a.seq}, median of {a.steps} steps",
+          flush=True)
+    print(f"| arch | size | non-emb params | compile s | step ms | tokens/s | GFLOP/s | MFU |")
+    print("|---|---|---|---|---|---|---|---|")
+    for size in a.sizes.split(","):
+        for arch in a.archs.split(","):
+            r = bench_one(arch, size, a.batch, a.seq, a.steps)
+            print(f"| {arch} | {size} | {r['n_params']:,} | {r['compile_s']:.1f} | "
+                  f"{r['step_ms']:.1f} | {r['tokens_per_sec']:,.0f} | {r['achieved'] / 1e9:.2f} | "
+                  f"{r['achieved'] / peak:.1%} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

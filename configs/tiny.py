@@ -1,0 +1,30 @@
+"""Tiny runs on the embedded stdlib corpus: about two minutes on 2 CPU cores.
+
+  python -m linscale_jax.train --config=configs/tiny.py --workdir=/tmp/run            # tnl-d64
+  python -m linscale_jax.train --config=configs/tiny.py:llama --workdir=/tmp/run      # llama-d64
+  python -m linscale_jax.train --config=configs/tiny.py:hgrn2-d128 --workdir=/tmp/run
+Argument: <arch> or <arch>-<size>; arch in linscale_jax.config.ARCHS, size a ladder name
+(linscale_jax.models.sizes.LADDER: d64 d96 d128 ...). Model shapes are the ladder's (byte vocabulary,
+head dim 32); this file sets a short run: 400 steps of 16 x 128 tokens, peak lr 3e-3 with cosine decay.
+"""
+
+from __future__ import annotations
+
+from linscale_jax.config import base_config
+from linscale_jax.models import sizes
+
+DEFAULT_ARCH, DEFAULT_SIZE = "tnl", "d64"
+
+
+def get_config(arg: str | None = None):
+    arch, _, size = (arg or DEFAULT_ARCH).partition("-")
+    arch, size = sizes.parse_name(f"{arch}-{size or DEFAULT_SIZE}")
+    c = base_config()
+    c.name = f"tiny-{arch}-{size}"
+    sizes.apply_model(c.model, sizes.ladder_model(arch, size))
+    c.data.vocab = "byte"
+    c.train.update(steps=400, batch_size=16, seq_len=128, log_every=10, eval_every=100,
+                   eval_batches=2)
+    c.optim.update(lr=3e-3, warmup_steps=20, schedule="cosine")
+    c.checkpoint.update(every_steps=100, log_spaced=4)
+    return c

@@ -1,0 +1,243 @@
+"""Checkpoints: Orbax CheckpointManager under DIR/checkpoints/<step>/ behind one module.
+
+Each training checkpoint holds the items
+  params      pure dict of float32 arrays (the model's nnx.Param state)
+  opt_state   optax state (absent in checkpoints written by `save_model`, e.g. by the converters)
+  data        data-iterator state (JSON) for an exact resume
+  metadata    JSON: step, tokens, flops (paper C = accounting.paper_flops_per_token * tokens),
+              flops_exact, n_params (non-embedding), arch, run, config (the full ConfigDict)
+
+Reading API (eval/ and the converters):
+  list_steps(workdir) -> sorted complete steps
+  load_metadata(workdir, step) -> dict
+  load_model(workdir, step=None) -> (model, config, metadata)
+  save_model(workdir, model, config, step=0, metadata=None)
+A checkpoint is complete when Orbax finalised it (partial async writes stay in temporary dirs and
+are ignored) and its metadata parses. A checkpoint that fails to restore is moved to
+DIR/checkpoints_corrupt/<step> with a message, and the previous one is used.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from pathlib import Path
+
+import jax
+import ml_collections
+import numpy as np
+import orbax.checkpoint as ocp
+from flax import nnx
+
+log = logging.getLogger(__name__)
+
+
+def ckpt_dir(workdir) -> Path:
+    return Path(workdir).absolute() / "checkpoints"
+
+
+def save_steps(ckpt_cfg, total_steps: int) -> set[int]:
+    """Dense steps every `every_steps`, `log_spaced` log-spaced early steps in (0, every_steps),
+    and the last step."""
+    every = int(ckpt_cfg.every_steps)
+    steps = set(range(every, total_steps + 1, every)) if every > 0 else set()
+    n = int(ckpt_cfg.log_spaced)
+    if n > 0 and every > 1:
+        steps |= {int(round(s)) for s in np.geomspace(1, every, n + 1)[:-1]}
+    steps.add(total_steps)
+    return {s for s in steps if 0 < s <= total_steps}
+
+
+def manager(workdir, ckpt_cfg=None, read_only: bool = False) -> ocp.CheckpointManager:
+    keep = int(ckpt_cfg.keep) if ckpt_cfg is not None else 0
+    options = ocp.CheckpointManagerOptions(
+        max_to_keep=keep if keep > 0 else None,
+        enable_async_checkpointing=bool(ckpt_cfg.async_save) if ckpt_cfg is not None else False,
+        create=not read_only,
+        cleanup_tmp_directories=not read_only,
+        read_only=read_only,
+    )
+    return ocp.CheckpointManager(ckpt_dir(workdir), options=options)
+
+
+def _read_metadata(step_dir: Path) -> dict | None:
+    f = step_dir / "metadata" / "metadata"
+    try:
+        return json.loads(f.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def list_steps(workdir) -> list[int]:
+    """Sorted steps of the complete checkpoints under workdir/checkpoints/."""
+    d = ckpt_dir(workdir)
+    if not d.is_dir():
+        return []
+    steps = []
+    for p in d.iterdir():
+        if p.name.isdigit() and p.is_dir() and _read_metadata(p) is not None:
+            steps.append(int(p.name))
+    return sorted(steps)
+
+
+def _resolve(workdir, step):
+    """Accept a workdir or a checkpoint dir (workdir/checkpoints/<step>)."""
+    p = Path(workdir).absolute()
+    if p.name.isdigit() and p.parent.name == "checkpoints" and not (p / "checkpoints").is_dir():
+        return p.parent.parent, int(p.name) if step is None else step
+    return p, step
+
+
+def load_metadata(workdir, step: int) -> dict:
+    workdir, step = _resolve(workdir, step)
+    meta = _read_metadata(ckpt_dir(workdir) / str(step))
+    if meta is None:
+        raise FileNotFoundError(
+            f"no complete checkpoint at step {step} in {ckpt_dir(workdir)} "
+            f"(complete steps: {list_steps(workdir)})."
+        )
+    return meta
+
+
+def config_from_metadata(meta: dict) -> ml_collections.ConfigDict:
+    return ml_collections.ConfigDict(meta["config"])
+
+
+def make_metadata(config, step: int, extra: dict | None = None) -> dict:
+    """Step, tokens (all sequence positions), paper C, exact FLOPs, non-embedding params, config."""
+    from linscale_jax import accounting
+    from linscale_jax.models import ModelConfig
+
+    cfg = ModelConfig.from_config(config.model)
+    seq_len = int(config.train.seq_len)
+    tokens = int(step) * int(config.train.batch_size) * seq_len
+    meta = dict(
+        step=int(step),
+        tokens=tokens,
+        flops=float(accounting.paper_flops_per_token(cfg, seq_len)) * tokens,
+        flops_exact=float(accounting.flops_per_token_exact(cfg, seq_len)) * tokens,
+        n_params=int(accounting.param_counts(cfg)["non_embedding"]),
+        arch=cfg.arch,
+        run=str(config.name),
+        config=json.loads(config.to_json_best_effort()),
+    )
+    meta.update(extra or {})
+    return meta
+
+
+def save(mngr, step: int, params, metadata: dict, opt_state=None, data_state=None) -> None:
+    """Write one checkpoint (asynchronously when the manager is async)."""
+    items = dict(params=ocp.args.StandardSave(params), metadata=ocp.args.JsonSave(metadata))
+    if opt_state is not None:
+        items["opt_state"] = ocp.args.StandardSave(opt_state)
+    if data_state is not None:
+        items["data"] = ocp.args.JsonSave(data_state)
+    mngr.save(int(step), args=ocp.args.Composite(**items), force=True)
+
+
+def restore(mngr, workdir, abstract_params, abstract_opt_state=None, step=None):
+    """Restore the newest readable checkpoint (or `step`) -> dict or None when there is none.
+
+    Keys: step, params, opt_state (None when absent), data (None when absent), metadata. With
+    step=None a checkpoint that fails to restore is moved aside and the previous one is tried.
+    """
+    steps = [step] if step is not None else list_steps(workdir)[::-1]
+    for s in steps:
+        step_dir = ckpt_dir(workdir) / str(s)
+        present = {p.name for p in step_dir.iterdir()} if step_dir.is_dir() else set()
+        items = dict(params=ocp.args.StandardRestore(abstract_params),
+                     metadata=ocp.args.JsonRestore())
+        if abstract_opt_state is not None and "opt_state" in present:
+            items["opt_state"] = ocp.args.StandardRestore(abstract_opt_state)
+        if "data" in present:
+            items["data"] = ocp.args.JsonRestore()
+        try:
+            r = mngr.restore(s, args=ocp.args.Composite(**items))
+            params = r["params"]
+            jax.tree.map(_check_shape, params, abstract_params)
+        except Exception as e:  # noqa: BLE001 - any failure means the checkpoint is unusable
+            if step is not None:
+                raise RuntimeError(f"checkpoint {step_dir} could not be restored: {e}") from e
+            _quarantine(workdir, s, e)
+            mngr.reload()  # forget the moved step
+            continue
+        return dict(step=s, params=params, opt_state=r.get("opt_state"), data=r.get("data"),
+                    metadata=r["metadata"])
+    return None
+
+
+def _check_shape(x, ref):
+    if tuple(x.shape) != tuple(ref.shape):
+        raise ValueError(f"stored array of shape {x.shape} where the model has {ref.shape}")
+
+
+def _quarantine(workdir, step: int, err: Exception) -> None:
+    src = ckpt_dir(workdir) / str(step)
+    dst = Path(workdir).absolute() / "checkpoints_corrupt" / f"{step}-{int(time.time())}"
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(str(src), str(dst))
+    msg = (f"checkpoint step {step} is corrupt or incomplete ({type(err).__name__}: "
+           f"{str(err).splitlines()[0][:300]}); moved it to {dst} and falling back to the "
+           "previous checkpoint.")
+    log.warning(msg)
+    print(f"WARNING: {msg}", flush=True)
+
+
+# ---------------------------------------------------------------- model-level API (eval, convert)
+
+
+def _rest_state(graphdef_cfg, seed: int):
+    """Concrete non-parameter state of a model (computed under jit; parameter init is dead code)."""
+    from linscale_jax.models import build_model
+
+    return jax.jit(lambda: nnx.split(build_model(graphdef_cfg, rngs=nnx.Rngs(seed)),
+                                     nnx.Param, ...)[2])()
+
+
+def load_model(workdir, step: int | None = None):
+    """(model with restored params, config, metadata) of `step` (default: newest complete)."""
+    from linscale_jax import sharding
+    from linscale_jax.models import ModelConfig
+
+    workdir, step = _resolve(workdir, step)
+    if not Path(workdir).is_dir():
+        raise FileNotFoundError(f"workdir {workdir} does not exist.")
+    steps = list_steps(workdir)
+    if not steps:
+        raise FileNotFoundError(
+            f"no complete checkpoints under {ckpt_dir(workdir)}; train first "
+            "(python -m linscale_jax.train ...) or convert weights (python -m linscale_jax.convert).")
+    if step is None:
+        step = steps[-1]
+    elif step not in steps:
+        raise FileNotFoundError(f"no complete checkpoint at step {step}; complete steps: {steps}")
+    config = config_from_metadata(load_metadata(workdir, step))
+    cfg = ModelConfig.from_config(config.model)
+    seed = int(config.train.get("seed", 0)) if "train" in config else 0
+    parts = sharding.model_parts(cfg, seed)
+    mngr = manager(workdir, read_only=True)
+    try:
+        r = restore(mngr, workdir, parts.abstract_params, step=step)
+    finally:
+        mngr.close()
+    model = nnx.merge(parts.graphdef, r["params"], _rest_state(cfg, seed))
+    return model, config, r["metadata"]
+
+
+def save_model(workdir, model, config, step: int = 0, metadata: dict | None = None) -> Path:
+    """Write a params-only checkpoint of `model` that train (resume, --init_from) and eval accept."""
+    params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
+    meta = make_metadata(config, step, extra=dict(metadata or {}))
+    mngr = manager(workdir)
+    try:
+        save(mngr, step, params, meta)
+        mngr.wait_until_finished()
+    finally:
+        mngr.close()
+    return ckpt_dir(workdir) / str(step)
+
+
+__all__ = ["list_steps", "load_metadata", "load_model", "save_model", "save_steps", "manager",
+           "restore", "save", "make_metadata", "config_from_metadata"]

@@ -1,0 +1,73 @@
+"""AdamW with the paper's defaults (lr 3e-4, weight decay 0.1), learning-rate schedules, clipping.
+
+Schedules (optim.schedule), all with a linear warmup from 0 over optim.warmup_steps:
+  constant  warmup, then optim.lr
+  cosine    warmup, then cosine decay to optim.lr * optim.min_lr_ratio at train.steps
+  wsd       warmup-stable-decay: warmup, optim.lr, then a linear decay over the last
+            optim.decay_fraction of the steps to optim.lr * optim.min_lr_ratio
+Weight decay applies to parameters with >= 2 dims other than a stacked 'layers' axis (matrices and
+the embedding); norms, gains and biases (<= 1 dim) are not decayed. Gradients are clipped to a
+global norm of optim.clip_norm (0 disables) before AdamW. Gradient accumulation is exact and lives
+in the train step (a scan over micro-batches, linscale_jax.trainer). Parameters and optimizer state
+are float32; model.dtype sets the compute dtype.
+"""
+
+from __future__ import annotations
+
+import jax
+import optax
+
+SCHEDULES = ("constant", "cosine", "wsd")
+
+
+def make_schedule(optim_cfg, total_steps: int) -> optax.Schedule:
+    lr, warmup = float(optim_cfg.lr), int(optim_cfg.warmup_steps)
+    end = lr * float(optim_cfg.min_lr_ratio)
+    if optim_cfg.schedule not in SCHEDULES:
+        raise ValueError(
+            f"optim.schedule={optim_cfg.schedule!r} is not supported; choose one of {SCHEDULES}."
+        )
+    if warmup < 0 or total_steps < 1 or lr <= 0:
+        raise ValueError(
+            f"need optim.lr > 0 (got {lr}), optim.warmup_steps >= 0 (got {warmup}) and "
+            f"train.steps >= 1 (got {total_steps})."
+        )
+    warmup = min(warmup, total_steps)
+    ramp = optax.linear_schedule(0.0, lr, warmup) if warmup else optax.constant_schedule(lr)
+    if optim_cfg.schedule == "constant":
+        return optax.join_schedules([ramp, optax.constant_schedule(lr)], [warmup])
+    if optim_cfg.schedule == "cosine":
+        cos = optax.cosine_decay_schedule(lr, max(total_steps - warmup, 1), alpha=end / lr)
+        return optax.join_schedules([ramp, cos], [warmup])
+    n_decay = max(int(round(total_steps * float(optim_cfg.decay_fraction))), 1)
+    stable_end = max(total_steps - n_decay, warmup)
+    return optax.join_schedules(
+        [ramp, optax.constant_schedule(lr), optax.linear_schedule(lr, end, n_decay)],
+        [warmup, stable_end],
+    )
+
+
+def decay_mask(param_axes, abstract_params):
+    """True where weight decay applies: >= 2 dims, not counting a stacked 'layers' axis."""
+
+    def decays(names, x):
+        n = len(names) if names is not None else x.ndim
+        n -= sum(1 for a in (names or ()) if a == "layers")
+        return n >= 2
+
+    return jax.tree.map(decays, param_axes, abstract_params,
+                        is_leaf=lambda x: x is None or isinstance(x, tuple))
+
+
+def make_optimizer(optim_cfg, total_steps: int, param_axes, abstract_params
+                   ) -> optax.GradientTransformation:
+    """Global-norm clipping followed by AdamW on the schedule of the `optim` config section."""
+    o = optim_cfg
+    sched = make_schedule(o, int(total_steps))
+    adamw = optax.adamw(
+        sched, b1=o.b1, b2=o.b2, eps=o.eps, weight_decay=o.weight_decay,
+        mask=decay_mask(param_axes, abstract_params),
+    )
+    if o.clip_norm and o.clip_norm > 0:
+        return optax.chain(optax.clip_by_global_norm(o.clip_norm), adamw)
+    return adamw

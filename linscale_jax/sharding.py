@@ -1,0 +1,233 @@
+"""Device mesh, logical-axis rules, and the shardings of parameters, optimizer state and batches.
+
+Mesh axes are ('data', 'fsdp', 'tensor'), plus 'seq' when `mesh.seq > 1`; the shape comes from the
+`mesh` config section, where -1 means "all remaining devices". Parameters carry logical axis names
+in their `axes` metadata (set by linscale_jax.models); RULES maps each logical name to a mesh axis.
+A parameter without names gets the documented shape rule: its last two dims are (in, out) = ('embed',
+'mlp'), so the input dim is sharded on 'fsdp' and the output dim on 'tensor'; 0/1-D arrays are
+replicated. A dim whose length is not divisible by its mesh axes is replicated (never padded).
+Batches [b, t] are sharded on ('data', 'fsdp') along b (and 'seq' along t).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+from flax import nnx
+from jax.experimental import mesh_utils
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+MESH_AXES = ("data", "fsdp", "tensor", "seq")
+BATCH_AXES = ("data", "fsdp")
+
+# logical axis name -> mesh axis (None: replicated). One mapping per name.
+RULES = {
+    "batch": BATCH_AXES,  # activations / batches
+    "length": "seq",  # sequence positions (sequence parallelism)
+    "vocab": "tensor",
+    "embed": "fsdp",  # model width d
+    "mlp": "tensor",  # GLU width g
+    "heads": "tensor",  # h * e projections
+    "kv": None,  # head dim e
+    "rank": None,  # low-rank output gate r
+    "layers": None,  # stacked layer axis (scan_layers)
+    "norm": None,
+}
+SHAPE_RULE = ("embed", "mlp")  # (in, out) names of un-annotated >= 2-D parameters
+
+
+def maybe_initialize_distributed() -> None:
+    """Call jax.distributed.initialize() when the environment describes several processes.
+
+    Triggers: JAX_COORDINATOR_ADDRESS (explicit), a multi-host TPU slice (TPU_WORKER_HOSTNAMES with
+    several hosts), SLURM_NTASKS > 1 or OMPI_COMM_WORLD_SIZE > 1; JAX reads the rest from the env.
+    """
+    env = os.environ
+    multi = (
+        bool(env.get("JAX_COORDINATOR_ADDRESS"))
+        or len([h for h in env.get("TPU_WORKER_HOSTNAMES", "").split(",") if h]) > 1
+        or int(env.get("SLURM_NTASKS", "1") or 1) > 1
+        or int(env.get("OMPI_COMM_WORLD_SIZE", "1") or 1) > 1
+    )
+    if multi and not jax.distributed.is_initialized():
+        jax.distributed.initialize()
+
+
+def mesh_shape(mesh_cfg, n_devices: int) -> dict[str, int]:
+    """Resolve the config's axis sizes (one may be -1) against the device count."""
+    sizes = {a: int(mesh_cfg.get(a, 1)) for a in MESH_AXES}
+    free = [a for a, s in sizes.items() if s == -1]
+    bad = [a for a, s in sizes.items() if s == 0 or s < -1]
+    if bad or len(free) > 1:
+        raise ValueError(
+            f"mesh: axis sizes {sizes} are invalid: each must be a positive integer and at most one "
+            "may be -1 (all remaining devices). Example: --config.mesh.data=-1 --config.mesh.fsdp=1"
+        )
+    fixed = math.prod(s for s in sizes.values() if s != -1)
+    if free:
+        if n_devices % fixed:
+            raise ValueError(
+                f"mesh: {n_devices} devices cannot be split as {sizes} (the fixed axes multiply to "
+                f"{fixed}, which does not divide {n_devices}); change the mesh.* sizes."
+            )
+        sizes[free[0]] = n_devices // fixed
+    if math.prod(sizes.values()) != n_devices:
+        raise ValueError(
+            f"mesh: shape {sizes} needs {math.prod(sizes.values())} devices but {n_devices} are "
+            "available; make the product of mesh.data, mesh.fsdp, mesh.tensor, mesh.seq equal the "
+            "device count, or set one of them to -1."
+        )
+    return sizes
+
+
+def make_mesh(mesh_cfg, devices=None) -> Mesh:
+    """Mesh over `devices` (default: all) with axes ('data','fsdp','tensor') [+ 'seq']."""
+    devices = list(jax.devices() if devices is None else devices)
+    sizes = mesh_shape(mesh_cfg, len(devices))
+    names = MESH_AXES if sizes["seq"] > 1 else MESH_AXES[:3]
+    shape = tuple(sizes[a] for a in names)
+    try:
+        arr = mesh_utils.create_device_mesh(shape, devices=devices)
+    except Exception:  # non-TPU topologies, device subsets
+        arr = np.asarray(devices, dtype=object).reshape(shape)
+    return Mesh(arr, names)
+
+
+def axis_size(mesh: Mesh, axes) -> int:
+    axes = (axes,) if isinstance(axes, str) else tuple(axes or ())
+    return math.prod(mesh.shape.get(a, 1) for a in axes)
+
+
+def logical_to_spec(names, shape, mesh: Mesh, where: str = "") -> P:
+    """PartitionSpec for an array of `shape` whose dims carry logical `names` (see RULES)."""
+    if len(names) != len(shape):
+        raise ValueError(f"{where}: {len(names)} axis names {names} for an array of shape {shape}")
+    used, spec = set(), []
+    for name, dim in zip(names, shape):
+        if name is not None and name not in RULES:
+            raise ValueError(
+                f"{where}: unknown logical axis name {name!r}; known names are {sorted(RULES)} "
+                "(add the name to linscale_jax.sharding.RULES)."
+            )
+        axes = RULES.get(name) if name else None
+        axes = (axes,) if isinstance(axes, str) else tuple(axes or ())
+        axes = tuple(a for a in axes if a in mesh.shape and mesh.shape[a] > 1 and a not in used)
+        if not axes or dim % axis_size(mesh, axes):
+            spec.append(None)
+            continue
+        used.update(axes)
+        spec.append(axes[0] if len(axes) == 1 else axes)
+    return P(*spec)
+
+
+class ModelParts(NamedTuple):
+    """Abstract view of a model: graphdef, params (pure dict of ShapeDtypeStruct), logical axes."""
+
+    graphdef: Any
+    abstract_params: Any
+    param_axes: Any  # pure dict of tuples of logical names (or None where a param has none)
+    abstract_rest: Any  # non-parameter state (nnx.State of abstract values)
+
+
+def model_parts(model_cfg, seed: int = 0) -> ModelParts:
+    """Build the model abstractly (no memory) and read its parameter shapes and logical axes."""
+    from linscale_jax.models import build_model
+
+    abstract = nnx.eval_shape(lambda: build_model(model_cfg, rngs=nnx.Rngs(seed)))
+    graphdef, params, rest = nnx.split(abstract, nnx.Param, ...)
+    shapes, axes = {}, {}
+    for path, v in _variables(params):
+        shapes[path] = jax.ShapeDtypeStruct(v.shape, v.dtype)
+        names = v.get_metadata().get("axes")
+        axes[path] = tuple(names) if names is not None else None
+    return ModelParts(graphdef, _unflatten(shapes), _unflatten(axes), rest)
+
+
+def _variables(state):
+    """(path tuple, nnx.Variable) pairs of an nnx.State."""
+    leaves = jax.tree_util.tree_flatten_with_path(
+        state, is_leaf=lambda x: isinstance(x, nnx.Variable))[0]
+    for kp, v in leaves:
+        yield tuple(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k))) for k in kp), v
+
+
+def param_specs(abstract_params, param_axes, mesh: Mesh):
+    """PartitionSpec per parameter (pure dict), from its logical names or the shape rule."""
+    flat_axes = dict(_flatten(param_axes))
+    out = {}
+    for path, x in _flatten(abstract_params):
+        names = flat_axes.get(path)
+        if names is None:  # the documented shape rule
+            names = (None,) * (x.ndim - 2) + SHAPE_RULE if x.ndim >= 2 else (None,) * x.ndim
+        out[path] = logical_to_spec(tuple(names), x.shape, mesh, where="/".join(map(str, path)))
+    return _unflatten(out)
+
+
+def _flatten(tree, prefix=()):
+    """(path tuple, leaf) pairs of a nested dict."""
+    if isinstance(tree, dict):
+        for k in tree:
+            yield from _flatten(tree[k], prefix + (k,))
+    else:
+        yield prefix, tree
+
+
+def _unflatten(flat: dict) -> dict:
+    out: dict = {}
+    for path, v in flat.items():
+        d = out
+        for k in path[:-1]:
+            d = d.setdefault(k, {})
+        d[path[-1]] = v
+    return out
+
+
+def named(mesh: Mesh, specs):
+    return jax.tree.map(lambda s: NamedSharding(mesh, s), specs, is_leaf=lambda x: isinstance(x, P))
+
+
+def opt_state_specs(tx, abstract_opt_state, param_spec_tree):
+    """Optimizer-state specs: every per-parameter leaf follows its parameter; the rest replicated."""
+    import optax
+
+    return optax.tree_map_params(
+        tx,
+        lambda _, spec: spec,
+        abstract_opt_state,
+        param_spec_tree,
+        transform_non_params=lambda _: P(),
+        is_leaf=lambda x: isinstance(x, P),
+    )
+
+
+def batch_spec(mesh: Mesh) -> P:
+    """[b, t] batches: b on ('data', 'fsdp'), t on 'seq' when present."""
+    return P(BATCH_AXES, "seq" if "seq" in mesh.shape else None)
+
+
+def check_batch(batch_size: int, seq_len: int, grad_accum: int, mesh: Mesh) -> None:
+    """Clear errors when the global batch cannot be split over the mesh and micro-batches."""
+    n = axis_size(mesh, BATCH_AXES)
+    if grad_accum < 1 or batch_size % grad_accum:
+        raise ValueError(
+            f"train.batch_size={batch_size} is not divisible by train.grad_accum={grad_accum}; "
+            "choose grad_accum dividing the batch."
+        )
+    if (batch_size // grad_accum) % n:
+        raise ValueError(
+            f"train.batch_size={batch_size} (micro-batch {batch_size // grad_accum} with "
+            f"grad_accum={grad_accum}) is not divisible by the data axes data*fsdp={n} of mesh "
+            f"{dict(mesh.shape)}; use a batch size that is a multiple of {n * grad_accum}."
+        )
+    if "seq" in mesh.shape and seq_len % mesh.shape["seq"]:
+        raise ValueError(
+            f"train.seq_len={seq_len} is not divisible by mesh.seq={mesh.shape['seq']}."
+        )
+    if jax.process_count() > 1 and batch_size % jax.process_count():
+        raise ValueError(
+            f"train.batch_size={batch_size} is not divisible by the {jax.process_count()} hosts."
+        )

@@ -1,0 +1,310 @@
+"""The training loop: sharded state, jitted train step, exact resume, checkpoints, metrics.
+
+    from linscale_jax import trainer
+    summary = trainer.train(config, workdir)                 # resumes from workdir's checkpoints
+    summary = trainer.train(config, workdir, init_from=CKPT)  # start from converted weights
+
+State lives as pure dicts of jax.Arrays: params (float32, sharded by linscale_jax.sharding) and the
+optax state (sharded like the params). The step `train_step(params, opt_state, rest, batch)` is
+jitted with in/out shardings and donates params and opt_state. A global batch [b, t] is split into
+train.grad_accum micro-batches and scanned; the loss is sum(weights * cross-entropy) / sum(weights)
+over the whole global batch, so accumulation is exact up to summation order.
+Step s means "after s optimizer updates"; the row logged at step s holds the loss of update s.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import signal
+import time
+import types
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec
+
+from linscale_jax import checkpoint as ckpt
+from linscale_jax import metrics as metrics_lib
+from linscale_jax import optim, sharding
+from linscale_jax.models import ModelConfig
+
+BATCH_KEYS = ("inputs", "targets", "segment_ids", "weights")
+
+
+class NonFiniteLossError(FloatingPointError):
+    """Raised when a training loss is NaN/inf; the last good checkpoint is kept."""
+
+
+def loss_sums(model, batch):
+    """(sum of weights * cross-entropy, sum of weights) over a batch of [b, t] arrays."""
+    logits = model(batch["inputs"], segment_ids=batch["segment_ids"])
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32),
+                                                         batch["targets"])
+    w = batch["weights"].astype(jnp.float32)
+    return jnp.sum(ce * w), jnp.sum(w)
+
+
+def make_train_step(graphdef, tx, grad_accum: int):
+    def grads_of(params, rest, mb):
+        def f(p):
+            return loss_sums(nnx.merge(graphdef, p, rest), mb)
+
+        (l, w), g = jax.value_and_grad(f, has_aux=True)(params)
+        return g, l, w
+
+    def train_step(params, opt_state, rest, batch):
+        if grad_accum == 1:
+            g, l, w = grads_of(params, rest, batch)
+        else:  # micro-batch j = rows j, j+A, j+2A, ...: each device keeps its rows (no resharding)
+            mbs = jax.tree.map(
+                lambda x: jnp.swapaxes(x.reshape(x.shape[0] // grad_accum, grad_accum,
+                                                 *x.shape[1:]), 0, 1), batch)
+
+            def body(carry, mb):
+                g, l, w = grads_of(params, rest, mb)
+                return jax.tree.map(jnp.add, carry, (g, l, w)), None
+
+            zeros = (jax.tree.map(jnp.zeros_like, params), jnp.zeros(()), jnp.zeros(()))
+            (g, l, w), _ = jax.lax.scan(body, zeros, mbs)
+        denom = jnp.maximum(w, 1.0)
+        grads = jax.tree.map(lambda x: x / denom, g)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        params = optax.apply_updates(params, updates)
+        finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(params)]))
+        return params, opt_state, dict(loss=l / denom, grad_norm=optax.global_norm(grads),
+                                       params_finite=finite)
+
+    return train_step
+
+
+def make_eval_step(graphdef):
+    def eval_step(params, rest, batch):
+        return loss_sums(nnx.merge(graphdef, params, rest), batch)
+
+    return eval_step
+
+
+def _init_fn(model_cfg, seed):
+    from linscale_jax.models import build_model
+
+    def init():
+        _, params, rest = nnx.split(build_model(model_cfg, rngs=nnx.Rngs(seed)), nnx.Param, ...)
+        return nnx.to_pure_dict(params), rest
+
+    return init
+
+
+def _check_init_compatible(config, meta, init_from):
+    """Model fields that change parameter shapes must agree with the init checkpoint."""
+    shape_fields = ("arch", "n_layers", "d_model", "n_heads", "ffn_dim", "vocab_size")
+    stored = meta["config"]["model"]
+    diff = {k: (stored.get(k), config.model.get(k)) for k in shape_fields
+            if stored.get(k) != config.model.get(k)}
+    if diff:
+        flags = " ".join(f"--config.model.{k}={v[0]}" for k, v in diff.items())
+        raise ValueError(
+            f"--init_from={init_from}: its model differs from the config in {diff} "
+            f"(checkpoint, config); pass {flags} or a config file matching the checkpoint.")
+
+
+def _key(config, mesh):
+    sections = (config.model, config.optim, config.train.steps, config.train.seed,
+                config.train.grad_accum)
+    return json.dumps([x.to_json() if hasattr(x, "to_json") else x for x in sections]), mesh
+
+
+@functools.lru_cache(maxsize=8)
+def _compiled(key):
+    """Shardings and jitted functions of a (model, optimizer, mesh); cached so that repeated runs
+    in one process (tests, notebooks) reuse their compilations."""
+    config_json, mesh = key
+    sections = json.loads(config_json)
+    model_cfg = ModelConfig.from_config(json.loads(sections[0]))
+    optim_cfg = ml_collections.ConfigDict(json.loads(sections[1]))
+    steps, seed, accum = int(sections[2]), int(sections[3]), int(sections[4])
+    parts = sharding.model_parts(model_cfg, seed)
+    p_specs = sharding.param_specs(parts.abstract_params, parts.param_axes, mesh)
+    p_shard = sharding.named(mesh, p_specs)
+    tx = optim.make_optimizer(optim_cfg, steps, parts.param_axes, parts.abstract_params)
+    abstract_opt = jax.eval_shape(tx.init, parts.abstract_params)
+    o_shard = sharding.named(mesh, sharding.opt_state_specs(tx, abstract_opt, p_specs))
+    rep = NamedSharding(mesh, PartitionSpec())
+    b_shard = NamedSharding(mesh, sharding.batch_spec(mesh))
+    with_sharding = lambda a, sh: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sh)  # noqa: E731
+    init = _init_fn(model_cfg, seed)
+    return types.SimpleNamespace(
+        p_shard=p_shard, o_shard=o_shard, b_shard=b_shard, rep=rep,
+        abs_params=jax.tree.map(with_sharding, parts.abstract_params, p_shard),
+        abs_opt=jax.tree.map(with_sharding, abstract_opt, o_shard),
+        init_params=jax.jit(lambda: init()[0], out_shardings=p_shard),
+        init_opt=jax.jit(tx.init, out_shardings=o_shard),
+        rest=jax.jit(lambda: init()[1], out_shardings=rep),
+        step_fn=jax.jit(make_train_step(parts.graphdef, tx, accum),
+                        in_shardings=(p_shard, o_shard, rep, b_shard),
+                        out_shardings=(p_shard, o_shard, rep), donate_argnums=(0, 1)),
+        eval_fn=jax.jit(make_eval_step(parts.graphdef), in_shardings=(p_shard, rep, b_shard)),
+    )
+
+
+class _Sigterm:
+    """Records SIGTERM (preemption) so the loop can save and exit at the next step boundary."""
+
+    def __init__(self):
+        self.received, self._old = False, None
+
+    def __enter__(self):
+        try:
+            self._old = signal.signal(signal.SIGTERM, self._handle)
+        except ValueError:  # not the main thread
+            self._old = None
+        return self
+
+    def _handle(self, *_):
+        self.received = True
+
+    def __exit__(self, *exc):
+        if self._old is not None:
+            signal.signal(signal.SIGTERM, self._old)
+
+
+def train(config, workdir, init_from: str | None = None, devices=None) -> dict:
+    """Train (or resume) the run in `workdir`; returns {step, losses: {step: loss}, stopped}."""
+    from linscale_jax import accounting, data
+
+    workdir = Path(workdir).absolute()
+    workdir.mkdir(parents=True, exist_ok=True)
+    tr = config.train
+    total, seq_len, accum = int(tr.steps), int(tr.seq_len), int(tr.grad_accum)
+    model_cfg = ModelConfig.from_config(config.model)
+    mesh = sharding.make_mesh(config.mesh, devices)
+    sharding.check_batch(int(tr.batch_size), seq_len, accum, mesh)
+    if seq_len > model_cfg.max_seq_len:
+        raise ValueError(f"train.seq_len={seq_len} exceeds model.max_seq_len={model_cfg.max_seq_len}.")
+
+    it = data.make_iterator(config, split="train", host_index=jax.process_index(),
+                            host_count=jax.process_count())  # data errors surface before compiling
+    fns = _compiled(_key(config, mesh))
+    abs_params, abs_opt, init_opt, b_shard = fns.abs_params, fns.abs_opt, fns.init_opt, fns.b_shard
+    rest = fns.rest()
+
+    mngr = ckpt.manager(workdir, config.checkpoint)
+    restored = ckpt.restore(mngr, workdir, abs_params, abs_opt)
+    data_state, step = None, 0
+    if restored is not None:
+        step, params, data_state = restored["step"], restored["params"], restored["data"]
+        opt_state = restored["opt_state"]
+        print(f"Resuming from {ckpt.ckpt_dir(workdir) / str(step)} (step {step}"
+              f"{'' if opt_state is not None else ', params only: fresh optimizer'}).", flush=True)
+        if opt_state is None:
+            opt_state = init_opt(params)
+    elif init_from:
+        src_dir, src_step = ckpt._resolve(init_from, None)
+        steps = ckpt.list_steps(src_dir)
+        if not steps:
+            raise FileNotFoundError(f"--init_from={init_from}: no complete checkpoint there.")
+        src_step = steps[-1] if src_step is None else src_step
+        _check_init_compatible(config, ckpt.load_metadata(src_dir, src_step), init_from)
+        src = ckpt.manager(src_dir, read_only=True)
+        try:
+            params = ckpt.restore(src, src_dir, abs_params, step=src_step)["params"]
+        finally:
+            src.close()
+        opt_state = init_opt(params)
+        print(f"Initialised parameters from {src_dir} step {src_step}; fresh optimizer.", flush=True)
+    else:
+        params = fns.init_params()
+        opt_state = init_opt(params)
+
+    if data_state is not None:
+        it.set_state(data_state)
+    elif step > 0:
+        print(f"Checkpoint step {step} has no data-iterator state: data starts from the beginning.",
+              flush=True)
+
+    step_fn, eval_fn = fns.step_fn, fns.eval_fn
+
+    def to_global(batch):
+        return {k: jax.make_array_from_process_local_data(b_shard, np.asarray(batch[k]))
+                for k in BATCH_KEYS}
+
+    eval_every = int(tr.eval_every)
+    eval_set = None
+    if eval_every > 0:
+        eval_set = [to_global(b) for b in data.eval_batches(
+            config, split="validation", num_batches=int(tr.eval_batches))]
+
+    tokens_per_step = int(tr.batch_size) * seq_len
+    flops_tok = float(accounting.paper_flops_per_token(model_cfg, seq_len))
+    flops_exact_tok = float(accounting.flops_per_token_exact(model_cfg, seq_len))
+    peak = metrics_lib.peak_flops_per_device(config) * mesh.size
+    schedule = optim.make_schedule(config.optim, total)
+    save_at = ckpt.save_steps(config.checkpoint, total)
+    log_every = max(int(tr.log_every), 1)
+    logger = metrics_lib.MetricsLogger(workdir, total, step)
+    losses, pending, stopped = {}, [], None
+    t_ref, n_ref, t_start = None, step, time.perf_counter()
+
+    def flush():
+        nonlocal t_ref, n_ref
+        fetched = jax.device_get([m for _, m in pending])
+        for (s, _), m in zip(pending, fetched):
+            loss = float(m["loss"])
+            if not np.isfinite(loss) or not bool(m["params_finite"]):
+                good = ckpt.list_steps(workdir)
+                what = (f"loss is {loss}" if not np.isfinite(loss) else
+                        f"parameters became non-finite (loss {loss:.4g})")
+                raise NonFiniteLossError(
+                    f"{what} at step {s} (grad_norm {float(m['grad_norm']):.3g}); the run "
+                    f"stopped without saving this state. Last good checkpoint: "
+                    f"{good[-1] if good else 'none'} in {ckpt.ckpt_dir(workdir)}. Lower optim.lr, "
+                    "raise optim.warmup_steps or check the data, then re-run to resume.")
+            losses[s] = loss
+        s, m = pending[-1][0], fetched[-1]
+        pending.clear()
+        now = time.perf_counter()
+        done = s - n_ref if t_ref is not None else s - step
+        tps = done * tokens_per_step / max(now - (t_ref or t_start), 1e-9)
+        t_ref, n_ref = now, s
+        return dict(step=s, loss=losses[s], lr=float(schedule(s - 1)),
+                    grad_norm=float(m["grad_norm"]), tokens=s * tokens_per_step,
+                    tokens_per_sec=tps, mfu=flops_exact_tok * tps / peak,
+                    flops=flops_tok * s * tokens_per_step)
+
+    try:
+        with _Sigterm() as term:
+            while step < total:
+                batch = to_global(next(it))
+                params, opt_state, m = step_fn(params, opt_state, rest, batch)
+                step += 1
+                pending.append((step, m))
+                do_eval = eval_set is not None and (step % eval_every == 0 or step == total)
+                if step % log_every == 0 or step == total or step in save_at or do_eval \
+                        or term.received:
+                    row = flush()
+                    if do_eval:
+                        sums = [eval_fn(params, rest, b) for b in eval_set]
+                        l, w = (sum(float(x[i]) for x in sums) for i in (0, 1))
+                        row["val_loss"] = l / max(w, 1.0)
+                        t_ref = time.perf_counter()
+                    if step % log_every == 0 or step == total or do_eval:
+                        logger.write(row)
+                        logger.progress(row)
+                if step in save_at or term.received:
+                    ckpt.save(mngr, step, params, ckpt.make_metadata(config, step),
+                              opt_state=opt_state, data_state=it.get_state())
+                if term.received:
+                    stopped = "SIGTERM"
+                    print(f"SIGTERM: saved checkpoint at step {step}; re-run the same command to "
+                          "resume.", flush=True)
+                    break
+    finally:
+        mngr.wait_until_finished()
+        mngr.close()
+        logger.close()
+    return dict(step=step, losses=losses, stopped=stopped, params=params)
