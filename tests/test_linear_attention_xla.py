@@ -15,7 +15,7 @@ import pytest
 from kernels_pallas import RESET_LOG_DECAY, linear_attention, segment_reset_log_decay
 
 B, T, H, DK, DV = 2, 37, 2, 8, 6  # T = 37 is not a multiple of the chunk
-CHUNK = 32  # data kind: 2 chunks of 2 sub-chunks of 16 (the second chunk padded)
+CHUNK = 32  # data kind: 2 chunks of 5 binary merge levels (the second chunk padded)
 FP32_TOL = 2e-5  # max |xla - reference| / max(1, max |reference|), values and gradients
 BF16_OUT_TOL = 1.6e-2  # bf16 output rounding (2^-8 relative) plus bf16 input differences
 BF16_GRAD_TOL = 3e-2
@@ -124,9 +124,10 @@ def test_xla_without_initial_state_default_chunk(kind):
     _check(1, kind, "random", with_state=False, t=100, chunk_size=64)
 
 
-@pytest.mark.parametrize("chunk_size", [5, 27])
+@pytest.mark.parametrize("chunk_size", [5, 12, 27])
 def test_xla_chunk_sizes(chunk_size):
-    # 8 odd chunks of one sub-chunk each; 2 chunks of 3 sub-chunks of 9 (a gap sub-chunk between)
+    # data kind: odd chunk lengths are single per-pair leaves (8 chunks of 5, 2 of 27); 12 = 3 · 4
+    # gives 3-token per-pair leaves merged over 2 binary levels
     _check(2, "data", "mixed", chunk_size=chunk_size)
 
 

@@ -11,7 +11,7 @@ exclusive to i inclusive); across chunks the state is carried by a `lax.scan` ov
 the output has the dtype of q and the final state is fp32.
 
 Shapes (legend: b batch, t sequence, h heads, k key dim, v value dim; inside: n chunks, c chunk len,
-m sub-chunks per chunk, s sub-chunk len):
+m leaf blocks per chunk, s leaf block len, p merged block len):
     q, k [b, t, h, k]; v [b, t, h, v]; log_decay None | [h] | [b, t, h, k]; state [b, h, k, v].
 
 Numerics: every exponent that is exponentiated is <= 0 and is built as a *sum of log decays over a
@@ -23,16 +23,20 @@ and near-0 decays mixed in one chunk, the weights keep full fp32 relative accura
   * no decay: A = tril(q kᵀ).
   * per-head decay g [h]: a chunk position i has seen c_i = min(i + 1, valid) real steps, so the
     exponents are g · (c_i - c_j) with integer c_i - c_j >= 0 (exact); padded steps do not decay.
-  * data-dependent decay [b, t, h, k] (secondary chunking): the chunk is cut into m sub-chunks of
-    s <= 16 tokens. For a pair (i in sub-chunk I, j in sub-chunk J < I) the range splits at the
-    sub-chunk boundaries into three non-positive pieces,
-        Σ_{j<r<=i} g_r = lr_j (j to end of J) + gap_IJ (sub-chunks J+1..I-1) + lf_i (I start to i),
-    so A_IJ = (q ⊙ exp(lf)) ⊙ exp(gap_IJ) @ (k ⊙ exp(lr))ᵀ: matmuls with per-sub-chunk reference
-    points. For the diagonal blocks (I = J) the per-pair exponent Σ_{j<r<=i} g_r is formed
-    explicitly as a [s, s, k] forward cumsum from each reference j (exact, cost s²·k per sub-chunk,
-    like the register loop of GLA kernels). The block computation is wrapped in `jax.checkpoint`,
-    so its [s, s, k] and [m, m, s, k] temporaries are recomputed in the backward pass, not stored:
-    the saved residuals are the inputs, A [c, c] per chunk and the chunk-start states [n, k, v].
+  * data-dependent decay [b, t, h, k] (binary secondary chunking): A is built bottom-up by merging
+    neighbouring blocks x, y of p tokens (p = 1, 2, 4, ... < c) into blocks of 2p. For i in y and
+    j in x the range splits at the block boundary into two non-positive pieces,
+        Σ_{j<r<=i} g_r = bwd_x[j] (j excl. to the end of x) + fwd_y[i] (start of y to i incl.),
+    so the new off-diagonal block is the plain matmul (q_y ⊙ exp(fwd_y)) @ (k_x ⊙ exp(bwd_x))ᵀ; the
+    diagonal blocks are the merged halves and the 1-token leaves are A_ii = q_i · k_i (exponent 0).
+    fwd / bwd of the merged block are concatenations plus a block total (sums of non-positive
+    terms, no cancellation). For c a power of two no [c, c, k] or [s, s, k] tensor is formed: each
+    of the log2 c levels costs c·k exps and a batch of small matmuls (c²·k / 2 multiply-adds over
+    all levels). A chunk length with an odd factor s > 1 (e.g. 27) starts from s-token leaves whose
+    per-pair exponent is an explicit [s, s, k] forward cumsum from each reference j. The block computation is wrapped
+    in `jax.checkpoint`, so the per-level scaled q / k are recomputed in the backward pass, not
+    stored: the saved residuals are the inputs, A [c, c] per chunk, the chunk-boundary sums and
+    the chunk-start states [n, k, v].
 
 Padding: t is padded to a multiple of the chunk with zero q/k/v and zero log decay (a zero key or
 value adds nothing; a zero log decay keeps the state), so the final state is the one after the last
@@ -43,13 +47,9 @@ is a difference, so no inf - inf, 0 · inf or NaN arises, also for log decays of
 
 from __future__ import annotations
 
-import math
-
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-SUB_CHUNK = 16  # sub-chunk length s for the data-dependent kind (largest divisor of c <= this)
 
 _F32 = jnp.float32
 
@@ -64,8 +64,8 @@ def linear_attention_xla(q, k, v, log_decay=None, initial_state=None, *, chunk_s
     dv = v.shape[-1]
     kind = "none" if log_decay is None else ("head" if log_decay.ndim == 1 else "data")
 
-    if kind == "data":  # keep whole sub-chunks when the sequence is shorter than one chunk
-        c = min(int(chunk_size), -(-t // SUB_CHUNK) * SUB_CHUNK)
+    if kind == "data":  # a sequence shorter than one chunk: pad to a power of two (binary merges)
+        c = min(int(chunk_size), 1 << (t - 1).bit_length())
     else:
         c = min(int(chunk_size), t)
     n = -(-t // c)
@@ -82,11 +82,8 @@ def linear_attention_xla(q, k, v, log_decay=None, initial_state=None, *, chunk_s
     elif kind == "head":
         a, q_in, k_out, decay = _head_decay_terms(qc, kc, log_decay.astype(_F32), t)
     else:
-        g = chunked(log_decay)
-        lf = jnp.cumsum(g, axis=-2)  # Σ_{r<=i} g_r from the chunk start
-        lr = _sum_after(g, axis=-2)  # Σ_{r>j} g_r up to the chunk end
+        a, lf, lr = _data_decay_terms(qc, kc, chunked(log_decay))
         q_in, k_out, decay = qc * jnp.exp(lf), kc * jnp.exp(lr), jnp.exp(lf[..., -1, :])
-        a = _data_decay_scores(qc, kc, g)
 
     state0 = (
         jnp.zeros((b, h, dk, dv), _F32) if initial_state is None else initial_state.astype(_F32)
@@ -159,44 +156,59 @@ def _head_decay_terms(qc, kc, g, t):
     return a, q_in, k_out, decay
 
 
-def _sub_chunk_len(c):
-    return max(d for d in range(1, min(SUB_CHUNK, c) + 1) if c % d == 0)
+def _odd_part(c):
+    """Largest odd divisor of c: the leaf block length of the data-kind hierarchy."""
+    while c % 2 == 0:
+        c //= 2
+    return c
 
 
 @jax.checkpoint
-def _data_decay_scores(qc, kc, g):
-    """Intra-chunk scores for data-dependent decay by secondary chunking (module docstring).
-    qc, kc, g [..., c, k] fp32 -> A [..., c, c] with, for j <= i (else 0),
-        A_ij = Σ_k q_ik k_jk exp(Σ_{j<r<=i} g_rk)."""
+def _data_decay_terms(qc, kc, g):
+    """Data-dependent decay g [..., c, k] by binary secondary chunking (module docstring).
+    qc, kc, g [..., c, k] fp32 -> (A [..., c, c] with, for j <= i (else 0),
+    A_ij = Σ_k q_ik k_jk exp(Σ_{j<r<=i} g_rk); fwd [..., c, k] = Σ_{r<=i} g_r from the chunk start;
+    bwd [..., c, k] = Σ_{r>j} g_r up to the chunk end)."""
     *lead, c, dk = qc.shape
-    s = _sub_chunk_len(c)
+    s = _odd_part(c)
     m = c // s
+    # leaf blocks of s tokens: A per pair (s = 1: just q_i · k_i), fwd / bwd sums inside each leaf
     q4, k4, g4 = (x.reshape(*lead, m, s, dk) for x in (qc, kc, g))
+    if s == 1:
+        a = jnp.sum(q4 * k4, axis=-1)[..., None]  # [..., m, 1, 1]
+        fwd, bwd = g4, jnp.zeros_like(g4)
+    else:
+        a = _pairwise_scores(q4, k4, g4)
+        fwd, bwd = jnp.cumsum(g4, axis=-2), _sum_after(g4, axis=-2)
+    # merge neighbouring blocks (x, y) of p tokens into blocks of 2p: for i in y, j in x the range
+    # sum is bwd_x[j] + fwd_y[i] (both <= 0), so the new off-diagonal block is a plain matmul
+    p = s
+    while p < c:
+        nb = c // (2 * p)
+        qy = qc.reshape(*lead, nb, 2, p, dk)[..., 1, :, :]
+        kx = kc.reshape(*lead, nb, 2, p, dk)[..., 0, :, :]
+        a2 = a.reshape(*lead, nb, 2, p, p)
+        f2 = fwd.reshape(*lead, nb, 2, p, dk)
+        r2 = bwd.reshape(*lead, nb, 2, p, dk)
+        fx, fy, rx, ry = f2[..., 0, :, :], f2[..., 1, :, :], r2[..., 0, :, :], r2[..., 1, :, :]
+        off = jnp.einsum("...ik,...jk->...ij", qy * jnp.exp(fy), kx * jnp.exp(rx))
+        top = jnp.concatenate([a2[..., 0, :, :], jnp.zeros_like(off)], axis=-1)
+        low = jnp.concatenate([off, a2[..., 1, :, :]], axis=-1)
+        a = jnp.concatenate([top, low], axis=-2)  # [..., nb, 2p, 2p]
+        fwd = jnp.concatenate([fx, fx[..., -1:, :] + fy], axis=-2)
+        bwd = jnp.concatenate([rx + fy[..., -1:, :], ry], axis=-2)
+        p *= 2
+    return a.reshape(*lead, c, c), fwd.reshape(*lead, c, dk), bwd.reshape(*lead, c, dk)
 
-    # off-diagonal blocks I > J: reference points at the sub-chunk boundaries
-    lf = jnp.cumsum(g4, axis=-2)  # start of I .. i
-    lr = _sum_after(g4, axis=-2)  # j (excl.) .. end of J
-    tot = lf[..., -1, :]  # [..., m, k] whole sub-chunk
-    later = np.arange(m)[None, :] > np.arange(m)[:, None]  # [J, K]: K > J
-    between = jnp.where(later[..., None], tot[..., None, :, :], 0.0)  # [..., J, K, k]
-    # Σ_{J<K<I} tot_K as an exclusive forward cumsum over K (no subtraction): shift K by one
-    shifted = jnp.concatenate([jnp.zeros_like(between[..., :1, :]), between[..., :-1, :]], axis=-2)
-    gap = jnp.cumsum(shifted, axis=-2)  # [..., J, I, k]
-    below = (np.arange(m)[:, None] > np.arange(m)[None, :])  # [I, J]: I > J
-    w = jnp.where(below[..., None], jnp.exp(jnp.swapaxes(gap, -2, -3)), 0.0)  # [..., I, J, k]
-    q_hat = q4 * jnp.exp(lf)  # [..., I, i, k]
-    k_hat = k4 * jnp.exp(lr)  # [..., J, j, k]
-    qw = q_hat[..., :, None, :, :] * w[..., :, :, None, :]  # [..., I, J, i, k]
-    a_off = jnp.einsum("...IJik,...Jjk->...IJij", qw, k_hat)
 
-    # diagonal blocks: per-pair exponent Σ_{j<r<=i} g_r as a forward cumsum from each reference j
+def _pairwise_scores(q4, k4, g4):
+    """Leaf blocks: q4, k4, g4 [..., m, s, k] -> [..., m, s, s] with the per-pair exponent
+    Σ_{j<r<=i} g_r formed explicitly as a forward cumsum from each reference j (exact)."""
+    s = q4.shape[-2]
     after = np.arange(s)[None, :] > np.arange(s)[:, None]  # [j, r]: r > j
-    expo = jnp.where(after[..., None], g4[..., None, :, :], 0.0)  # [..., I, j, r, k]
-    expo = jnp.cumsum(expo, axis=-2)  # [..., I, j, i, k]
+    expo = jnp.where(after[..., None], g4[..., None, :, :], 0.0)  # [..., m, j, r, k]
+    expo = jnp.cumsum(expo, axis=-2)  # [..., m, j, i, k]
     causal = (np.arange(s)[None, :] >= np.arange(s)[:, None])[..., None]  # [j, i, 1]: i >= j
     e = jnp.where(causal, jnp.exp(expo), 0.0)
-    a_diag = jnp.sum(q4[..., None, :, :] * k4[..., :, None, :] * e, axis=-1)  # [..., I, j, i]
-    a_diag = jnp.swapaxes(a_diag, -1, -2)  # [..., I, i, j]
-
-    blocks = a_off + np.eye(m, dtype=np.float32)[:, :, None, None] * a_diag[..., :, None, :, :]
-    return jnp.swapaxes(blocks, -3, -2).reshape(*lead, c, c)  # [..., I, i, J, j] -> [..., c, c]
+    a = jnp.sum(q4[..., None, :, :] * k4[..., :, None, :] * e, axis=-1)  # [..., m, j, i]
+    return jnp.swapaxes(a, -1, -2)
