@@ -1,0 +1,26 @@
+"""Shared defaults of the study presets (quick.py, cpu.py, paper.py): a ConfigDict `study`.
+
+Fields: model_file, archs, sizes, tokens (training tokens per run, the same for every size),
+checkpoints (dense checkpoints per run; plus checkpoint.log_spaced early ones), overrides (nested
+run-config sections applied to every run), eval (what is evaluated), fit (how laws are fitted).
+"""
+
+import ml_collections
+
+
+def study_defaults() -> ml_collections.ConfigDict:
+    return ml_collections.ConfigDict(dict(
+        model_file="configs/ladder.py",
+        archs="llama,tnl,hgrn2,cosformer2",
+        sizes="d64,d96,d128,d192,d256",
+        tokens=1.0e6,  # float: paper-scale budgets exceed int32 ConfigDict fields
+        checkpoints=10,
+        overrides=dict(
+            train=dict(batch_size=8, seq_len=128, log_every=10, eval_every=0),
+            optim=dict(lr=3e-3, warmup_steps=20, schedule="cosine"),
+            checkpoint=dict(log_spaced=4, async_save=False),
+        ),
+        eval=dict(val_batches=2, niah_grid="4x4", niah_task="niah", probe_items=32,
+                  final_runs="all"),  # NIAH + probe on the final checkpoint of: all | largest
+        fit=dict(approach=1, bootstrap=200, include_clamped=False, seed=0),
+    ))

@@ -1,0 +1,28 @@
+"""The paper's study for TPU pods (not run here): six sizes × 4 archs, 300B tokens each.
+
+    python -m linscale_jax.study --config=configs/study/paper.py --workdir=gs://... --dry-run
+    python -m linscale_jax.study --config=configs/study/paper.py --workdir=DIR --shard=i/n  (per slice)
+Model shapes and training settings come from configs/paper.py (context 8192, batch 480 × 8192,
+lr 3e-4, cl100k_base padded to 100,280). 76,294 steps per run; a checkpoint every 1,000 steps
+(plus 8 log-spaced early ones) gives ~84 points per curve (the paper evaluated 1,376 in all).
+Data: set overrides.data (e.g. data.task = "tfds:<name>") to the pretraining corpus.
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import study_defaults  # noqa: E402
+
+
+def get_config():
+    c = study_defaults()
+    c.model_file = "configs/paper.py"
+    c.sizes = "70m,160m,410m,1b,3b,7b"
+    c.tokens = 300e9
+    c.checkpoints = 76
+    c.overrides = dict(train=dict(log_every=100, eval_every=1000),
+                       checkpoint=dict(log_spaced=8, async_save=True))
+    c.eval.update(val_batches=16, niah_grid="35x35", probe_items=256)
+    c.fit.update(bootstrap=200, include_clamped=False)
+    return c

@@ -1,0 +1,28 @@
+"""A five-minute study (2 CPU cores): 4 archs × 3 ladder widths (d64, d96, d128) at one layer,
+48 steps of 8 × 128 tokens each. One layer because compiling dominates runs this short.
+
+    python -m linscale_jax.study --config=configs/study/quick.py --workdir=/tmp/study_quick
+Three sizes cannot bracket an optimum, so the fit keeps clamped envelope points
+(fit.include_clamped); the laws are a smoke test of the pipeline, not a measurement.
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import study_defaults  # noqa: E402
+
+
+def get_config():
+    c = study_defaults()
+    c.sizes = "d64,d96,d128"
+    c.tokens = 48 * 8 * 128.0
+    c.checkpoints = 4
+    c.overrides.train.log_every = 8
+    c.overrides.optim.warmup_steps = 8
+    c.overrides.model = dict(n_layers=1)
+    c.overrides.checkpoint.log_spaced = 2
+    c.eval.update(val_batches=1, niah_grid="3x3", probe_items=16)
+    c.eval.final_runs = "largest"  # NIAH + probe on each arch's largest model only
+    c.fit.update(bootstrap=50, include_clamped=True)
+    return c

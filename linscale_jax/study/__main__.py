@@ -1,0 +1,51 @@
+"""python -m linscale_jax.study --config=configs/study/<preset>.py --workdir=DIR
+       [--dry-run] [--shard=i/n] [--approach=1|2|3]   (+ --config.<field>=... overrides)
+
+Trains every run of the preset (archs × sizes on one token budget), evaluates every checkpoint,
+fits the laws and writes DIR/report.md. Re-running resumes. --dry-run prints each run's command,
+steps and compute in PF-days, and the totals. --shard=i/n processes runs with index % n == i only
+(one invocation per host or TPU slice); a later invocation without --shard trains what is
+missing and joins the results; --join_only joins, fits and reports what exists without training.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from absl import app, flags
+from ml_collections import config_flags
+
+_CONFIG = config_flags.DEFINE_config_file("config", "configs/study/cpu.py", "Study preset.")
+_WORKDIR = flags.DEFINE_string("workdir", None, "Study directory (runs/, table.csv, fit/, report.md).")
+_DRY = flags.DEFINE_bool("dry_run", False, "Print the runs, their commands and compute; train nothing.")
+_SHARD = flags.DEFINE_string("shard", None, "i/n: process only runs with index % n == i.")
+_JOIN = flags.DEFINE_bool("join_only", False, "Train nothing: join, fit and report what exists now.")
+_APPROACH = flags.DEFINE_integer("approach", None, "Fit approach 1 (default), 2 or 3.")
+flags.mark_flags_as_required(["workdir"])
+
+
+def main(argv) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments {argv[1:]}")
+    from absl import logging
+
+    from linscale_jax.study import plan, runner
+
+    if not flags.FLAGS["verbosity"].present:
+        logging.set_verbosity(logging.WARNING)  # Orbax logs every save/restore at INFO
+
+    try:
+        if _DRY.value:
+            print(plan.dry_run_text(plan.build_plan(_CONFIG.value, _WORKDIR.value), _SHARD.value))
+            return
+        if _APPROACH.value not in (None, 1, 2, 3):
+            raise ValueError(f"--approach must be 1, 2 or 3, got {_APPROACH.value}")
+        runner.run_study(_CONFIG.value, _WORKDIR.value, _SHARD.value, _APPROACH.value,
+                         join_only=_JOIN.value)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"ERROR: {e}", file=sys.stderr, flush=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,97 @@
+"""Automatically computed comparisons of a study, each a number with a 95% interval.
+
+    loss_at_common_compute(table, n_boot, seed)   -> {"compute", "by_arch": {arch: [loss, lo, hi]},
+                                                        "best", "runner_up", "diff": [d, lo, hi],
+                                                        "p_best"}
+    niah_comparison(niah, n_boot, seed)           -> {arch: [acc, lo, hi]}, {"llama-<arch>": [d, lo, hi]}
+    probe_comparison(probe)                       -> the same for the line probe (normal approximation)
+Intervals: bootstrap over whole runs (the envelope), over NIAH cells, or the binomial normal
+approximation for probe accuracies (independent items).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _run_curves(sub):
+    return [(name, np.log(r.flops), np.log(r.loss)) for name, r in sub.runs()]
+
+
+def _envelope_at(curves, log_c: float) -> float:
+    vals = [np.interp(log_c, lc, ll) for _, lc, ll in curves if lc[0] - 1e-9 <= log_c <= lc[-1] + 1e-9]
+    return float(np.exp(min(vals))) if vals else float("nan")
+
+
+def common_compute(table) -> float:
+    """The largest compute that every arch reaches with at least two runs (so that the envelope
+    compares sizes there and a run bootstrap has something to vary); with single-run archs, the
+    largest compute every arch reaches."""
+    out = []
+    for a in table.archs:
+        ends = sorted(float(r.flops.max()) for _, r in table.select(a).runs())
+        out.append(ends[-2] if len(ends) >= 2 else ends[-1])
+    return min(out)
+
+
+def loss_at_common_compute(table, n_boot: int = 200, seed: int = 0) -> dict:
+    """Envelope loss of every arch at `common_compute(table)`, bootstrapping whole runs."""
+    archs = table.archs
+    c_star = common_compute(table)
+    rng = np.random.default_rng(seed)
+    by_arch, draws = {}, {}
+    for a in archs:
+        curves = _run_curves(table.select(a))
+        point = _envelope_at(curves, np.log(c_star))
+        boot = []
+        for _ in range(n_boot):
+            pick = [curves[i] for i in rng.integers(0, len(curves), len(curves))]
+            boot.append(_envelope_at(pick, np.log(c_star)))
+        boot = np.array(boot)
+        draws[a] = boot
+        ok = boot[np.isfinite(boot)]
+        lo, hi = (np.percentile(ok, [2.5, 97.5]) if len(ok) else (np.nan, np.nan))
+        by_arch[a] = [point, float(lo), float(hi)]
+    order = sorted(archs, key=lambda a: by_arch[a][0])
+    out = {"compute": c_star, "by_arch": by_arch, "best": order[0],
+           "runner_up": order[1] if len(order) > 1 else None, "diff": None}
+    if len(order) > 1:
+        d = draws[order[1]] - draws[order[0]]
+        d = d[np.isfinite(d)]
+        diff = by_arch[order[1]][0] - by_arch[order[0]][0]
+        out["diff"] = [diff, *(float(x) for x in np.percentile(d, [2.5, 97.5]))] if len(d) else [diff, np.nan,
+                                                                                                   np.nan]
+        m = np.stack([draws[a] for a in archs])  # [archs, n_boot]
+        ok = np.isfinite(m).all(axis=0)
+        out["p_best"] = float(np.mean(np.argmin(m[:, ok], axis=0) == archs.index(order[0]))) if ok.any() \
+            else float("nan")
+    return out
+
+
+def niah_comparison(cells: dict, n_boot: int = 1000, seed: int = 0):
+    """cells: arch -> flat array of cell accuracies in [0, 1]. Mean accuracy per arch with a
+    bootstrap-over-cells interval, and llama minus each linear arch."""
+    rng = np.random.default_rng(seed)
+    boots = {a: np.array([rng.choice(v, len(v)).mean() for _ in range(n_boot)]) for a, v in cells.items()}
+    per = {a: [float(np.mean(v)), *np.percentile(boots[a], [2.5, 97.5]).tolist()] for a, v in cells.items()}
+    diffs = {}
+    if "llama" in cells:
+        for a in cells:
+            if a != "llama":
+                d = boots["llama"] - boots[a]
+                diffs[f"llama-{a}"] = [per["llama"][0] - per[a][0], *np.percentile(d, [2.5, 97.5]).tolist()]
+    return per, diffs
+
+
+def probe_comparison(acc: dict, n_items: dict):
+    """acc: arch -> accuracy, n_items: arch -> items; normal-approximation intervals."""
+    per, diffs = {}, {}
+    se = {a: float(np.sqrt(max(p * (1 - p), 1e-12) / max(n_items[a], 1))) for a, p in acc.items()}
+    for a, p in acc.items():
+        per[a] = [p, max(0.0, p - 1.96 * se[a]), min(1.0, p + 1.96 * se[a])]
+    if "llama" in acc:
+        for a in acc:
+            if a != "llama":
+                d, s = acc["llama"] - acc[a], float(np.hypot(se["llama"], se[a]))
+                diffs[f"llama-{a}"] = [d, d - 1.96 * s, d + 1.96 * s]
+    return per, diffs

@@ -1,0 +1,179 @@
+"""The list of runs of a scaling study, from a preset (configs/study/*.py).
+
+    runs = build_plan(study_config, workdir)      # archs × sizes, index order arch-major
+    run.config      full base_config() of the run (model from the preset's model file, shared budget)
+    run.steps       ceil(tokens / (batch · seq_len)): every size sees the same token budget
+    run.pf_days     Table-1 compute C = accounting.paper_flops_per_token · tokens / PF_DAY
+    run.command     the equivalent `python -m linscale_jax.train ...` line (for hand-off to hosts)
+
+Preset fields (ConfigDict `study`): model_file (a config file with get_config('<arch>-<size>')),
+archs, sizes (comma lists), tokens (per run), checkpoints (dense checkpoints per run, plus
+log_spaced early ones for the envelope), overrides (nested sections of the run config, e.g.
+overrides.train.batch_size = 8) applied to every run, eval (val_batches, niah_grid, probe_items) and
+fit (approach, bootstrap, include_clamped).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import math
+import os
+import shlex
+from pathlib import Path
+
+import ml_collections
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclasses.dataclass
+class Run:
+    index: int
+    arch: str
+    size: str
+    config: ml_collections.ConfigDict
+    workdir: str
+    steps: int
+    tokens: int
+    flops: float  # paper C (Table 1) of the whole run, FLOPs
+    flops_exact: float
+    n_params: int  # non-embedding, from the real parameter tree
+    command: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.arch}-{self.size}"
+
+    @property
+    def pf_days(self) -> float:
+        from linscale_jax.accounting import PF_DAY
+
+        return self.flops / PF_DAY
+
+
+def split_list(value) -> list[str]:
+    items = [x.strip() for x in (value.split(",") if isinstance(value, str) else value) if str(x).strip()]
+    if not items:
+        raise ValueError(f"empty list {value!r} in the study preset; give comma-separated names")
+    return items
+
+
+def _model_file(study) -> Path:
+    path = Path(study.model_file)
+    path = path if path.is_absolute() else REPO / path
+    if not path.is_file():
+        raise FileNotFoundError(f"study.model_file={study.model_file!r} not found; use e.g. configs/ladder.py")
+    return path
+
+
+def load_config_file(path: Path, arg: str) -> ml_collections.ConfigDict:
+    spec = importlib.util.spec_from_file_location(f"_study_cfg_{path.stem}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.get_config(arg)
+
+
+def _flatten(cfg, prefix="") -> dict:
+    out = {}
+    for k, v in cfg.items():
+        if isinstance(v, ml_collections.ConfigDict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _set(cfg, dotted: str, value) -> None:
+    *parents, leaf = dotted.split(".")
+    node = cfg
+    for p in parents:
+        node = node[p]
+    if leaf not in node:
+        raise ValueError(f"study override {dotted!r}: the run config has no field {leaf!r} in "
+                         f"{'.'.join(parents) or 'the top level'}; check the preset's overrides")
+    node[leaf] = value
+
+
+def run_config(study, arch: str, size: str) -> ml_collections.ConfigDict:
+    """The full config of one run: the model file's config, the preset's overrides, the budget."""
+    cfg = load_config_file(_model_file(study), f"{arch}-{size}")
+    for key, value in _flatten(study.overrides).items():
+        _set(cfg, key, value)
+    tr = cfg.train
+    tokens_per_step = int(tr.batch_size) * int(tr.seq_len)
+    cfg.train.steps = max(1, math.ceil(float(study.tokens) / tokens_per_step))
+    n_ckpt = int(study.checkpoints)
+    if n_ckpt < 2:
+        raise ValueError(f"study.checkpoints={n_ckpt}: the envelope needs >= 2 checkpoints per run")
+    cfg.checkpoint.every_steps = max(1, cfg.train.steps // n_ckpt)
+    cfg.checkpoint.keep = 0
+    cfg.name = f"{arch}-{size}"
+    return cfg
+
+
+def command(study, cfg, workdir: str) -> str:
+    """`python -m linscale_jax.train` line reproducing cfg: model file + every changed field."""
+    base = _flatten(load_config_file(_model_file(study), cfg.name))
+    flags = [f"--config.{k}={v}" for k, v in _flatten(cfg).items() if base.get(k) != v]
+    return " ".join(["python -m linscale_jax.train", f"--config={study.model_file}:{cfg.name}",
+                     f"--workdir={shlex.quote(workdir)}", *flags])
+
+
+def build_plan(study, workdir: str) -> list[Run]:
+    from linscale_jax import accounting
+    from linscale_jax.models import ModelConfig
+
+    runs = []
+    for arch in split_list(study.archs):
+        for size in split_list(study.sizes):
+            cfg = run_config(study, arch, size)
+            mc = ModelConfig.from_config(cfg.model)
+            seq = int(cfg.train.seq_len)
+            if seq > mc.max_seq_len:
+                raise ValueError(f"{cfg.name}: train.seq_len={seq} exceeds model.max_seq_len={mc.max_seq_len}")
+            tokens = int(cfg.train.steps) * int(cfg.train.batch_size) * seq
+            rd = os.path.join(workdir, "runs", cfg.name)
+            runs.append(Run(
+                index=len(runs), arch=arch, size=size, config=cfg, workdir=rd, steps=int(cfg.train.steps),
+                tokens=tokens, flops=accounting.paper_flops_per_token(mc, seq) * tokens,
+                flops_exact=accounting.flops_per_token_exact(mc, seq) * tokens,
+                n_params=int(accounting.param_counts(mc)["non_embedding"]),
+                command=command(study, cfg, rd)))
+    return runs
+
+
+def parse_shard(spec: str | None) -> tuple[int, int]:
+    """'i/n' -> (i, n); None or '' -> (0, 1)."""
+    if not spec:
+        return 0, 1
+    try:
+        i, n = (int(x) for x in spec.split("/"))
+    except ValueError:
+        raise ValueError(f"--shard must look like i/n (e.g. 0/4), got {spec!r}") from None
+    if n < 1 or not 0 <= i < n:
+        raise ValueError(f"--shard={spec}: need 0 <= i < n")
+    return i, n
+
+
+def shard(runs: list[Run], spec: str | None) -> list[Run]:
+    i, n = parse_shard(spec)
+    return [r for r in runs if r.index % n == i]
+
+
+def dry_run_text(runs: list[Run], spec: str | None = None) -> str:
+    mine = shard(runs, spec)
+    lines = [f"{len(mine)} run(s){'' if not spec else f' in shard {spec} of {len(runs)}'}:"]
+    for r in mine:
+        lines.append(f"[{r.index:3d}] {r.name:<22} N={r.n_params:.4g} steps={r.steps} tokens={r.tokens:.4g} "
+                     f"C={r.pf_days:.4g} PF-days (paper Table 1)  exact={r.flops_exact / 8.64e19:.4g} PF-days")
+        lines.append(f"      {r.command}")
+    by_arch: dict[str, float] = {}
+    for r in mine:
+        by_arch[r.arch] = by_arch.get(r.arch, 0.0) + r.pf_days
+    for a, c in by_arch.items():
+        lines.append(f"total {a}: {c:.6g} PF-days")
+    lines.append(f"total: {len(mine)} runs, {sum(r.tokens for r in mine):.6g} tokens, "
+                 f"{sum(r.pf_days for r in mine):.6g} PF-days (Table-1 accounting), "
+                 f"{sum(r.flops_exact for r in mine) / 8.64e19:.6g} PF-days exact")
+    return "\n".join(lines)

@@ -1,0 +1,178 @@
+"""Run a study: train every run, evaluate its checkpoints, then join, fit and report.
+
+    summary = run_study(study, workdir, shard_spec=None, approach=None, max_runs=None)
+
+Layout: DIR/runs/<arch>-<size>/ (a trainer workdir each: checkpoints/, metrics.jsonl, eval/),
+DIR/table.csv (eval.export), DIR/fit/ (fits.json + PNGs from fit/), DIR/report.md.
+Resumable at every level: a run whose last checkpoint is its final step is not trained again, a
+partial run resumes from its newest checkpoint (trainer.train), and eval.runner skips
+(checkpoint, task) pairs already in a run's eval/results.jsonl. Per run: val_loss at every
+checkpoint, then NIAH and the line probe (linscale_jax.study.probe) on the final checkpoint (of
+every run, or of each arch's largest run with study.eval.final_runs = "largest").
+With shard_spec 'i/n' only runs with index % n == i are processed and nothing is joined; an
+unsharded invocation trains what is still missing and joins whatever exists.
+join_only skips training and evaluation and joins whatever the workdir holds (while other hosts
+are still training). max_runs stops after that many runs were processed here (a simulated kill).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import numpy as np
+
+from linscale_jax.study import plan as plan_lib
+
+
+def _print(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def _fmt(s: float) -> str:
+    s = int(max(s, 0))
+    return f"{s // 3600}h{s // 60 % 60:02d}m{s % 60:02d}s" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def trained(run) -> bool:
+    from linscale_jax import checkpoint as ckpt
+
+    steps = ckpt.list_steps(run.workdir)
+    return bool(steps) and steps[-1] >= run.steps
+
+
+def eval_context(study) -> dict:
+    try:
+        grid = tuple(int(x) for x in str(study.eval.niah_grid).lower().split("x"))
+        assert len(grid) == 2 and min(grid) >= 1
+    except (ValueError, AssertionError):
+        raise ValueError(f"study.eval.niah_grid must look like 4x4, got {study.eval.niah_grid!r}") from None
+    return dict(val_batches=int(study.eval.val_batches), niah_grid=grid,
+                probe_items=int(study.eval.probe_items))
+
+
+def final_tasks(study) -> list[str]:
+    from linscale_jax.study import probe
+
+    return [str(study.eval.niah_task), probe.TASK_NAME]
+
+
+def eta(timed: list, todo: list) -> str:
+    """ETA of the runs still to train from t = a + b·FLOPs fitted to the runs trained so far."""
+    if not todo:
+        return "ETA 0m00s (evaluation only)"
+    if not timed:
+        return "ETA after the first run"
+    f, t = (np.array(x, float) for x in zip(*timed))
+    if len(timed) >= 2 and np.ptp(f) > 0:
+        b = max(float(np.polyfit(f, t, 1)[0]), 0.0)
+        a = max(float(np.mean(t - b * f)), 0.0)
+    else:
+        a, b = float(t.mean()), 0.0  # one run: every run assumed to cost as much
+    return f"ETA {_fmt(sum(a + b * x for x in todo))}"
+
+
+def process_run(study, run, log=_print, final: bool = True) -> None:
+    """Train (or resume) one run, evaluate every checkpoint (val_loss) and, when `final`, run the
+    final-checkpoint tasks (NIAH, line probe)."""
+    from eval.runner import evaluate
+    from linscale_jax import trainer
+    from linscale_jax.study import probe
+
+    if not trained(run):
+        summary = trainer.train(run.config, run.workdir)
+        if summary.get("stopped"):
+            raise KeyboardInterrupt(f"{run.name} stopped by {summary['stopped']}; re-run to resume")
+    else:
+        log(f"[study] {run.name}: trained already ({run.steps} steps), skipping training")
+    probe.register()
+    ctx = eval_context(study)
+    evaluate(run.workdir, "all", ("val_loss",), ctx_kwargs=ctx, log=log)
+    if final:
+        evaluate(run.workdir, "last", final_tasks(study), ctx_kwargs=ctx, log=log)
+
+
+def join(study, runs, workdir: str, approach: int, log=_print) -> dict:
+    """table.csv from every run's eval rows, fits (DIR/fit/) and report.md."""
+    from eval.export import collect, write_csv
+    from linscale_jax.study import report
+
+    have = [r for r in runs if os.path.exists(os.path.join(r.workdir, "eval", "results.jsonl"))]
+    if not have:
+        raise FileNotFoundError(f"no evaluated runs under {workdir}/runs; train some first")
+    table = os.path.join(workdir, "table.csv")
+    write_csv(collect([r.workdir for r in have]), table)
+    log(f"[study] joined {len(have)}/{len(runs)} run(s) into {table}")
+    fit_dir = os.path.join(workdir, "fit")
+    errors = fit_laws(study, table, fit_dir, approach, log)
+    path = report.write_report(study, runs, workdir, approach, fit_errors=errors)
+    log(f"[study] wrote {path}")
+    return {"table": table, "fit_dir": fit_dir, "report": path, "fit_errors": errors}
+
+
+def fit_laws(study, table_path: str, out: str, approach: int, log=_print) -> dict:
+    """Fit every arch that can be fitted; returns {arch: error} for those that cannot."""
+    from fit import cli
+    from fit.table import FitError, load
+
+    args = argparse.Namespace(table=table_path, approach=int(approach), out=out, compute_unit="pf-days",
+                              bootstrap=int(study.fit.bootstrap), seed=int(study.fit.seed), arch=None,
+                              irreducible=False, include_clamped=bool(study.fit.include_clamped),
+                              flops_per_param_token=6.0)
+    table = load(table_path).with_compute_unit("pf-days")
+    errors, good = {}, []
+    for arch in load(table_path).archs:
+        try:
+            cli.fit_arch(table.select(arch), args, 1.0)
+            good.append(arch)
+        except FitError as e:
+            errors[arch] = str(e)
+            log(f"[study] fit {arch}: {e}")
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "errors.json"), "w") as f:
+        json.dump(errors, f, indent=2)
+    if good:
+        try:
+            cli.run(argparse.Namespace(**{**vars(args), "arch": good}))
+        except FitError as e:  # e.g. too many failed bootstrap resamples
+            log(f"[study] fit with bootstrap failed ({e}); refitting without intervals")
+            cli.run(argparse.Namespace(**{**vars(args), "arch": good, "bootstrap": 0}))
+            errors["bootstrap"] = str(e)
+    return errors
+
+
+def run_study(study, workdir: str, shard_spec: str | None = None, approach: int | None = None,
+              max_runs: int | None = None, join_only: bool = False, log=_print) -> dict:
+    runs = plan_lib.build_plan(study, workdir)
+    mine = [] if join_only else plan_lib.shard(runs, shard_spec)
+    approach = int(approach or study.fit.approach)
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, "plan.txt"), "w") as f:
+        f.write(plan_lib.dry_run_text(runs) + "\n")
+    t0, processed, timed = time.time(), 0, []  # timed: (exact FLOPs, seconds) of runs trained here
+    largest = {}
+    for r in runs:
+        largest[r.arch] = max(largest.get(r.arch, 0), r.n_params)
+    for k, run in enumerate(mine):
+        done = sum(trained(r) for r in runs)
+        todo = [r.flops_exact for r in mine[k:] if not trained(r)]
+        log(f"[study] run {k + 1}/{len(mine)}{' of shard ' + shard_spec if shard_spec else ''}: {run.name} "
+            f"(N={run.n_params:.3g}, {run.steps} steps, C={run.pf_days:.3g} PF-days) | study runs "
+            f"trained {done}/{len(runs)} | elapsed {_fmt(time.time() - t0)} | {eta(timed, todo)}")
+        was_trained, t_run = trained(run), time.time()
+        process_run(study, run, log, final=str(study.eval.final_runs) == "all"
+                    or run.n_params == largest[run.arch])
+        if not was_trained:
+            timed.append((run.flops_exact, time.time() - t_run))
+        processed += 1
+        if max_runs is not None and processed >= max_runs and k + 1 < len(mine):
+            log(f"[study] stopping after {processed} run(s) (max_runs); re-run to continue")
+            return {"stopped": True, "runs": len(runs), "processed": processed}
+    log(f"[study] {len(mine)} run(s) processed in {_fmt(time.time() - t0)}")
+    if shard_spec and plan_lib.parse_shard(shard_spec)[1] > 1:
+        log("[study] sharded invocation: run without --shard to join the results, fit and report")
+        return {"stopped": False, "runs": len(runs), "processed": processed}
+    out = join(study, runs, workdir, approach, log)
+    return {"stopped": False, "runs": len(runs), "processed": processed, "seconds": time.time() - t0, **out}
