@@ -134,3 +134,24 @@ def test_sharded_training_matches_single_device(sharded_runs, run):
         assert any("fsdp" in s for s in got["specs"]), got["specs"]
     if run.endswith("tensor"):
         assert any("tensor" in s for s in got["specs"]), got["specs"]
+
+
+def test_weight_decay_mask_skips_norms_and_lower_bounds():
+    """Decay matrices and the embedding (>= 2 dims, the nanoGPT convention); never norm scales or
+    HGRN2's per-layer lower bounds Γ (its stacked 'layers' axis does not count as a matrix dim)."""
+    from linscale_jax import optim
+    from linscale_jax.config import model_defaults
+    from linscale_jax.sharding import _flatten, model_parts
+
+    for arch in ("hgrn2", "cosformer2", "llama"):
+        m = model_defaults()
+        m.update(arch=arch, n_layers=2, d_model=32, n_heads=2, ffn_dim=64, vocab_size=64,
+                 max_seq_len=64)
+        parts = model_parts(m)
+        mask = dict(_flatten(optim.decay_mask(parts.param_axes, parts.abstract_params)))
+        names = {"/".join(map(str, k)): v for k, v in mask.items()}
+        assert any(v for k, v in names.items() if "embed" in k), names
+        for k, v in names.items():
+            if any(s in k for s in ("lower_bounds", "scale")):
+                assert not v, f"{arch}: {k} should not be weight-decayed"
+        assert sum(names.values()) >= 2 * 4, names  # at least the mixer/GLU matrices of 2 layers
