@@ -47,5 +47,11 @@ def main(argv) -> None:
         sys.exit(1)
 
 
+def _dashed_aliases(argv: list[str]) -> list[str]:
+    """Accept --dry-run / --join-only as spelled in the docs (absl flags use underscores)."""
+    alias = {"--dry-run": "--dry_run", "--join-only": "--join_only"}
+    return [alias.get(a, a) for a in argv]
+
+
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, argv=_dashed_aliases(sys.argv))
