@@ -10,14 +10,13 @@
   lambada:  context = text up to the last space, target = " " + last word;
             lambada_ppl = exp(-mean ll(target)), lambada_acc = share of targets that are the greedy
             continuation (every target token is the argmax).
-Files: .jsonl (one JSON object per line, field `text`, or `page` for wikitext dumps) or .txt
+Files: .jsonl (one JSON object per line, field `text`) or .txt
 (wikitext raw: documents start at top-level " = Title = " heading lines; otherwise documents are
 separated by blank lines).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from pathlib import Path
@@ -25,43 +24,39 @@ from pathlib import Path
 from lm_eval.api.instance import Instance
 
 from eval.loading import EvalError
+from linscale_jax.data import DataError
+from linscale_jax.data.corpora import file_documents, read_utf8
 
 _HEADING = re.compile(r"^ = [^=].* = $")
 
 
+def _wikitext_documents(raw: str) -> list[str]:
+    lines = raw.split("\n")
+    if not any(_HEADING.match(x) for x in lines):
+        return raw.split("\n\n")
+    docs, cur = [], []
+    for x in lines:
+        if _HEADING.match(x) and any(c.strip() for c in cur):
+            docs.append("\n".join(cur))
+            cur = []
+        cur.append(x)
+    docs.append("\n".join(cur))
+    return docs
+
+
 def read_documents(path, text_key: str = "text") -> list[str]:
+    """Documents of a .jsonl file (one object per line, field `text_key`; the data pipeline's own
+    reader) or of a wikitext-style .txt file (split at top-level headings, else at blank lines)."""
     p = Path(path)
     if not p.is_file():
         raise EvalError(f"data file {p} does not exist")
     try:
-        raw = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise EvalError(f"{p} is not valid UTF-8 ({e}); re-encode it as UTF-8") from e
-    docs: list[str] = []
-    if p.suffix == ".jsonl":
-        for n, line in enumerate(raw.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise EvalError(f"{p}:{n} is not valid JSON ({e.msg}); one JSON object per line") from e
-            text = obj.get(text_key, obj.get("page")) if isinstance(obj, dict) else None
-            if not isinstance(text, str):
-                raise EvalError(f"{p}:{n} has no string field {text_key!r}")
-            docs.append(text)
-    else:
-        lines = raw.split("\n")
-        if any(_HEADING.match(x) for x in lines):
-            cur: list[str] = []
-            for x in lines:
-                if _HEADING.match(x) and any(c.strip() for c in cur):
-                    docs.append("\n".join(cur))
-                    cur = []
-                cur.append(x)
-            docs.append("\n".join(cur))
+        if p.suffix == ".jsonl":
+            docs = file_documents(str(p), text_key, "file")
         else:
-            docs = raw.split("\n\n")
+            docs = _wikitext_documents(read_utf8(str(p)))
+    except DataError as e:
+        raise EvalError(str(e)) from None
     docs = [d.strip() for d in docs if d.strip()]
     if not docs:
         raise EvalError(f"{p} contains no documents")

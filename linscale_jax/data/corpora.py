@@ -132,7 +132,7 @@ def file_documents(path: str, text_key: str, txt_document: str) -> list[str]:
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as e:
-                raise DataError(f"{path}:{n}: not valid JSON ({e.msg}); each line must be one JSON object") from None
+                raise DataError(f"{path}:{n} is not valid JSON ({e.msg}); each line must be one JSON object") from None
             if not isinstance(record, dict) or not isinstance(record.get(text_key), str):
                 raise DataError(f"{path}:{n}: no string field {text_key!r}; set data.text_key to the text field")
             docs.append(record[text_key])
