@@ -6,11 +6,7 @@ the same budget of 192 steps × 8 × 128 = 196,608 byte tokens, 12 dense + 4 log
 checkpoints per run (17 points per training curve for the envelope).
 """
 
-import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import study_defaults  # noqa: E402
+from linscale_jax.study.presets import study_defaults
 
 
 def get_config():

@@ -1,6 +1,6 @@
 """The paper's study for TPU pods (not run here): six sizes × 4 archs, 300B tokens each.
 
-    python -m linscale_jax.study --config=configs/study/paper.py --workdir=gs://... --dry-run
+    python -m linscale_jax.study --config=configs/study/paper.py --workdir=DIR --dry-run
     python -m linscale_jax.study --config=configs/study/paper.py --workdir=DIR --shard=i/n  (per slice)
 Model shapes and training settings come from configs/paper.py (context 8192, batch 480 × 8192,
 lr 3e-4, cl100k_base padded to 100,280). 76,294 steps per run; a checkpoint every 1,000 steps
@@ -8,11 +8,7 @@ lr 3e-4, cl100k_base padded to 100,280). 76,294 steps per run; a checkpoint ever
 Data: set overrides.data (e.g. data.task = "tfds:<name>") to the pretraining corpus.
 """
 
-import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import study_defaults  # noqa: E402
+from linscale_jax.study.presets import study_defaults
 
 
 def get_config():

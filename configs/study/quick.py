@@ -6,11 +6,7 @@ Three sizes cannot bracket an optimum, so the fit keeps clamped envelope points
 (fit.include_clamped); the laws are a smoke test of the pipeline, not a measurement.
 """
 
-import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import study_defaults  # noqa: E402
+from linscale_jax.study.presets import study_defaults
 
 
 def get_config():

@@ -1,4 +1,4 @@
-"""Shared defaults of the study presets (quick.py, cpu.py, paper.py): a ConfigDict `study`.
+"""Shared defaults of the study presets (configs/study/{quick,cpu,paper}.py): a ConfigDict `study`.
 
 Fields: model_file, archs, sizes, tokens (training tokens per run, the same for every size),
 checkpoints (dense checkpoints per run; plus checkpoint.log_spaced early ones), overrides (nested
