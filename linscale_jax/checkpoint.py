@@ -34,6 +34,18 @@ from flax import nnx
 log = logging.getLogger(__name__)
 
 
+class _ReadOnlyNotices(logging.Filter):
+    """Drops Orbax's two warnings on every read-only CheckpointManager (which eval opens on purpose,
+    once per checkpoint): they drowned eval's progress lines."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.getMessage()
+        return not ("Given directory is read only" in msg or "read_only=True, setting save_interval" in msg)
+
+
+logging.getLogger("absl").addFilter(_ReadOnlyNotices())
+
+
 def ckpt_dir(workdir) -> Path:
     return Path(workdir).absolute() / "checkpoints"
 

@@ -51,10 +51,23 @@ def test_stdlib_split_disjoint_and_stable():
     assert {i for i in list(val)[:3] + ["not/a/file.py"] if corpora.is_validation(i, 0.05)} >= set(list(val)[:3])
     texts = dict(zip(corpus.ids, corpus.texts))
     cfg = base_config().data
-    assert list(data.corpus_documents(cfg, "validation")) == [texts[i] for i in corpus.ids if i in val]
-    assert list(data.corpus_documents(cfg, "train")) == [texts[i] for i in corpus.ids if i in train]
+    # The pipeline's documents are the files' pieces, in file order: they rebuild the split's files.
+    for split, ids in (("validation", val), ("train", train)):
+        docs = list(data.corpus_documents(cfg, split))
+        assert "".join(docs) == "".join(texts[i] for i in corpus.ids if i in ids)
+        assert len(docs) > 2 * len(ids)
     # A larger val_fraction only moves documents from train to validation.
     assert val <= {i for i in corpus.ids if corpora.is_validation(i, 0.2)}
+
+
+def test_pieces_cut_whole_lines_at_blank_lines():
+    text = "".join(f"def f{i}():\n    return {i}\n\n" for i in range(200))  # 200 blocks of 29-31 chars
+    got = corpora.pieces(text, 100)
+    assert "".join(got) == text and len(got) > 10
+    assert all(p.endswith("\n\n") and 100 <= len(p) < 140 for p in got[:-1])
+    long_block = "x = 1\n" * 100  # no blank line: cut at a line end once 4 * size is reached
+    assert [len(p) for p in corpora.pieces(long_block, 25)] == [102] * 5 + [90]
+    assert corpora.pieces("", 10) == [] and corpora.pieces("a", 10) == ["a"]
 
 
 def test_task_preprocessing_matches_pipeline_tokens():
@@ -170,7 +183,11 @@ def test_eval_batches_fixed_and_padded_at_the_end(tmp_path):
     last = batches[-1]
     pad = last["segment_ids"] == 0
     assert pad.any() and (last["weights"][pad] == 0).all() and (last["targets"][pad] == vocab.pad_id).all()
-    assert stream_documents(batches, vocab) == val  # unshuffled, complete, in source order
+    rebuilt = stream_documents(batches, vocab)  # complete, in data.seed's fixed permutation
+    assert sorted(rebuilt) == sorted(val) and rebuilt != val
+    order = pipeline.raw_documents(data.get_task(c.data), "validation", shuffle=True,
+                                   seed=pipeline.epoch_seed(c.data.seed, 0), host_index=0, host_count=1)
+    assert rebuilt == list(order)
     assert len(data.eval_batches(c, "validation", num_batches=2)) == 2
 
 

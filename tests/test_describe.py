@@ -69,7 +69,9 @@ def test_ladder_config_file():
     ladder = load_config_file("ladder")
     for name in sizes.LADDER:
         cfg = ModelConfig.from_config(ladder.get_config(f"cosformer2-{name}").model)
-        assert cfg.n_heads >= 2 and cfg.head_dim == 32 and cfg.vocab_size == 264
-    assert [sizes.LADDER[n][1] for n in sizes.LADDER] == [64, 96, 128, 192, 256, 384, 512]
+        d = sizes.LADDER[name][1]
+        assert cfg.vocab_size == 264 and cfg.n_heads * cfg.head_dim == d
+        assert (cfg.n_heads, cfg.head_dim) == ((d // 32, 32) if d >= 64 else (1, d))
+    assert [sizes.LADDER[n][1] for n in sizes.LADDER] == [16, 32, 48, 64, 96, 128, 192, 256, 384, 512]
     with pytest.raises(ValueError, match="unknown ladder size 'd1000'.*d64"):
         ladder.get_config("tnl-d1000")

@@ -63,6 +63,12 @@ def test_quick_study_stops_resumes_and_reports(tmp_path):
     assert not out["stopped"] and all(runner.trained(r) for r in runs)
     assert _snapshot(runs[0]) == before  # not retrained, not re-evaluated
 
+    import csv
+
+    steps_all = {int(r["step"]) for r in csv.DictReader(open(Path(wd) / "table.csv"))}
+    steps_fit = {int(r["step"]) for r in csv.DictReader(open(Path(wd) / "fit" / "table.csv"))}
+    warmup = study.overrides.optim.warmup_steps
+    assert min(steps_all) < warmup <= min(steps_fit) and steps_fit == {s for s in steps_all if s >= warmup}
     fits = json.loads((Path(wd) / "fit" / "fits.json").read_text())
     assert set(fits) == {"llama", "hgrn2"}
     for law in ("L_C", "N_opt_C", "D_opt_C"):
@@ -70,7 +76,8 @@ def test_quick_study_stops_resumes_and_reports(tmp_path):
     assert fits["llama"]["L_C"]["exponent"] < 0  # loss falls with compute
     report = (Path(wd) / "report.md").read_text()
     for needle in ("Scale difference from the paper", "Table 3", "Lowest loss at the largest common compute",
-                   "Exponents side by side", "Retrieval, NIAH", "Line probe", "llama-hgrn2", "N_opt(C)"):
+                   "Exponents side by side", "Retrieval, NIAH", "Line probe", "llama-hgrn2", "N_opt(C)",
+                   "How well the envelope brackets the optimum", "lower bound equals its point estimate"):
         assert needle in report, needle
     pngs = re.findall(r"\]\(([^)]+\.png)\)", report)
     assert len(pngs) >= 6 and all((Path(wd) / p).is_file() for p in pngs), pngs

@@ -40,12 +40,17 @@ def make_iterator(config, split: str = "train", host_index: int = 0, host_count:
 
 def eval_batches(config, split: str = "validation", num_batches: int = 4, host_index: int = 0,
                  host_count: int = 1) -> list[dict]:
-    """The first `num_batches` batches of one unshuffled pass over `split` (fewer if the split is short)."""
+    """The first `num_batches` batches of one pass over `split` (fewer if the split is short).
+
+    In-memory corpora (listed sorted by path) are read in the fixed permutation of data.seed, so a
+    few batches sample the whole split; tfds splits are read in their stored order.
+    """
     b = pipeline.host_batch_size(config.train.batch_size, host_count, host_index)
     task = get_task(config.data)
     pipeline.check_model_vocab(config, task.output_features["targets"].vocabulary)
     it = DataIterator(task, split=split, batch_size=b, seq_len=config.train.seq_len, seed=config.data.seed,
-                      host_index=host_index, host_count=host_count, shuffle=False, repeat=False)
+                      host_index=host_index, host_count=host_count,
+                      shuffle=isinstance(task.source, corpora.InMemorySource), repeat=False)
     batches = [batch for batch, _ in zip(it, range(num_batches))]
     pipeline.warn_short(batches, num_batches, task.name, split)
     return batches

@@ -3,8 +3,11 @@
   stdlib  the embedded default corpus: the *.py source files of the running Python's standard library
           (sysconfig.get_paths()["stdlib"]), without site-packages, test suites (test/, tests/,
           idle_test/: machine-dependent and full of deliberately malformed data), build/config
-          leftovers and byte caches. One document per file; files that are empty or not UTF-8 are
-          skipped. Listing order is sorted by relative path.
+          leftovers and byte caches; files that are empty or not UTF-8 are skipped. Listing order
+          is sorted by relative path. The split is by file; the documents the pipeline reads are
+          the files' pieces (`pieces`, STDLIB_PIECE_CHARS): runs of whole lines of about 1 KB cut
+          at blank lines, so a shuffled batch mixes code from many modules instead of spending
+          dozens of consecutive steps inside one long file.
   files   local .txt / .jsonl files (data.paths: comma-separated files, directories or glob
           patterns). jsonl: one JSON object per line, text under data.text_key. txt: documents are
           blank-line separated paragraphs, lines, or whole files (data.txt_document).
@@ -33,6 +36,7 @@ from linscale_jax.data.errors import DataError
 SPLITS = ("train", "validation")
 STDLIB_SKIP_DIRS = {"site-packages", "dist-packages", "__pycache__", "test", "tests", "idle_test", "lib-dynload"}
 TXT_DOCUMENTS = ("paragraph", "line", "file")
+STDLIB_PIECE_CHARS = 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +64,21 @@ def split_texts(corpus: Corpus, split: str, val_fraction: float) -> list[str]:
             f"data.val_fraction={val_fraction}); add documents or change data.val_fraction"
         )
     return texts
+
+
+def pieces(text: str, size: int) -> list[str]:
+    """Cut `text` into runs of whole lines: a piece ends at the first blank line once it holds
+    >= `size` characters, or at any line end once it holds >= 4·`size`. "".join(pieces) == text."""
+    out, current, n = [], [], 0
+    for line in text.splitlines(keepends=True):
+        current.append(line)
+        n += len(line)
+        if (n >= size and not line.strip()) or n >= 4 * size:
+            out.append("".join(current))
+            current, n = [], 0
+    if current:
+        out.append("".join(current))
+    return out
 
 
 @functools.lru_cache(maxsize=None)
@@ -164,17 +183,23 @@ class InMemorySource(seqio.FunctionDataSource):
     """seqio source over an in-memory corpus: {"text": str} per document.
 
     Shuffling is a full permutation of the split drawn from the seed (performs_internal_shuffling),
-    so no shuffle buffer is needed and resuming can skip examples before tokenisation.
+    so no shuffle buffer is needed and resuming can skip examples before tokenisation. With
+    piece_chars > 0 the examples are the `pieces` of the split's documents (the split itself is
+    decided per document, so no document has pieces on both sides).
     """
 
-    def __init__(self, load_corpus, val_fraction: float):
+    def __init__(self, load_corpus, val_fraction: float, piece_chars: int = 0):
         self._load_corpus = load_corpus  # () -> Corpus, called lazily (listing costs I/O)
         self._val_fraction = val_fraction
+        self._piece_chars = piece_chars
         super().__init__(dataset_fn=self._dataset_fn, splits=SPLITS, caching_permitted=False)
         self._performs_internal_shuffling = True
 
     def texts(self, split: str) -> list[str]:
-        return split_texts(self._load_corpus(), split, self._val_fraction)
+        texts = split_texts(self._load_corpus(), split, self._val_fraction)
+        if self._piece_chars:
+            texts = [p for t in texts for p in pieces(t, self._piece_chars)]
+        return texts
 
     def num_input_examples(self, split: str) -> int:
         return len(self.texts(split))

@@ -93,7 +93,7 @@ def _register(name: str, data_config) -> None:
     opts = _options(data_config)
     kind = data_config.task
     if kind == "stdlib":
-        source = corpora.InMemorySource(corpora.stdlib_corpus, opts["val_fraction"])
+        source = corpora.InMemorySource(corpora.stdlib_corpus, opts["val_fraction"], corpora.STDLIB_PIECE_CHARS)
     elif kind == "files":
         load = functools.partial(corpora.files_corpus, opts["paths"], opts["text_key"], opts["txt_document"])
         source = corpora.InMemorySource(load, opts["val_fraction"])

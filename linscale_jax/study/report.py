@@ -1,7 +1,7 @@
 """DIR/report.md of a study: plots, fitted laws beside the paper's Table 3, NIAH, comparisons.
 
     write_report(study, runs, workdir, approach, fit_errors) -> path of report.md
-Reads DIR/table.csv, DIR/fit/fits.json (+ its PNGs) and each run's eval/results.jsonl; writes
+Reads DIR/fit/table.csv (the checkpoints the laws use), DIR/fit/fits.json (+ its PNGs) and each run's eval/results.jsonl; writes
 DIR/report.md and DIR/report/loss_vs_compute.png (every arch's curves, envelope and fitted L(C)).
 """
 
@@ -90,17 +90,55 @@ def _scale_section(runs) -> list[str]:
         "different vocabularies and are not comparable in absolute value.",
         f"- Context {c.train.seq_len} tokens, batch {c.train.batch_size} sequences, "
         f"{runs[0].steps} steps vs {PAPER_CONTEXT} tokens, 480 sequences, 76k steps.",
+        f"- Optimiser: AdamW, peak lr {c.optim.lr:g}, `{c.optim.schedule}` schedule after {c.optim.warmup_steps} "
+        "warmup steps, the same for every size, vs the paper's lr 3e-4 with one fixed schedule."
+        + (" A constant rate keeps every checkpoint on an equal footing for the envelope (a decaying schedule "
+           "flatters the ends of short runs against the middles of long ones)." if c.optim.schedule == "constant"
+           else ""),
         "- Consequently the fitted coefficients describe this miniature regime only; compare exponents' "
         "signs and orderings, not values, with Table 3.", ""]
 
 
+def _envelope_section(table, include_clamped: bool) -> list[str]:
+    """Where each arch's envelope is an optimum (an interior size wins) and where it is a bound."""
+    from fit import approach1
+
+    L = ["", "### How well the envelope brackets the optimum", "",
+         "Share of the log-compute grid (256 points between each arch's first and last checkpoint) where "
+         "the lowest loss comes from an interior size (a real optimum), from the smallest or the largest "
+         "size reaching that compute (a bound: the optimum may lie outside the trained sizes), or where only "
+         "one size reaches it.", "", "| arch | interior | smallest wins | largest wins | one size |",
+         "|---|---|---|---|---|"]
+    clamped_share = []
+    for a in table.archs:
+        try:
+            k = approach1.envelope(table.select(a)).clamped
+        except Exception as e:  # noqa: BLE001  (too few runs: say so, keep the report)
+            L.append(f"| {a} | {e} | | | |")
+            continue
+        shares = [float(np.mean(k == v)) for v in (0, -1, 1, 2)]
+        clamped_share.append(shares[1])
+        L.append(f"| {a} | " + " | ".join(f"{x:.0%}" for x in shares) + " |")
+    if clamped_share and max(clamped_share) > 0.5:
+        L += ["", "At most computes the smallest size that reaches them has the lowest loss: every run here is "
+              "still data-limited (loss keeps falling with tokens faster than it falls with parameters), so "
+              "more tokens beat more parameters at every budget this study reaches. "
+              + ("The N_opt(C) and D_opt(C) laws below are fitted to the whole envelope (as the paper does), "
+                 "so they trace where the runs end: read them as bounds, not as measured optima. "
+                 if include_clamped else "")
+              + "Bracketing the optimum needs runs long enough for the smallest models to saturate "
+              "(the paper trains its smallest model on ~4,000 tokens per parameter)."]
+    return L
+
+
 def write_report(study, runs, workdir: str, approach: int, fit_errors: dict | None = None) -> str:
     from fit import paper
+    from linscale_jax.study.runner import fit_min_step
     from fit.table import load
 
     rep_dir = os.path.join(workdir, "report")
     os.makedirs(rep_dir, exist_ok=True)
-    table = load(os.path.join(workdir, "table.csv")).with_compute_unit("pf-days")
+    table = load(os.path.join(workdir, "fit", "table.csv")).with_compute_unit("pf-days")
     fits_path = os.path.join(workdir, "fit", "fits.json")
     fits = json.load(open(fits_path)) if os.path.exists(fits_path) else {}
     plot_loss_vs_compute(table, fits, os.path.join(rep_dir, "loss_vs_compute.png"))
@@ -108,13 +146,16 @@ def write_report(study, runs, workdir: str, approach: int, fit_errors: dict | No
     L = [f"# Miniature scaling study ({len(runs)} runs: {study.archs} × {study.sizes})", "",
          f"Fit: approach {approach}, C in PF-days (Table-1 accounting), 95% intervals from "
          f"{int(study.fit.bootstrap)} bootstrap resamples of whole runs"
-         f"{' (clamped envelope points kept)' if study.fit.include_clamped else ''}.", ""]
+         f"{' (clamped envelope points kept)' if study.fit.include_clamped else ''}. "
+         f"Laws, envelopes and comparisons use the checkpoints from step {fit_min_step(runs)} on (the end of the "
+         "learning-rate warmup); table.csv keeps every checkpoint.", ""]
     L += _scale_section(runs)
     L += ["## Loss vs compute", "", "![loss vs compute](report/loss_vs_compute.png)", "",
           "Per-arch panels from fit/: ![curves](fit/curves.png)", ""]
     L += ["## Compute-optimal allocation N_opt(C), D_opt(C)", "", "![allocation](fit/allocation.png)", "",
           "| arch | N_opt(C) ours | D_opt(C) ours |", "|---|---|---|"]
     L += [f"| {a} | {_law(e['N_opt_C'])} | {_law(e['D_opt_C'])} |" for a, e in fits.items()]
+    L += _envelope_section(table, bool(study.fit.include_clamped))
     L += ["", "## Fitted laws beside the paper's Table 3", "",
           "| arch | law | ours (95% interval) | paper Table 3 |", "|---|---|---|---|"]
     for a, e in fits.items():
@@ -151,6 +192,10 @@ def _comparisons(runs, table, fits, n_boot: int, seed: int) -> list[str]:
                  f"{c['runner_up']} is {_ci(c['diff'])} nats higher.")
         L += ["", "| arch | envelope loss at that C [95%] |", "|---|---|"]
         L += [f"| {a} | {_ci(v)} |" for a, v in sorted(c["by_arch"].items(), key=lambda kv: kv[1][0])]
+        L += ["", "The intervals resample whole runs: a resample can only lose runs, and the envelope is a "
+              "minimum over runs, so each lower bound equals its point estimate by construction. They "
+              "measure how much the comparison depends on which sizes were trained, not evaluation noise "
+              "or seed-to-seed variation (one seed per run)."]
     L += ["", "**Exponents side by side** (ours [95%] / paper):", "",
           "| arch | L(C) | N_opt(C) | D_opt(C) |", "|---|---|---|---|"]
     from fit import paper

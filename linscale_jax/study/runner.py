@@ -3,7 +3,8 @@
     summary = run_study(study, workdir, shard_spec=None, approach=None, max_runs=None)
 
 Layout: DIR/runs/<arch>-<size>/ (a trainer workdir each: checkpoints/, metrics.jsonl, eval/),
-DIR/table.csv (eval.export), DIR/fit/ (fits.json + PNGs from fit/), DIR/report.md.
+DIR/table.csv (eval.export: every checkpoint), DIR/fit/ (table.csv: the checkpoints after the
+learning-rate warmup, which the laws use; fits.json + PNGs from fit/), DIR/report.md.
 Resumable at every level: a run whose last checkpoint is its final step is not trained again, a
 partial run resumes from its newest checkpoint (trainer.train), and eval.runner skips
 (checkpoint, task) pairs already in a run's eval/results.jsonl. Per run: val_loss at every
@@ -94,8 +95,15 @@ def process_run(study, run, log=_print, final: bool = True) -> None:
         evaluate(run.workdir, "last", final_tasks(study), ctx_kwargs=ctx, log=log)
 
 
+def fit_min_step(runs) -> int:
+    """First step the laws use: checkpoints inside the learning-rate warmup are left out, since a
+    model whose rate has not reached its peak is not on any size's compute-efficient trajectory."""
+    return max(int(r.config.optim.warmup_steps) for r in runs)
+
+
 def join(study, runs, workdir: str, approach: int, log=_print) -> dict:
-    """table.csv from every run's eval rows, fits (DIR/fit/) and report.md."""
+    """DIR/table.csv from every run's eval rows, DIR/fit/table.csv (the rows after the warmup, which
+    the fits, plots and comparisons use), fits (DIR/fit/) and report.md."""
     from eval.export import collect, write_csv
     from linscale_jax.study import report
 
@@ -103,10 +111,15 @@ def join(study, runs, workdir: str, approach: int, log=_print) -> dict:
     if not have:
         raise FileNotFoundError(f"no evaluated runs under {workdir}/runs; train some first")
     table = os.path.join(workdir, "table.csv")
-    write_csv(collect([r.workdir for r in have]), table)
+    rows = collect([r.workdir for r in have])
+    write_csv(rows, table)
     log(f"[study] joined {len(have)}/{len(runs)} run(s) into {table}")
     fit_dir = os.path.join(workdir, "fit")
-    errors = fit_laws(study, table, fit_dir, approach, log)
+    os.makedirs(fit_dir, exist_ok=True)
+    warmup = fit_min_step(runs)
+    fit_table = os.path.join(fit_dir, "table.csv")
+    write_csv([r for r in rows if int(r["step"]) >= warmup], fit_table)
+    errors = fit_laws(study, fit_table, fit_dir, approach, log)
     path = report.write_report(study, runs, workdir, approach, fit_errors=errors)
     log(f"[study] wrote {path}")
     return {"table": table, "fit_dir": fit_dir, "report": path, "fit_errors": errors}
