@@ -1,8 +1,9 @@
 """DIR/report.md of a study: plots, fitted laws beside the paper's Table 3, NIAH, comparisons.
 
     write_report(study, runs, workdir, approach, fit_errors) -> path of report.md
-Reads DIR/fit/table.csv (the checkpoints the laws use), DIR/fit/fits.json (+ its PNGs) and each run's eval/results.jsonl; writes
-DIR/report.md and DIR/report/loss_vs_compute.png (every arch's curves, envelope and fitted L(C)).
+Reads DIR/fit/table.csv (the checkpoints the laws use), DIR/fit/fits.json (+ its PNGs) and each
+run's eval/results.jsonl; writes DIR/report.md and DIR/report/loss_vs_compute.png (every arch's
+curves, envelope and fitted L(C)).
 """
 
 from __future__ import annotations
@@ -133,8 +134,8 @@ def _envelope_section(table, include_clamped: bool) -> list[str]:
 
 def write_report(study, runs, workdir: str, approach: int, fit_errors: dict | None = None) -> str:
     from fit import paper
-    from linscale_jax.study.runner import fit_min_step
     from fit.table import load
+    from linscale_jax.study.runner import fit_min_step
 
     rep_dir = os.path.join(workdir, "report")
     os.makedirs(rep_dir, exist_ok=True)
