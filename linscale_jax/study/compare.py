@@ -3,10 +3,12 @@
     loss_at_common_compute(table, n_boot, seed)   -> {"compute", "by_arch": {arch: [loss, lo, hi]},
                                                         "best", "runner_up", "diff": [d, lo, hi],
                                                         "p_best"}
+    law_at_common_compute(table, include_clamped, n_boot, seed) -> the same for each arch's fitted
+                                                        L(C) there, + "unfitted": {arch: reason}
     niah_comparison(niah, n_boot, seed)           -> {arch: [acc, lo, hi]}, {"llama-<arch>": [d, lo, hi]}
     probe_comparison(probe)                       -> the same for the line probe (normal approximation)
-Intervals: bootstrap over whole runs (the envelope), over NIAH cells, or the binomial normal
-approximation for probe accuracies (independent items).
+Intervals: bootstrap over whole runs (the envelope; the laws refitted), over NIAH cells, or the
+binomial normal approximation for probe accuracies (independent items).
 """
 
 from __future__ import annotations
@@ -34,37 +36,72 @@ def common_compute(table) -> float:
     return min(out)
 
 
-def loss_at_common_compute(table, n_boot: int = 200, seed: int = 0) -> dict:
-    """Envelope loss of every arch at `common_compute(table)`, bootstrapping whole runs."""
-    archs = table.archs
-    c_star = common_compute(table)
-    rng = np.random.default_rng(seed)
-    by_arch, draws = {}, {}
-    for a in archs:
-        curves = _run_curves(table.select(a))
-        point = _envelope_at(curves, np.log(c_star))
-        boot = []
-        for _ in range(n_boot):
-            pick = [curves[i] for i in rng.integers(0, len(curves), len(curves))]
-            boot.append(_envelope_at(pick, np.log(c_star)))
-        boot = np.array(boot)
-        draws[a] = boot
-        ok = boot[np.isfinite(boot)]
-        lo, hi = (np.percentile(ok, [2.5, 97.5]) if len(ok) else (np.nan, np.nan))
-        by_arch[a] = [point, float(lo), float(hi)]
+def _ranked(c_star: float, by_arch: dict, draws: dict) -> dict:
+    """best / runner_up / diff [d, lo, hi] / p_best from point values and per-arch bootstrap draws."""
+    archs = list(by_arch)
     order = sorted(archs, key=lambda a: by_arch[a][0])
     out = {"compute": c_star, "by_arch": by_arch, "best": order[0],
            "runner_up": order[1] if len(order) > 1 else None, "diff": None}
     if len(order) > 1:
-        d = draws[order[1]] - draws[order[0]]
+        n = min(len(draws[a]) for a in archs)  # archs are resampled independently: pair draws by index
+        m = np.stack([np.asarray(draws[a][:n], float) for a in archs])  # [archs, n]
+        d = m[archs.index(order[1])] - m[archs.index(order[0])]
         d = d[np.isfinite(d)]
         diff = by_arch[order[1]][0] - by_arch[order[0]][0]
         out["diff"] = [diff, *(float(x) for x in np.percentile(d, [2.5, 97.5]))] if len(d) else [diff, np.nan,
                                                                                                    np.nan]
-        m = np.stack([draws[a] for a in archs])  # [archs, n_boot]
         ok = np.isfinite(m).all(axis=0)
         out["p_best"] = float(np.mean(np.argmin(m[:, ok], axis=0) == archs.index(order[0]))) if ok.any() \
             else float("nan")
+    return out
+
+
+def _interval(point: float, boot) -> list[float]:
+    ok = np.asarray(boot, float)
+    ok = ok[np.isfinite(ok)]
+    lo, hi = np.percentile(ok, [2.5, 97.5]) if len(ok) else (np.nan, np.nan)
+    return [point, float(lo), float(hi)]
+
+
+def loss_at_common_compute(table, n_boot: int = 200, seed: int = 0) -> dict:
+    """Envelope loss of every arch at `common_compute(table)`, bootstrapping whole runs."""
+    c_star = common_compute(table)
+    rng = np.random.default_rng(seed)
+    by_arch, draws = {}, {}
+    for a in table.archs:
+        curves = _run_curves(table.select(a))
+        point = _envelope_at(curves, np.log(c_star))
+        draws[a] = np.array([_envelope_at([curves[i] for i in rng.integers(0, len(curves), len(curves))],
+                                          np.log(c_star)) for _ in range(n_boot)])
+        by_arch[a] = _interval(point, draws[a])
+    return _ranked(c_star, by_arch, draws)
+
+
+def law_at_common_compute(table, include_clamped: bool, n_boot: int = 200, seed: int = 0) -> dict:
+    """Each arch's fitted approach-1 law L(C) at `common_compute(table)`, with intervals from refitting
+    on run-resampled tables (two-sided, unlike the envelope's). Archs whose law cannot be fitted are
+    left out and listed under "unfitted"."""
+    from fit import approach1
+    from fit.bootstrap import bootstrap
+    from fit.table import FitError
+
+    c_star = common_compute(table)
+
+    def law_at(t) -> dict:
+        return {"L": float(approach1.fit(t, include_clamped=include_clamped).laws["L_C"](c_star))}
+
+    by_arch, draws, unfitted = {}, {}, {}
+    for a in table.archs:
+        sub = table.select(a)
+        try:
+            point = law_at(sub)["L"]
+            draws[a] = bootstrap(sub, law_at, n_boot, seed).samples["L"]
+        except FitError as e:
+            unfitted[a] = str(e)
+            continue
+        by_arch[a] = _interval(point, draws[a])
+    out = _ranked(c_star, by_arch, draws) if by_arch else {"compute": c_star, "by_arch": {}}
+    out["unfitted"] = unfitted
     return out
 
 
