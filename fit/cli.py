@@ -17,12 +17,13 @@ import json
 import sys
 import zlib
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
 from fit import approach1, approach2, approach3, plots, report
 from fit.bootstrap import bootstrap
-from fit.table import FitError, compute_scale, load
+from fit.table import FitError, Table, compute_scale, load
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -46,61 +47,80 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def fit_arch(table, args, unit_scale: float):
+def fit_arch(table, *, approach: int, unit_scale: float = 1.0, irreducible: bool = False,
+             include_clamped: bool = False, flops_per_param_token: float = 6.0):
     """(point estimate, function that refits a resampled table) for one arch's table."""
-    if args.approach == 1:
+    if approach == 1:
         def fn(t):
-            return approach1.fit(t, irreducible=args.irreducible,
-                                 include_clamped=args.include_clamped)
-    elif args.approach == 2:
+            return approach1.fit(t, irreducible=irreducible, include_clamped=include_clamped)
+    elif approach == 2:
         def fn(t):
-            return approach2.fit(t, irreducible=args.irreducible)
+            return approach2.fit(t, irreducible=irreducible)
     else:
         def fn(t, init=None):
-            r = approach3.fit(t, flops_per_param_token=args.flops_per_param_token, init=init)
+            r = approach3.fit(t, flops_per_param_token=flops_per_param_token, init=init)
             laws = {k: law.scaled_input(unit_scale) for k, law in r.laws.items()}
             return dataclasses.replace(r, laws=laws)
     point = fn(table)
-    if args.approach == 3:  # resamples start from the point estimate (one L-BFGS run each)
+    if approach == 3:  # resamples start from the point estimate (one L-BFGS run each)
         return point, lambda t: fn(t, init=point.theta).params()
     return point, lambda t: fn(t).params()
 
 
-def run(args: argparse.Namespace) -> dict:
-    scale = compute_scale(args.compute_unit)
-    table = load(args.table)
-    archs = args.arch or table.archs
+def fit_table(table: Table | str | Path, out: str | Path, *, approach: int = 1,
+              compute_unit: str = "flops", bootstrap_n: int = 200, seed: int = 0,
+              archs: list[str] | None = None, irreducible: bool = False,
+              include_clamped: bool = False, flops_per_param_token: float = 6.0,
+              log: Callable[[str], None] = print) -> dict:
+    """Fit every arch of ``table`` (a Table or a path `load` reads), write out/fits.json and the
+    PNGs, and return the fits.json dict {arch: entry}. The library form of ``python -m fit``."""
+    if approach not in (1, 2, 3):
+        raise FitError(f"approach must be 1, 2 or 3, got {approach!r}")
+    scale = compute_scale(compute_unit)
+    source = table if isinstance(table, (str, Path)) else table.source
+    table = load(table) if isinstance(table, (str, Path)) else table
+    archs = list(archs or table.archs)
     unknown = sorted(set(archs) - set(table.archs))
     if unknown:
-        raise FitError(f"arch(s) {', '.join(unknown)} not in {args.table}; it has "
+        raise FitError(f"arch(s) {', '.join(unknown)} not in {source}; it has "
                        f"{', '.join(table.archs)}")
-    out = Path(args.out)
+    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     # Approaches 1 and 2 work on C in the output unit; approach 3 on N and D (laws rescaled).
-    fit_table = table if args.approach == 3 else table.with_compute_unit(args.compute_unit)
+    fit_tab = table if approach == 3 else table.with_compute_unit(compute_unit)
     fits, results, tables = {}, {}, {}
     for arch in archs:
-        sub = fit_table.select(arch)
-        print(f"[fit] {arch}: {len(set(sub.run.tolist()))} runs, {len(sub)} points, "
-              f"approach {args.approach}", flush=True)
-        point, refit = fit_arch(sub, args, scale)
+        sub = fit_tab.select(arch)
+        log(f"[fit] {arch}: {len(set(sub.run.tolist()))} runs, {len(sub)} points, "
+            f"approach {approach}")
+        point, refit = fit_arch(sub, approach=approach, unit_scale=scale, irreducible=irreducible,
+                                include_clamped=include_clamped,
+                                flops_per_param_token=flops_per_param_token)
         boot = None
-        if args.bootstrap:
+        if bootstrap_n:
             # Per-arch stream, independent of which other archs are fitted.
-            seed = int(np.random.SeedSequence([args.seed, zlib.crc32(arch.encode())])
-                       .generate_state(1)[0])
-            boot = bootstrap(sub, refit, args.bootstrap, seed=seed,
-                             progress=lambda line: print(f"[fit] {arch}: {line}", flush=True))
-            print(f"[fit] {arch}: {args.bootstrap} bootstrap resamples "
-                  f"({boot.n_failed} failed)", flush=True)
-        fits[arch] = report.entry(point, args.compute_unit, boot, args.seed)
+            arch_seed = int(np.random.SeedSequence([seed, zlib.crc32(arch.encode())])
+                            .generate_state(1)[0])
+            boot = bootstrap(sub, refit, bootstrap_n, seed=arch_seed,
+                             progress=lambda line, a=arch: log(f"[fit] {a}: {line}"))
+            log(f"[fit] {arch}: {bootstrap_n} bootstrap resamples ({boot.n_failed} failed)")
+        fits[arch] = report.entry(point, compute_unit, boot, seed)
         results[arch] = point
-        tables[arch] = sub.with_compute_unit(args.compute_unit) if args.approach == 3 else sub
+        tables[arch] = sub.with_compute_unit(compute_unit) if approach == 3 else sub
     (out / "fits.json").write_text(json.dumps(fits, indent=2) + "\n")
-    pngs = plots.write_all(out, tables, results, args.compute_unit)
-    print(report.summary(fits))
-    print(f"[fit] wrote {out / 'fits.json'} and {', '.join(p.name for p in pngs)}")
+    pngs = plots.write_all(out, tables, results, compute_unit)
+    log(report.summary(fits))
+    log(f"[fit] wrote {out / 'fits.json'} and {', '.join(p.name for p in pngs)}")
     return fits
+
+
+def run(args: argparse.Namespace) -> dict:
+    """``python -m fit`` on parsed arguments (see `fit_table`)."""
+    return fit_table(args.table, args.out, approach=args.approach, compute_unit=args.compute_unit,
+                     bootstrap_n=args.bootstrap, seed=args.seed, archs=args.arch,
+                     irreducible=args.irreducible, include_clamped=args.include_clamped,
+                     flops_per_param_token=args.flops_per_param_token,
+                     log=lambda line: print(line, flush=True))
 
 
 def main(argv=None) -> int:
