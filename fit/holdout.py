@@ -49,7 +49,7 @@ class Prediction:
     law: dict  # the approach-3 fit without the held-out size: E, A, B, alpha, beta
     resid_sd: float  # RMS ln residual of that fit
     extra_sd: float
-    n_boot_ok: int
+    n_boot_ok: int  # 0: the fit's uncertainty could not be bootstrapped (too few runs)
     n_runs_fit: int
 
     @property
@@ -103,9 +103,12 @@ def predict(table: Table, *, n_boot: int = 200, seed: int = 0, extra_sd: float =
     draws = np.tile(pred, (1, 1))
     n_ok = 0
     if n_boot:
-        boot = bootstrap(rest, refit, n_boot, seed=seed)
-        draws = np.stack([boot.samples[f"p{i}"] for i in range(len(tokens))], axis=1)  # [b, p]
-        n_ok = len(draws)
+        try:
+            boot = bootstrap(rest, refit, n_boot, seed=seed)
+            draws = np.stack([boot.samples[f"p{i}"] for i in range(len(tokens))], axis=1)  # [b, p]
+            n_ok = len(draws)
+        except FitError:  # too few runs (e.g. 2 sizes): most resamples hold one size only
+            pass  # n_boot_ok = 0: the interval is the observation noise alone (reported as such)
     rng = np.random.default_rng([seed, 1])
     reps = max(1, 4000 // len(draws))  # noise draws per fit draw
     noisy = np.repeat(draws, reps, axis=0) * np.exp(sd * rng.standard_normal((len(draws) * reps, 1)))

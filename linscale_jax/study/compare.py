@@ -7,13 +7,61 @@
                                                         L(C) there, + "unfitted": {arch: reason}
     niah_comparison(niah, n_boot, seed)           -> {arch: [acc, lo, hi]}, {"llama-<arch>": [d, lo, hi]}
     probe_comparison(probe)                       -> the same for the line probe (normal approximation)
+    checkpoint_sd(table), noise_sd(table, seed_sd)  -> {arch: sd in nats} of one loss point
 Intervals: bootstrap over whole runs (the envelope; the laws refitted), over NIAH cells, or the
-binomial normal approximation for probe accuracies (independent items).
+binomial normal approximation for probe accuracies (independent items). The loss comparisons take
+`noise` = {arch: sd}: every bootstrap draw of an arch's value gets an independent normal error of
+that sd (checkpoint-to-checkpoint noise measured from the table, plus the seed-to-seed sd measured
+by linscale_jax.study.noise), so the intervals cover a re-run with another seed, not only another
+choice of runs. "resolved" says whether the best-vs-runner-up interval excludes 0.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+
+def residual_sd(x, losses) -> tuple[float, float]:
+    """(RMS residual around a quadratic in x, share of successive points that rise), pooled over rows.
+
+    x [k] (e.g. ln step), losses [runs, k]; the residual is scaled for the 3 fitted coefficients."""
+    x = np.asarray(x, float)
+    res, rises = [], []
+    for y in np.asarray(losses, float):
+        deg = min(2, len(x) - 2)
+        coef = np.polyfit(x, y, deg)
+        res.append((y - np.polyval(coef, x)) * np.sqrt(len(x) / (len(x) - deg - 1)))
+        rises.append(np.diff(y) > 0)
+    return float(np.sqrt(np.mean(np.concatenate(res) ** 2))), float(np.mean(np.concatenate(rises)))
+
+
+def checkpoint_sd(table) -> dict:
+    """Per arch: {"sd": nats, "rise": share} of checkpoint-to-checkpoint noise in the second half of
+    every run (residual around each run's quadratic trend in ln compute, pooled over runs)."""
+    out = {}
+    for a in table.archs:
+        res, rises, n = [], [], 0
+        for _, r in table.select(a).runs():
+            k = len(r.loss) // 2
+            if len(r.loss) - k >= 4:
+                sd, rise = residual_sd(np.log(r.flops[k:]), r.loss[None, k:])
+                m = len(r.loss) - k
+                res.append(sd**2 * m)
+                rises.append(rise * (m - 1))
+                n += m
+        out[a] = ({"sd": float(np.sqrt(sum(res) / n)), "rise": float(sum(rises) / (n - len(res)))} if n
+                  else {"sd": 0.0, "rise": float("nan")})
+    return out
+
+
+def noise_sd(table, seed_sd: float = 0.0) -> dict:
+    """Per arch: sd (nats) of one measured loss point = checkpoint noise (+) seed-to-seed sd."""
+    return {a: float(np.hypot(v["sd"], seed_sd)) for a, v in checkpoint_sd(table).items()}
+
+
+def _add_noise(draws, sd: float, rng) -> np.ndarray:
+    draws = np.asarray(draws, float)
+    return draws + sd * rng.standard_normal(draws.shape) if sd else draws
 
 
 def _run_curves(sub):
@@ -53,6 +101,7 @@ def _ranked(c_star: float, by_arch: dict, draws: dict) -> dict:
         ok = np.isfinite(m).all(axis=0)
         out["p_best"] = float(np.mean(np.argmin(m[:, ok], axis=0) == archs.index(order[0]))) if ok.any() \
             else float("nan")
+        out["resolved"] = bool(np.isfinite(out["diff"][1]) and out["diff"][1] > 0)
     return out
 
 
@@ -63,8 +112,8 @@ def _interval(point: float, boot) -> list[float]:
     return [point, float(lo), float(hi)]
 
 
-def loss_at_common_compute(table, n_boot: int = 200, seed: int = 0) -> dict:
-    """Envelope loss of every arch at `common_compute(table)`, bootstrapping whole runs."""
+def loss_at_common_compute(table, n_boot: int = 200, seed: int = 0, noise: dict | None = None) -> dict:
+    """Envelope loss of every arch at `common_compute(table)`, bootstrapping whole runs (+ `noise`)."""
     c_star = common_compute(table)
     rng = np.random.default_rng(seed)
     by_arch, draws = {}, {}
@@ -73,13 +122,15 @@ def loss_at_common_compute(table, n_boot: int = 200, seed: int = 0) -> dict:
         point = _envelope_at(curves, np.log(c_star))
         draws[a] = np.array([_envelope_at([curves[i] for i in rng.integers(0, len(curves), len(curves))],
                                           np.log(c_star)) for _ in range(n_boot)])
+        draws[a] = _add_noise(draws[a], (noise or {}).get(a, 0.0), rng)
         by_arch[a] = _interval(point, draws[a])
     return _ranked(c_star, by_arch, draws)
 
 
-def law_at_common_compute(table, include_clamped: bool, n_boot: int = 200, seed: int = 0) -> dict:
+def law_at_common_compute(table, include_clamped: bool, n_boot: int = 200, seed: int = 0,
+                          noise: dict | None = None) -> dict:
     """Each arch's fitted approach-1 law L(C) at `common_compute(table)`, with intervals from refitting
-    on run-resampled tables (two-sided, unlike the envelope's). Archs whose law cannot be fitted are
+    on run-resampled tables (two-sided, unlike the envelope's), plus `noise`. Archs whose law cannot be fitted are
     left out and listed under "unfitted"."""
     from fit import approach1
     from fit.bootstrap import bootstrap
@@ -91,11 +142,13 @@ def law_at_common_compute(table, include_clamped: bool, n_boot: int = 200, seed:
         return {"L": float(approach1.fit(t, include_clamped=include_clamped).laws["L_C"](c_star))}
 
     by_arch, draws, unfitted = {}, {}, {}
+    rng = np.random.default_rng([seed, 7])  # noise draws, one stream for all archs (independent)
     for a in table.archs:
         sub = table.select(a)
         try:
             point = law_at(sub)["L"]
             draws[a] = bootstrap(sub, law_at, n_boot, seed).samples["L"]
+            draws[a] = _add_noise(draws[a], (noise or {}).get(a, 0.0), rng)
         except FitError as e:
             unfitted[a] = str(e)
             continue

@@ -94,20 +94,6 @@ def loss_at(bl: np.ndarray, v: int) -> float:
     return float(bl[:v, 0].sum() / bl[:v, 1].sum())
 
 
-def ckpt_noise(steps: np.ndarray, losses: np.ndarray) -> tuple[float, float]:
-    """(RMS residual around a quadratic in ln step, share of rises) of late checkpoints, pooled.
-
-    steps [k], losses [runs, k] (the late checkpoints)."""
-    x = np.log(steps)
-    res, rises = [], []
-    for y in losses:
-        deg = min(2, len(x) - 2)
-        coef = np.polyfit(x, y, deg)
-        res.append((y - np.polyval(coef, x)) * np.sqrt(len(x) / (len(x) - deg - 1)))
-        rises.append(np.diff(y) > 0)
-    return float(np.sqrt(np.mean(np.concatenate(res) ** 2))), float(np.mean(np.concatenate(rises)))
-
-
 def sample_sd(bl: np.ndarray, v: int) -> float:
     """sd of the loss over disjoint v-batch samples of the batches in `bl` (needs >= 2 groups)."""
     g = len(bl) // v
@@ -123,6 +109,7 @@ def measure(workdir: str, preset: str = "configs/study/cpu.py", arch: str = "lla
     from linscale_jax import checkpoint as ckpt
     from linscale_jax import data, trainer
     from linscale_jax.study import cooldown as cool
+    from linscale_jax.study.compare import residual_sd
 
     t0 = time.time()
     study = _study(preset)
@@ -155,7 +142,7 @@ def measure(workdir: str, preset: str = "configs/study/cpu.py", arch: str = "lla
         for v in val:
             L = np.array([[loss_at(b, v) for b in run] for run in arr])  # [seeds, k]
             k0 = len(st) - len(late) if kind != "cool" else 0
-            sd_ck, rise = ckpt_noise(np.array(st[k0:], float), L[:, k0:]) if len(st[k0:]) >= 3 \
+            sd_ck, rise = residual_sd(np.log(np.array(st[k0:], float)), L[:, k0:]) if len(st[k0:]) >= 3 \
                 else (float("nan"), float("nan"))
             rows.append(dict(estimator=f"{kind}@{v}", val_tokens=int(arr[0, -1, :v, 1].sum()),
                              final_step=int(st[-1]), final_loss=float(L[:, -1].mean()),

@@ -1,8 +1,8 @@
 """DIR/report.md of a study: plots, fitted laws beside the paper's Table 3, NIAH, comparisons.
 
     write_report(study, runs, workdir, approach, fit_errors) -> path of report.md
-Reads DIR/fit/table.csv (the checkpoints the laws use), DIR/fit/fits.json (+ its PNGs) and each
-run's eval/results.jsonl; writes DIR/report.md and DIR/report/loss_vs_compute.png (every arch's
+Reads DIR/fit/table.csv (the checkpoints the laws use), DIR/fit/fits.json (+ its PNGs),
+DIR/holdout.json (linscale_jax.study.holdout) and each run's eval/results.jsonl; writes DIR/report.md and DIR/report/loss_vs_compute.png (every arch's
 curves, envelope and fitted L(C)).
 """
 
@@ -13,7 +13,7 @@ import os
 
 import numpy as np
 
-from linscale_jax.study import compare
+from linscale_jax.study import compare, holdout
 
 LAWS = (("L_C", "L(C)"), ("N_opt_C", "N_opt(C)"), ("D_opt_C", "D_opt(C)"))
 
@@ -166,7 +166,11 @@ def write_report(study, runs, workdir: str, approach: int, fit_errors: dict | No
     for a, err in (fit_errors or {}).items():
         L.append(f"\n**Not fitted: {a}** — {err}")
     L += ["", "![ours vs paper](fit/paper_overlay.png)", ""]
-    L += _comparisons(runs, table, fits, n_boot, int(study.fit.seed), bool(study.fit.include_clamped))
+    seed_sd = float(study.get("noise", {}).get("seed_sd", 0.0))
+    L += _noise_section(table, seed_sd)
+    L += holdout.report_section(workdir)
+    L += _comparisons(runs, table, fits, n_boot, int(study.fit.seed), bool(study.fit.include_clamped),
+                      compare.noise_sd(table, seed_sd))
     L += _niah_section(runs, workdir)
     L += _runs_table(runs)
     path = os.path.join(workdir, "report.md")
@@ -183,25 +187,45 @@ def _largest(runs) -> dict:
     return out
 
 
-def _comparisons(runs, table, fits, n_boot: int, seed: int, include_clamped: bool) -> list[str]:
+def _noise_section(table, seed_sd: float) -> list[str]:
+    L = ["## Noise floor", "", "Checkpoint-to-checkpoint noise of the loss points the laws use: RMS residual of the "
+         "second half of every run around its quadratic trend in ln C (nats), and the share of successive "
+         f"checkpoints whose loss rises. Seed-to-seed sd (study.noise.seed_sd, measured by "
+         f"`python -m linscale_jax.study.noise`): {seed_sd:.3g} nats. The comparisons' intervals add both.", "",
+         "| arch | checkpoint sd (nats) | rising share | sd of one point incl. seed |", "|---|---|---|---|"]
+    total = compare.noise_sd(table, seed_sd)
+    for a, v in compare.checkpoint_sd(table).items():
+        L.append(f"| {a} | {v['sd']:.4f} | {v['rise']:.0%} | {total[a]:.4f} |")
+    return L + [""]
+
+
+def _verdict(c: dict) -> str:
+    if c.get("resolved"):
+        return "resolved (the 95% interval of the difference excludes 0)"
+    return "**not resolved** (the 95% interval of the difference includes 0)"
+
+
+def _comparisons(runs, table, fits, n_boot: int, seed: int, include_clamped: bool,
+                 noise: dict | None = None) -> list[str]:
     L = ["## Comparisons (computed)", ""]
     if len(table.archs) >= 2:
-        c = compare.loss_at_common_compute(table, n_boot, seed)
+        c = compare.loss_at_common_compute(table, n_boot, seed, noise)
         L.append(f"**Lowest loss at the largest common compute C = {c['compute']:.3g} PF-days** (the largest "
                  "compute every arch reaches with >= 2 runs): **" + c["best"] + "** "
                  f"(bootstrap share of resamples where it is lowest: {c.get('p_best', float('nan')):.2f}); "
-                 f"{c['runner_up']} is {_ci(c['diff'])} nats higher.")
-        law = compare.law_at_common_compute(table, include_clamped, n_boot, seed)
+                 f"{c['runner_up']} is {_ci(c['diff'])} nats higher: {_verdict(c)}.")
+        law = compare.law_at_common_compute(table, include_clamped, n_boot, seed, noise)
         if law.get("runner_up"):
             L.append(f"By the fitted L(C) laws at the same C: **{law['best']}** (share of resamples: "
-                     f"{law.get('p_best', float('nan')):.2f}); {law['runner_up']} is {_ci(law['diff'])} higher.")
+                     f"{law.get('p_best', float('nan')):.2f}); {law['runner_up']} is {_ci(law['diff'])} higher: "
+                     f"{_verdict(law)}.")
         L += ["", "| arch | envelope loss at that C [95%] | fitted L(C) at that C [95%] |", "|---|---|---|"]
         L += [f"| {a} | {_ci(v)} | {_ci(law['by_arch'][a]) if a in law['by_arch'] else 'not fitted'} |"
               for a, v in sorted(c["by_arch"].items(), key=lambda kv: kv[1][0])]
-        L += ["", "Both intervals resample whole runs. A resample can only lose runs and the envelope is a "
-              "minimum over runs, so each envelope lower bound equals its point estimate by construction; "
-              "the law column refits L(C) on every resample and is two-sided. Neither includes evaluation "
-              "noise or seed-to-seed variation (one seed per run)."]
+        L += ["", "Both intervals resample whole runs and add, per draw, a normal error with the sd of one loss "
+              "point (checkpoint noise measured from this table (+) the measured seed-to-seed sd; see "
+              "'Noise floor'), so they cover a re-run with another seed. The law column refits L(C) on every "
+              "resample. A difference whose interval includes 0 is reported as not resolved."]
     L += ["", "**Exponents side by side** (ours [95%] / paper):", "",
           "| arch | L(C) | N_opt(C) | D_opt(C) |", "|---|---|---|---|"]
     from fit import paper

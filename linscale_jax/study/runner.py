@@ -4,7 +4,9 @@
 
 Layout: DIR/runs/<arch>-<size>/ (a trainer workdir each: checkpoints/, metrics.jsonl, eval/),
 DIR/table.csv (eval.export: every checkpoint), DIR/fit/ (table.csv: the checkpoints after the
-learning-rate warmup, which the laws use; fits.json + PNGs from fit/), DIR/report.md.
+learning-rate warmup, which the laws use; fits.json + PNGs from fit/), DIR/holdout.csv (+
+holdout_curves.csv, holdout.json: each arch's largest size predicted by laws fitted without it,
+linscale_jax.study.holdout), DIR/report.md.
 Resumable at every level: a run whose last checkpoint is its final step is not trained again, a
 partial run resumes from its newest checkpoint (trainer.train), and eval.runner skips
 (checkpoint, task) pairs already in a run's eval/results.jsonl. Per run: val_loss at every
@@ -18,7 +20,6 @@ are still training). max_runs stops after that many runs were processed here (a 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
@@ -105,7 +106,7 @@ def join(study, runs, workdir: str, approach: int, log=_print) -> dict:
     """DIR/table.csv from every run's eval rows, DIR/fit/table.csv (the rows after the warmup, which
     the fits, plots and comparisons use), fits (DIR/fit/) and report.md."""
     from eval.export import collect, write_csv
-    from linscale_jax.study import report
+    from linscale_jax.study import holdout, report
 
     have = [r for r in runs if os.path.exists(os.path.join(r.workdir, "eval", "results.jsonl"))]
     if not have:
@@ -120,6 +121,7 @@ def join(study, runs, workdir: str, approach: int, log=_print) -> dict:
     fit_table = os.path.join(fit_dir, "table.csv")
     write_csv([r for r in rows if int(r["step"]) >= warmup], fit_table)
     errors = fit_laws(study, fit_table, fit_dir, approach, log)
+    holdout.write(study, fit_table, workdir, log)
     path = report.write_report(study, runs, workdir, approach, fit_errors=errors)
     log(f"[study] wrote {path}")
     return {"table": table, "fit_dir": fit_dir, "report": path, "fit_errors": errors}
@@ -130,15 +132,12 @@ def fit_laws(study, table_path: str, out: str, approach: int, log=_print) -> dic
     from fit import cli
     from fit.table import FitError, load
 
-    args = argparse.Namespace(table=table_path, approach=int(approach), out=out, compute_unit="pf-days",
-                              bootstrap=int(study.fit.bootstrap), seed=int(study.fit.seed), arch=None,
-                              irreducible=False, include_clamped=bool(study.fit.include_clamped),
-                              flops_per_param_token=6.0)
+    opts = dict(approach=int(approach), include_clamped=bool(study.fit.include_clamped))
     table = load(table_path).with_compute_unit("pf-days")
     errors, good = {}, []
-    for arch in load(table_path).archs:
+    for arch in table.archs:
         try:
-            cli.fit_arch(table.select(arch), args, 1.0)
+            cli.fit_arch(table.select(arch), **opts)
             good.append(arch)
         except FitError as e:
             errors[arch] = str(e)
@@ -147,11 +146,12 @@ def fit_laws(study, table_path: str, out: str, approach: int, log=_print) -> dic
     with open(os.path.join(out, "errors.json"), "w") as f:
         json.dump(errors, f, indent=2)
     if good:
+        fit = dict(compute_unit="pf-days", seed=int(study.fit.seed), archs=good, log=log, **opts)
         try:
-            cli.run(argparse.Namespace(**{**vars(args), "arch": good}))
+            cli.fit_table(table_path, out, bootstrap_n=int(study.fit.bootstrap), **fit)
         except FitError as e:  # e.g. too many failed bootstrap resamples
             log(f"[study] fit with bootstrap failed ({e}); refitting without intervals")
-            cli.run(argparse.Namespace(**{**vars(args), "arch": good, "bootstrap": 0}))
+            cli.fit_table(table_path, out, bootstrap_n=0, **fit)
             errors["bootstrap"] = str(e)
     return errors
 
