@@ -3,6 +3,7 @@
     TASKS[name](run: eval.loading.Run, ctx: TaskContext) -> dict of metric fields (JSON-friendly)
 
   val_loss     validation loss / ppl / bits per byte on the run's held-out split   (eval.val_loss)
+  val_loss_avg the same for the mean weights of the checkpoints of the last quarter of the steps
   niah         needle in a haystack, standard mode; heatmap + grid under DIR/eval/niah/
   niah_easy    the same, easy mode (question and answer inserted)
   probe        multiple-choice probe from the run's corpus through lm-eval          (eval.probe)
@@ -57,6 +58,12 @@ def val_loss(run, ctx: TaskContext) -> dict:
     from eval.val_loss import validation_loss
 
     return validation_loss(run.model, run.config, run.vocab, ctx.val_batches)
+
+
+def val_loss_avg(run, ctx: TaskContext) -> dict:
+    from eval.val_loss import averaged_validation_loss
+
+    return averaged_validation_loss(run.model, run.config, run.vocab, ctx.workdir, ctx.step, ctx.val_batches)
 
 
 def _documents(config):
@@ -131,6 +138,7 @@ def lm_group(run, ctx: TaskContext, name: str) -> dict:
 
 TASKS = {
     "val_loss": val_loss,
+    "val_loss_avg": val_loss_avg,
     "niah": niah,
     "niah_easy": lambda run, ctx: niah(run, ctx, mode="easy"),
     "probe": probe,

@@ -2,6 +2,7 @@
 
     m = validation_loss(model, config, vocab, num_batches=None)
       -> {"val_loss", "val_ppl", "val_bpb", "val_tokens", "val_bytes"}
+    m = averaged_validation_loss(model, config, vocab, workdir, step)   # + "avg_steps", "avg_from"
 
 Batches come from data.eval_batches(config, split="validation") — the run's task, tokenisation,
 sequence length and packing — so val_loss is the quantity the trainer logs. The loss is the
@@ -70,3 +71,49 @@ def validation_loss(model, config, vocab, num_batches: int | None = None) -> dic
         raise FloatingPointError(f"validation loss is {loss}; the checkpoint has non-finite weights")
     return {"val_loss": loss, "val_ppl": math.exp(loss), "val_bpb": nll / (math.log(2) * max(nbytes, 1)),
             "val_tokens": int(tokens), "val_bytes": nbytes}
+
+
+AVG_FRACTION = 0.25  # val_loss_avg: average the checkpoints of the last quarter of the steps so far
+_PARAMS_CACHE: dict = {}  # (workdir, step) -> parameter state, the few newest per workdir
+
+
+def _params_of(workdir: str, step: int, model=None):
+    """The parameter state of checkpoint `step` (cached; `model` is that step's model if loaded)."""
+    from linscale_jax import checkpoint as ckpt
+
+    key = (str(workdir), int(step), (ckpt.ckpt_dir(workdir) / str(step)).stat().st_mtime_ns)
+    if key not in _PARAMS_CACHE:
+        m = model if model is not None else ckpt.load_model(workdir, step)[0]
+        _PARAMS_CACHE[key] = nnx.state(m, nnx.Param)
+        mine = sorted(k for k in _PARAMS_CACHE if k[0] == key[0])
+        for old in mine[:-16]:
+            del _PARAMS_CACHE[old]
+    return _PARAMS_CACHE[key]
+
+
+def window_steps(steps, step: int, fraction: float = AVG_FRACTION) -> list[int]:
+    """The checkpoint steps in [step·(1 − fraction), step] (always including `step`)."""
+    if not 0 <= fraction < 1:
+        raise ValueError(f"the averaging window fraction must be in [0, 1), got {fraction}")
+    return [s for s in steps if step * (1 - fraction) <= s <= step] or [step]
+
+
+def averaged_model(model, workdir: str, step: int, fraction: float = AVG_FRACTION):
+    """A copy of `model` (the checkpoint of `step`) whose weights are the mean of the weights of the
+    run's checkpoints in the last `fraction` of the steps so far (checkpoint averaging, the offline
+    form of an EMA of the weights whose horizon grows with the step; Sanyal et al. 2023 'LAWA')."""
+    from linscale_jax import checkpoint as ckpt
+
+    use = window_steps(ckpt.list_steps(workdir), step, fraction)
+    states = [_params_of(workdir, s, model if s == step else None) for s in use]
+    mean = jax.tree.map(lambda *xs: sum(xs) / len(xs), *states)
+    graphdef, _, rest = nnx.split(model, nnx.Param, ...)
+    return nnx.merge(graphdef, mean, rest), use
+
+
+def averaged_validation_loss(model, config, vocab, workdir: str, step: int, num_batches: int | None = None,
+                             fraction: float = AVG_FRACTION) -> dict:
+    """`validation_loss` of the checkpoint-averaged weights (see `averaged_model`), plus the steps
+    averaged ("avg_steps")."""
+    avg, use = averaged_model(model, workdir, step, fraction)
+    return {**validation_loss(avg, config, vocab, num_batches), "avg_steps": len(use), "avg_from": use[0]}

@@ -63,7 +63,7 @@ def test_quick_study_stops_resumes_and_reports(tmp_path):
     report = (Path(wd) / "report.md").read_text()
     for needle in ("Scale difference from the paper", "Table 3", "Lowest loss at the largest common compute",
                    "Exponents side by side", "Retrieval, NIAH", "Line probe", "llama-hgrn2", "N_opt(C)",
-                   "How well the envelope brackets the optimum", "lower bound equals its point estimate",
+                   "How well the envelope brackets the optimum", "Noise floor", "Held-out prediction of the largest size",
                    "fitted L(C) at that C"):
         assert needle in report, needle
     pngs = re.findall(r"\]\(([^)]+\.png)\)", report)

@@ -2,7 +2,8 @@
 
 Fields: model_file, archs, sizes, tokens (training tokens per run, the same for every size),
 checkpoints (dense checkpoints per run; plus checkpoint.log_spaced early ones), overrides (nested
-run-config sections applied to every run), eval (what is evaluated), fit (how laws are fitted).
+run-config sections applied to every run), eval (what is evaluated; fit_loss: which loss the laws
+use), noise (seed_sd: the measured seed-to-seed sd the intervals add), fit (how laws are fitted).
 """
 
 import ml_collections
@@ -21,6 +22,8 @@ def study_defaults() -> ml_collections.ConfigDict:
             checkpoint=dict(log_spaced=4, async_save=False),
         ),
         eval=dict(val_batches=2, niah_grid="4x4", niah_task="niah", probe_items=32,
-                  final_runs="all"),  # NIAH + probe on the final checkpoint of: all | largest
+                  final_runs="all",  # NIAH + probe on the final checkpoint of: all | largest
+                  fit_loss="val_loss"),  # the laws' loss: val_loss | val_loss_avg (averaged weights)
+        noise=dict(seed_sd=0.0),  # seed-to-seed sd of one loss point (nats), from study.noise
         fit=dict(approach=1, bootstrap=200, include_clamped=False, seed=0),
     ))

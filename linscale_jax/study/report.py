@@ -167,7 +167,9 @@ def write_report(study, runs, workdir: str, approach: int, fit_errors: dict | No
         L.append(f"\n**Not fitted: {a}** — {err}")
     L += ["", "![ours vs paper](fit/paper_overlay.png)", ""]
     seed_sd = float(study.get("noise", {}).get("seed_sd", 0.0))
-    L += _noise_section(table, seed_sd)
+    raw_path = os.path.join(workdir, "fit", "table_raw.csv")
+    L += _noise_section(table, seed_sd, load(raw_path).with_compute_unit("pf-days")
+                        if os.path.exists(raw_path) else None)
     L += holdout.report_section(workdir)
     L += _comparisons(runs, table, fits, n_boot, int(study.fit.seed), bool(study.fit.include_clamped),
                       compare.noise_sd(table, seed_sd))
@@ -187,15 +189,21 @@ def _largest(runs) -> dict:
     return out
 
 
-def _noise_section(table, seed_sd: float) -> list[str]:
+def _noise_section(table, seed_sd: float, raw=None) -> list[str]:
     L = ["## Noise floor", "", "Checkpoint-to-checkpoint noise of the loss points the laws use: RMS residual of the "
          "second half of every run around its quadratic trend in ln C (nats), and the share of successive "
          f"checkpoints whose loss rises. Seed-to-seed sd (study.noise.seed_sd, measured by "
-         f"`python -m linscale_jax.study.noise`): {seed_sd:.3g} nats. The comparisons' intervals add both.", "",
-         "| arch | checkpoint sd (nats) | rising share | sd of one point incl. seed |", "|---|---|---|---|"]
+         f"`python -m linscale_jax.study.noise`): {seed_sd:.3g} nats. The comparisons' intervals add both."
+         + (" The laws use the loss of checkpoint-averaged weights (val_loss_avg); the raw checkpoints' "
+            "val_loss is shown beside it." if raw is not None else ""), "",
+         "| arch | checkpoint sd (nats) | rising share | sd of one point incl. seed |"
+         + (" raw val_loss: checkpoint sd | rising share |" if raw is not None else ""),
+         "|---|---|---|---|" + ("---|---|" if raw is not None else "")]
     total = compare.noise_sd(table, seed_sd)
+    before = compare.checkpoint_sd(raw) if raw is not None else {}
     for a, v in compare.checkpoint_sd(table).items():
-        L.append(f"| {a} | {v['sd']:.4f} | {v['rise']:.0%} | {total[a]:.4f} |")
+        L.append(f"| {a} | {v['sd']:.4f} | {v['rise']:.0%} | {total[a]:.4f} |"
+                 + (f" {before[a]['sd']:.4f} | {before[a]['rise']:.0%} |" if a in before else ""))
     return L + [""]
 
 

@@ -4,7 +4,8 @@
 
 Layout: DIR/runs/<arch>-<size>/ (a trainer workdir each: checkpoints/, metrics.jsonl, eval/),
 DIR/table.csv (eval.export: every checkpoint), DIR/fit/ (table.csv: the checkpoints after the
-learning-rate warmup, which the laws use; fits.json + PNGs from fit/), DIR/holdout.csv (+
+learning-rate warmup, which the laws use, with loss = study.eval.fit_loss's (val_loss, or
+val_loss_avg: checkpoint-averaged weights; then table_raw.csv keeps val_loss); fits.json + PNGs), DIR/holdout.csv (+
 holdout_curves.csv, holdout.json: each arch's largest size predicted by laws fitted without it,
 linscale_jax.study.holdout), DIR/report.md.
 Resumable at every level: a run whose last checkpoint is its final step is not trained again, a
@@ -61,6 +62,19 @@ def final_tasks(study) -> list[str]:
     return [str(study.eval.niah_task), probe.TASK_NAME]
 
 
+def fit_loss(study) -> str:
+    """The eval task whose loss the laws use: val_loss, or val_loss_avg (checkpoint-averaged weights)."""
+    name = str(study.eval.get("fit_loss", "val_loss"))
+    if name not in ("val_loss", "val_loss_avg"):
+        raise ValueError(f"study.eval.fit_loss must be val_loss or val_loss_avg, got {name!r}")
+    return name
+
+
+def loss_tasks(study) -> tuple[str, ...]:
+    """Evaluated at every checkpoint: val_loss, and val_loss_avg when the laws use it."""
+    return ("val_loss",) if fit_loss(study) == "val_loss" else ("val_loss", "val_loss_avg")
+
+
 def eta(timed: list, todo: list) -> str:
     """ETA of the runs still to train from t = a + b·FLOPs fitted to the runs trained so far."""
     if not todo:
@@ -91,7 +105,7 @@ def process_run(study, run, log=_print, final: bool = True) -> None:
         log(f"[study] {run.name}: trained already ({run.steps} steps), skipping training")
     probe.register()
     ctx = eval_context(study)
-    evaluate(run.workdir, "all", ("val_loss",), ctx_kwargs=ctx, log=log)
+    evaluate(run.workdir, "all", loss_tasks(study), ctx_kwargs=ctx, log=log)
     if final:
         evaluate(run.workdir, "last", final_tasks(study), ctx_kwargs=ctx, log=log)
 
@@ -119,7 +133,11 @@ def join(study, runs, workdir: str, approach: int, log=_print) -> dict:
     os.makedirs(fit_dir, exist_ok=True)
     warmup = fit_min_step(runs)
     fit_table = os.path.join(fit_dir, "table.csv")
-    write_csv([r for r in rows if int(r["step"]) >= warmup], fit_table)
+    after = [r for r in rows if int(r["step"]) >= warmup]
+    if fit_loss(study) != "val_loss":  # the laws use the averaged weights' loss; keep the raw one
+        write_csv(after, os.path.join(fit_dir, "table_raw.csv"))
+        after = [{**r, "loss": r.get(f"{fit_loss(study)}.val_loss")} for r in after]
+    write_csv(after, fit_table)
     errors = fit_laws(study, fit_table, fit_dir, approach, log)
     holdout.write(study, fit_table, workdir, log)
     path = report.write_report(study, runs, workdir, approach, fit_errors=errors)
