@@ -10,6 +10,13 @@ the envelope. At this budget every run is still data-limited (tried on llama: co
 8 × 128 or 32 × 128 tokens per step, lr 3e-3 or 1e-2), so the smallest size reaching a compute wins
 almost everywhere; the fit therefore keeps the clamped envelope (fit.include_clamped, as the paper
 does) and report.md says where the envelope is an optimum and where only a bound.
+Noise design (measured with `python -m linscale_jax.study.noise`, README "Noise sources"): the laws
+use val_loss_avg, the loss of the mean weights of the checkpoints in the last quarter of the steps
+so far (checkpoint averaging; on llama-d32 it halved the checkpoint-to-checkpoint sd), on a 4x
+larger validation sample (32 batches = 32,768 tokens instead of 8,192), and the comparisons and the
+held-out prediction add the measured seed-to-seed sd (noise.seed_sd) to their intervals. Cost: two
+evaluations of 32 batches per checkpoint instead of one of 8, no extra training (cooldowns and seed
+replicates cost more than the budget allows; README "Noise sources" says what each would buy).
 """
 
 from linscale_jax.study.presets import study_defaults
@@ -22,6 +29,7 @@ def get_config():
     c.checkpoints = 16
     c.overrides.optim.update(lr=3e-3, warmup_steps=64, schedule="constant")
     c.overrides.checkpoint.log_spaced = 0
-    c.eval.update(val_batches=8)
+    c.eval.update(val_batches=32, fit_loss="val_loss_avg")
+    c.noise.seed_sd = 0.05  # nats; pooled over the 32-batch estimators (study.noise, llama-d32, 3 seeds)
     c.fit.include_clamped = True
     return c

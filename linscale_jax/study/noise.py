@@ -2,7 +2,7 @@
 
     python -m linscale_jax.study.noise --workdir=DIR [--preset=configs/study/cpu.py] [--arch=llama]
         [--size=d16] [--steps=384] [--every=32] [--seeds=3] [--val=2,8,32] [--cooldown=0.2]
-        [--cooldowns=3] [--average=3]
+        [--cooldowns=3] [--average=0.25]
 
 Trains `seeds` runs of one size with the preset's constant learning rate (run i: train.seed =
 data.seed = i, so initialisation and data order both change), a checkpoint every `every` steps.
@@ -12,8 +12,8 @@ the first v batches gives each smaller sample size for free. Measured, per estim
 checkpoint's loss:
 
   raw@v      the checkpoint's weights on the first v validation batches
-  avg@v      the average of the weights of the last `average` checkpoints (checkpoint averaging,
-             the offline form of an EMA of the weights)
+  avg@v      the mean weights of the checkpoints in the last `average` fraction of the steps so
+             far (eval.val_loss.averaged_model: the study's val_loss_avg, an offline EMA)
   cool@v     a cooldown branch (linscale_jax.study.cooldown: linear decay to 0 over `cooldown` ×
              step more steps) from each of the last `cooldowns` checkpoints
 
@@ -76,20 +76,6 @@ def batch_losses(params_model, eval_batches) -> np.ndarray:
     return np.array([[float(s), float(w)] for s, w in out])
 
 
-def averaged_model(workdir: str, steps: list[int]):
-    """The model whose weights are the mean of the given checkpoints' weights."""
-    import jax
-    from flax import nnx
-
-    from linscale_jax import checkpoint as ckpt
-
-    models = [ckpt.load_model(workdir, s)[0] for s in steps]
-    states = [nnx.state(m, nnx.Param) for m in models]
-    mean = jax.tree.map(lambda *xs: sum(xs) / len(xs), *states)
-    nnx.update(models[-1], mean)
-    return models[-1]
-
-
 def loss_at(bl: np.ndarray, v: int) -> float:
     return float(bl[:v, 0].sum() / bl[:v, 1].sum())
 
@@ -105,10 +91,11 @@ def sample_sd(bl: np.ndarray, v: int) -> float:
 
 def measure(workdir: str, preset: str = "configs/study/cpu.py", arch: str = "llama", size: str = "d16",
             steps: int = 384, every: int = 32, seeds: int = 3, val=(2, 8, 32), cooldown: float = 0.2,
-            cooldowns: int = 3, average: int = 3, log=print) -> dict:
+            cooldowns: int = 3, average: float = 0.25, log=print) -> dict:
     from linscale_jax import checkpoint as ckpt
     from linscale_jax import data, trainer
     from linscale_jax.study import cooldown as cool
+    from eval.val_loss import averaged_model
     from linscale_jax.study.compare import residual_sd
 
     t0 = time.time()
@@ -126,8 +113,8 @@ def measure(workdir: str, preset: str = "configs/study/cpu.py", arch: str = "lla
         log(f"[noise] seed {s}: training {arch}-{size} for {steps} steps ({time.time() - t0:.0f}s)")
         trainer.train(cfg, wd)
         raw.append([batch_losses(ckpt.load_model(wd, c)[0], batches) for c in ck])
-        avg.append([batch_losses(averaged_model(wd, ck[i - average + 1:i + 1]), batches)
-                    for i in range(ck.index(late[0]), len(ck))])
+        avg.append([batch_losses(averaged_model(ckpt.load_model(wd, c)[0], wd, c, average)[0], batches)
+                    for c in late])
         row = []
         for c in ck[-cooldowns:]:
             out = os.path.join(workdir, f"seed{s}-cool{c}")
@@ -162,7 +149,8 @@ def measure(workdir: str, preset: str = "configs/study/cpu.py", arch: str = "lla
 def table_md(out: dict) -> str:
     L = [f"{out['arch']}-{out['size']}, {out['steps']} steps at the preset's constant rate "
          f"({out['preset']}), {out['seeds']} seeds, checkpoint every {out['every']} steps; "
-         f"late = second half of the checkpoints; avg = mean weights of the last {out['average']} checkpoints; "
+         f"late = second half of the checkpoints; avg = mean weights of the checkpoints in the last "
+         f"{out['average']:.0%} of the steps (the study's val_loss_avg); "
          f"cool = linear cooldown over {out['cooldown']:.0%} more steps from each of the last "
          f"{out['cooldowns']} checkpoints. Measured in {out['seconds']:.0f} s.", "",
          "| estimator | val tokens | final loss | ckpt-to-ckpt sd | rising share | seed sd (final) | "
@@ -188,7 +176,8 @@ def main(argv=None) -> None:
     p.add_argument("--val", default="2,8,32", help="validation sample sizes in batches")
     p.add_argument("--cooldown", type=float, default=0.2, help="cooldown length / step")
     p.add_argument("--cooldowns", type=int, default=3, help="cool down from this many last checkpoints")
-    p.add_argument("--average", type=int, default=3, help="checkpoints averaged for avg@v")
+    p.add_argument("--average", type=float, default=0.25,
+                   help="avg@v averages the checkpoints in this last fraction of the steps")
     a = p.parse_args(argv)
     out = measure(a.workdir, a.preset, a.arch, a.size, a.steps, a.every, a.seeds,
                   [int(x) for x in a.val.split(",")], a.cooldown, a.cooldowns, a.average)
