@@ -17,7 +17,8 @@ def study_defaults() -> ml_collections.ConfigDict:
         tokens=1.0e6,  # float: paper-scale budgets exceed int32 ConfigDict fields
         checkpoints=10,
         overrides=dict(
-            train=dict(batch_size=8, seq_len=128, log_every=10, eval_every=0),
+            train=dict(batch_size=8, seq_len=128, log_every=10, eval_every=0,
+                       seed=0),  # init seed: a replicate study is --config.overrides.train.seed=1
             optim=dict(lr=3e-3, warmup_steps=20, schedule="cosine"),
             checkpoint=dict(log_spaced=4, async_save=False),
         ),
