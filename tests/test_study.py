@@ -42,8 +42,8 @@ def test_quick_study_stops_resumes_and_reports(tmp_path):
     assert runner.trained(runs[0]) and not any(runner.trained(r) for r in runs[1:])
     before = _snapshot(runs[0])
     rows0 = before[1].splitlines()
-    assert {json.loads(r)["task"] for r in rows0} == {"val_loss"}  # d64 is not the largest: no NIAH
-    assert len(rows0) == len(os.listdir(Path(runs[0].workdir) / "checkpoints"))
+    assert {json.loads(r)["task"] for r in rows0} == {"val_loss", "val_loss_avg"}  # not the largest: no NIAH
+    assert len(rows0) == 2 * len(os.listdir(Path(runs[0].workdir) / "checkpoints"))
 
     out = runner.run_study(study, wd)
     assert not out["stopped"] and all(runner.trained(r) for r in runs)
@@ -66,6 +66,12 @@ def test_quick_study_stops_resumes_and_reports(tmp_path):
                    "How well the envelope brackets the optimum", "Noise floor", "Held-out prediction of the largest size",
                    "fitted L(C) at that C"):
         assert needle in report, needle
+    hold = list(csv.DictReader(open(Path(wd) / "holdout.csv")))
+    assert list(hold[0]) == ["arch", "n_params", "tokens", "predicted", "ci_low", "ci_high", "actual"]
+    assert {r["arch"] for r in hold} == set(fits) and "report/holdout.png" in report
+    fit_rows = list(csv.DictReader(open(Path(wd) / "fit" / "table.csv")))  # the laws use val_loss_avg
+    assert fit_rows and all(r["loss"] == r["val_loss_avg.val_loss"] for r in fit_rows)
+    assert (Path(wd) / "fit" / "table_raw.csv").is_file()
     pngs = re.findall(r"\]\(([^)]+\.png)\)", report)
     assert len(pngs) >= 6 and all((Path(wd) / p).is_file() for p in pngs), pngs
     largest = [r for r in runs if r.size == "d128"]

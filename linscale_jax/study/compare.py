@@ -37,7 +37,8 @@ def residual_sd(x, losses) -> tuple[float, float]:
 
 def checkpoint_sd(table) -> dict:
     """Per arch: {"sd": nats, "rise": share} of checkpoint-to-checkpoint noise in the second half of
-    every run (residual around each run's quadratic trend in ln compute, pooled over runs)."""
+    every run (residual around each run's quadratic trend in ln compute, pooled over runs); NaN when
+    no run has 4 or more checkpoints in its second half."""
     out = {}
     for a in table.archs:
         res, rises, n = [], [], 0
@@ -50,13 +51,13 @@ def checkpoint_sd(table) -> dict:
                 rises.append(rise * (m - 1))
                 n += m
         out[a] = ({"sd": float(np.sqrt(sum(res) / n)), "rise": float(sum(rises) / (n - len(res)))} if n
-                  else {"sd": 0.0, "rise": float("nan")})
+                  else {"sd": float("nan"), "rise": float("nan")})  # runs too short to measure
     return out
 
 
 def noise_sd(table, seed_sd: float = 0.0) -> dict:
     """Per arch: sd (nats) of one measured loss point = checkpoint noise (+) seed-to-seed sd."""
-    return {a: float(np.hypot(v["sd"], seed_sd)) for a, v in checkpoint_sd(table).items()}
+    return {a: float(np.hypot(np.nan_to_num(v["sd"]), seed_sd)) for a, v in checkpoint_sd(table).items()}
 
 
 def _add_noise(draws, sd: float, rng) -> np.ndarray:

@@ -201,9 +201,11 @@ def _noise_section(table, seed_sd: float, raw=None) -> list[str]:
          "|---|---|---|---|" + ("---|---|" if raw is not None else "")]
     total = compare.noise_sd(table, seed_sd)
     before = compare.checkpoint_sd(raw) if raw is not None else {}
+    def cells(v):
+        return f"{v['sd']:.4f} | {v['rise']:.0%}" if np.isfinite(v["sd"]) else "— (too few checkpoints) | —"
+
     for a, v in compare.checkpoint_sd(table).items():
-        L.append(f"| {a} | {v['sd']:.4f} | {v['rise']:.0%} | {total[a]:.4f} |"
-                 + (f" {before[a]['sd']:.4f} | {before[a]['rise']:.0%} |" if a in before else ""))
+        L.append(f"| {a} | {cells(v)} | {total[a]:.4f} |" + (f" {cells(before[a])} |" if a in before else ""))
     return L + [""]
 
 
