@@ -22,7 +22,8 @@ import statistics
 
 FACTOR = 3.0
 WINDOW = 20
-LR_CUT = 10.0  # the suggested learning rate is optim.lr / LR_CUT
+LR_CUT = 10.0  # suggested lr: min(optim.lr, the good checkpoint's lr) / LR_CUT, at most LR_CAP
+LR_CAP = 1e-3  # above 1e-2 no AdamW LM here trains (presets use <= 3e-3): do not suggest 1e5
 
 
 class DivergenceError(FloatingPointError):
@@ -105,7 +106,10 @@ def diverged(monitor: Monitor, step: int, reason: str, grad_norm: float, workdir
             good = s
             break
     bad = [s for s in steps if good is None or s > good]
-    new_lr = lr / LR_CUT
+    good_lr = lr if good is None else float(
+        ckpt.load_metadata(workdir, good).get("config", {}).get("optim", {}).get("lr", lr))
+    new_lr = min(lr, good_lr) / LR_CUT
+    new_lr = min(new_lr, LR_CAP) if lr > 10 * LR_CAP else new_lr
     where = (f"last good checkpoint: {good} (its loss is finite and within {FACTOR:g}x of the "
              f"running loss)" if good is not None else "no good checkpoint: start over")
     msg = (f"training diverged at step {step}: {reason} (grad_norm {grad_norm:.3g}); {where}"
