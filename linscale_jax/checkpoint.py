@@ -13,8 +13,12 @@ Reading API (eval/ and the converters):
   load_model(workdir, step=None) -> (model, config, metadata)
   save_model(workdir, model, config, step=0, metadata=None)
 A checkpoint is complete when Orbax finalised it (partial async writes stay in temporary dirs and
-are ignored) and its metadata parses. A checkpoint that fails to restore is moved to
-DIR/checkpoints_corrupt/<step> with a message, and the previous one is used.
+are ignored) and its metadata parses. Every finished checkpoint gets DIR/checkpoints/<step>/
+checksums.json (sha256 of each file, linscale_jax.ckpt_integrity), verified before restoring; a
+checkpoint that fails verification or restore is moved to DIR/checkpoints_corrupt/<step> with one
+warning line, and the previous one is used (load_model with an explicit step raises instead).
+Metadata also holds `fingerprint` (linscale_jax.run_identity) and, for training checkpoints, the
+step's `loss` and `running_loss` (linscale_jax.divergence).
 """
 
 from __future__ import annotations
@@ -260,6 +264,8 @@ def save_model(workdir, model, config, step: int = 0, metadata: dict | None = No
         mngr.wait_until_finished()
     finally:
         mngr.close()
+    if jax.process_index() == 0:
+        ckpt_integrity.record(ckpt_dir(workdir) / str(step))
     return ckpt_dir(workdir) / str(step)
 
 
