@@ -72,11 +72,15 @@ def main(argv=None) -> int:
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         print(f"ERROR: --out={args.out} is a file; pass a new or empty directory.", file=sys.stderr)
         return 1
-    if args.src_format:
-        import_checkpoint(args.src_format, args.src, args.out)
-    else:
-        export_llama(args.src, args.out, args.step)
-    return 0
+    from linscale_jax import cli_errors
+
+    def convert():  # errors: one line, traceback in a log; a failed conversion leaves no --out
+        if args.src_format:
+            import_checkpoint(args.src_format, args.src, args.out)
+        else:
+            export_llama(args.src, args.out, args.step)
+
+    return cli_errors.run(convert, workdir=args.out, command="convert")
 
 
 if __name__ == "__main__":
