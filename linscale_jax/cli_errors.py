@@ -69,8 +69,14 @@ class _LibraryNoise(logging.Filter):
         return True
 
 
+_FILTER = None
+
+
 def install_log_capture() -> None:
-    f = _LibraryNoise()
+    global _FILTER
+    if _FILTER is not None:
+        return
+    f = _FILTER = _LibraryNoise()
     for h in logging.getLogger().handlers:
         h.addFilter(f)
     with contextlib.suppress(Exception):
