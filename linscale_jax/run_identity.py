@@ -69,10 +69,21 @@ def fingerprint(config) -> dict:
 
 
 def diff(stored_config, config) -> dict:
-    """{field: (stored, new)} of the identity fields that differ."""
+    """{field: (stored, new)} of the identity fields that differ. A field present on one side only
+    (added or removed by a code change since the checkpoint) counts only when it holds a value
+    other than the default of linscale_jax.config.base_config."""
+    from linscale_jax.config import base_config
+
     a, b = fingerprint(stored_config)["fields"], fingerprint(config)["fields"]
-    return {k: (a.get(k, "<absent>"), b.get(k, "<absent>")) for k in sorted(set(a) | set(b))
-            if a.get(k, "<absent>") != b.get(k, "<absent>")}
+    defaults = flatten(base_config())
+    out = {}
+    for k in sorted(set(a) | set(b)):
+        if k in a and k in b:
+            if a[k] != b[k]:
+                out[k] = (a[k], b[k])
+        elif (a if k in a else b)[k] != defaults.get(k, (a if k in a else b)[k]):
+            out[k] = (a.get(k, "<absent>"), b.get(k, "<absent>"))
+    return out
 
 
 def _fmt(d: dict, limit: int = 8) -> str:
