@@ -169,7 +169,8 @@ def _flip(path, offset=8):
     path.write_bytes(bytes(b))
 
 
-@pytest.mark.parametrize("item", ["params", "opt_state", "metadata", "missing", "empty"])
+@pytest.mark.parametrize("item", ["params", "opt_state", "metadata", "broken_json", "missing",
+                                  "empty"])
 def test_damaged_latest_checkpoint_is_moved_aside_and_run_continues_exactly(
         run, reference, item, capsys):
     step6 = run / "checkpoints" / "6"
@@ -178,6 +179,8 @@ def test_damaged_latest_checkpoint_is_moved_aside_and_run_continues_exactly(
     elif item == "empty":  # used to block every rerun with "Checkpoint for step 6 already exists"
         shutil.rmtree(step6)
         step6.mkdir()
+    elif item == "broken_json":  # used to block reruns at step 6 like an empty dir
+        (step6 / "metadata" / "metadata").write_text('{"step": 6, "tok')
     elif item == "metadata":  # a flipped digit: still valid JSON, so only the checksum sees it
         f = step6 / "metadata" / "metadata"
         f.write_text(f.read_text().replace('"step": 6', '"step": 7'))
