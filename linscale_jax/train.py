@@ -62,5 +62,19 @@ def main(argv) -> None:
     sys.exit(cli_errors.run(_train, workdir=_WORKDIR.value, command="train"))
 
 
+def _parse_flags(argv):
+    """absl flag parsing, with a bad flag or config override reported in one line."""
+    try:
+        return flags.FLAGS(argv)
+    except Exception as e:  # noqa: BLE001 - flags.Error, or ml_collections' KeyError/AttributeError
+        text = str(e).replace("\\n", "\n").replace("\\'", "'")
+        if "Traceback" in text:  # a config file's own error: its last line names it
+            text = text.strip().splitlines()[-1]
+        text = " ".join(text.replace("'", "").split()).rstrip(".")
+        print(f"ERROR: bad command line: {text}. See --helpfull for the flags and the config file "
+              "for its fields.", file=sys.stderr)
+        sys.exit(2)
+
+
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=_parse_flags)

@@ -331,3 +331,13 @@ def test_failed_start_leaves_no_workdir_and_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 1 and len(err) == 1 and "max_seq_len" in err[0]
     assert not workdir.exists()
+
+
+def test_bad_flag_is_one_line(tmp_path):
+    """A misspelt config override used to print a 60-line ml_collections traceback."""
+    cmd = [sys.executable, "-m", "linscale_jax.train", "--config=configs/tiny.py",
+           f"--workdir={tmp_path / 'w'}", "--config.train.stepz=3"]
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and 'Did you mean "steps"' in lines[0], p.stderr
+    assert not (tmp_path / "w").exists()
