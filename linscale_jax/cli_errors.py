@@ -18,6 +18,7 @@ cudart, cuInit, absl::InitializeLog lines); the captured text joins the log of a
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import logging
@@ -30,7 +31,8 @@ import time
 import traceback
 from pathlib import Path
 
-NOISE: list[str] = []  # captured native stderr and library log records (for the failure log)
+NOISE: collections.deque = collections.deque(maxlen=200)  # captured native stderr and library
+#                                                          log records (for the failure log)
 
 
 @contextlib.contextmanager
