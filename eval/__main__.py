@@ -42,4 +42,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from linscale_jax import cli_errors
+
+    sys.exit(cli_errors.run(main, command="eval"))

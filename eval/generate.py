@@ -90,7 +90,8 @@ class Generator:
         if total > max_len or max_len > self.cfg.max_seq_len:
             raise ValueError(f"decoding needs {total} positions but the state holds {max_len} (model "
                              f"max_seq_len {self.cfg.max_seq_len}); shorten the prompt, lower "
-                             "--max-new-tokens, or raise --config.model.max_seq_len")
+                             "--max-new-tokens, or evaluate a model trained with a longer "
+                             "model.max_seq_len")
 
     def prefill(self, prompt, max_len: int | None = None, state=None, return_logits: bool = True):
         """prompt [b, t] int -> (logits [b, t, v] (or [b, 1, v] of the last position), state).
@@ -157,12 +158,14 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
     from eval.loading import EvalError, load_run
+    from linscale_jax.ckpt_integrity import CheckpointCorruptError
 
     try:
         run = load_run(a.workdir, a.step)
-    except EvalError as e:
+    except (EvalError, CheckpointCorruptError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    print(f"[{a.workdir} step {run.metadata['step']}]", file=sys.stderr, flush=True)
     ids = [run.bos_id] + run.encode(a.prompt)
     new = Generator(run.model).generate(np.array([ids]), a.max_new_tokens, a.temperature, a.top_k,
                                         a.top_p, a.seed, stop_id=run.eos_id)[0].tolist()
@@ -173,4 +176,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from linscale_jax import cli_errors
+
+    sys.exit(cli_errors.run(main, command="generate"))

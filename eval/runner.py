@@ -17,6 +17,7 @@ import time
 
 from eval.loading import EvalError, checkpoint_steps, load_run
 from eval.suite import TASKS, TaskContext
+from linscale_jax.ckpt_integrity import CheckpointCorruptError
 
 ROW_KEYS = ("step", "tokens", "flops", "flops_exact", "n_params", "arch", "run")
 
@@ -125,7 +126,13 @@ def evaluate(workdir: str, steps="all", tasks=("val_loss",), ctx_kwargs: dict | 
     rows, t_start, loaded = [], time.time(), None
     for i, (step, task) in enumerate(todo, 1):
         if loaded is None or loaded[0] != step:
-            loaded = (step, load_run(workdir, step))
+            try:
+                loaded = (step, load_run(workdir, step))
+            except CheckpointCorruptError as e:  # one bad checkpoint must not abort the rest
+                log(f"WARNING: skipping step {step}: {e}")
+                loaded = (step, None)
+        if loaded[1] is None:
+            continue
         run, meta = loaded[1], metas[step]
         ctx = TaskContext(workdir=workdir, step=step, **(ctx_kwargs or {}))
         if ctx.progress is None:

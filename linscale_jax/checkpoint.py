@@ -13,8 +13,12 @@ Reading API (eval/ and the converters):
   load_model(workdir, step=None) -> (model, config, metadata)
   save_model(workdir, model, config, step=0, metadata=None)
 A checkpoint is complete when Orbax finalised it (partial async writes stay in temporary dirs and
-are ignored) and its metadata parses. A checkpoint that fails to restore is moved to
-DIR/checkpoints_corrupt/<step> with a message, and the previous one is used.
+are ignored) and its metadata parses. Every finished checkpoint gets DIR/checkpoints/<step>/
+checksums.json (sha256 of each file, linscale_jax.ckpt_integrity), verified before restoring; a
+checkpoint that fails verification or restore is moved to DIR/checkpoints_corrupt/<step> with one
+warning line, and the previous one is used (load_model with an explicit step raises instead).
+Metadata also holds `fingerprint` (linscale_jax.run_identity) and, for training checkpoints, the
+step's `loss` and `running_loss` (linscale_jax.divergence).
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 from flax import nnx
+
+from linscale_jax import ckpt_integrity
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +125,7 @@ def config_from_metadata(meta: dict) -> ml_collections.ConfigDict:
 
 def make_metadata(config, step: int, extra: dict | None = None) -> dict:
     """Step, tokens (all sequence positions), paper C, exact FLOPs, non-embedding params, config."""
-    from linscale_jax import accounting
+    from linscale_jax import accounting, run_identity
     from linscale_jax.models import ModelConfig
 
     cfg = ModelConfig.from_config(config.model)
@@ -134,6 +140,7 @@ def make_metadata(config, step: int, extra: dict | None = None) -> dict:
         arch=cfg.arch,
         run=str(config.name),
         config=json.loads(config.to_json_best_effort()),
+        fingerprint=run_identity.fingerprint(config)["sha256"],
     )
     meta.update(extra or {})
     return meta
@@ -158,6 +165,16 @@ def restore(mngr, workdir, abstract_params, abstract_opt_state=None, step=None):
     steps = [step] if step is not None else list_steps(workdir)[::-1]
     for s in steps:
         step_dir = ckpt_dir(workdir) / str(s)
+        problem = ckpt_integrity.verify(step_dir)
+        if problem:  # checksums recorded at save (linscale_jax.ckpt_integrity)
+            err = ckpt_integrity.CheckpointCorruptError(
+                f"checkpoint {step_dir} is corrupt ({problem}); use another step (complete: "
+                f"{list_steps(workdir)}) or re-create it.")
+            if step is not None:
+                raise err
+            _quarantine(workdir, s, err)
+            mngr.reload()
+            continue
         present = {p.name for p in step_dir.iterdir()} if step_dir.is_dir() else set()
         items = dict(params=ocp.args.StandardRestore(abstract_params),
                      metadata=ocp.args.JsonRestore())
@@ -193,7 +210,6 @@ def _quarantine(workdir, step: int, err: Exception) -> None:
     msg = (f"checkpoint step {step} is corrupt or incomplete ({type(err).__name__}: "
            f"{str(err).splitlines()[0][:300]}); moved it to {dst} and falling back to the "
            "previous checkpoint.")
-    log.warning(msg)
     print(f"WARNING: {msg}", flush=True)
 
 
@@ -248,6 +264,8 @@ def save_model(workdir, model, config, step: int = 0, metadata: dict | None = No
         mngr.wait_until_finished()
     finally:
         mngr.close()
+    if jax.process_index() == 0:
+        ckpt_integrity.record(ckpt_dir(workdir) / str(step))
     return ckpt_dir(workdir) / str(step)
 
 

@@ -64,11 +64,23 @@ def export_llama(src: str, out: str, step=None) -> str:
 
 def main(argv=None) -> int:
     args = _parse(sys.argv[1:] if argv is None else argv)
-    if args.src_format:
-        import_checkpoint(args.src_format, args.src, args.out)
-    else:
-        export_llama(args.src, args.out, args.step)
-    return 0
+    if os.path.isdir(args.out) and os.listdir(args.out):
+        print(f"ERROR: --out={args.out} is not empty (it holds {sorted(os.listdir(args.out))[:4]}); "
+              "pass a new or empty directory: convert never writes into an existing run.",
+              file=sys.stderr)
+        return 1
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        print(f"ERROR: --out={args.out} is a file; pass a new or empty directory.", file=sys.stderr)
+        return 1
+    from linscale_jax import cli_errors
+
+    def convert():  # errors: one line, traceback in a log; a failed conversion leaves no --out
+        if args.src_format:
+            import_checkpoint(args.src_format, args.src, args.out)
+        else:
+            export_llama(args.src, args.out, args.step)
+
+    return cli_errors.run(convert, workdir=args.out, command="convert")
 
 
 if __name__ == "__main__":

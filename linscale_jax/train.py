@@ -1,28 +1,57 @@
 """Train a model: python -m linscale_jax.train --config=configs/<file>.py[:<arch>-<size>] --workdir=DIR
 
   --config.train.steps=50 ...   ml_collections overrides of any config field
-  --init_from=PATH              start from the parameters of another run or a converted checkpoint
-                                (a workdir -> its newest checkpoint, or DIR/checkpoints/<step>) with a
-                                fresh optimizer and data from the start ("train --resume" for
-                                converted weights). Ignored once DIR has checkpoints of its own.
-Re-running the same command resumes from DIR's newest complete checkpoint, with the same batches.
-SIGTERM saves a checkpoint and exits 0. A NaN/inf loss exits 1 with the step, keeping the last good
-checkpoint. Multi-host (TPU pod slices, SLURM): run the same command on every host.
+  --init_from=PATH              start a NEW run from the parameters of another run or a converted
+                                checkpoint (a workdir -> its newest checkpoint, or
+                                DIR/checkpoints/<step>) with a fresh optimizer and data from the
+                                start. An error once DIR has checkpoints: re-run without it to resume.
+  --resume_step=N               resume from checkpoint N; later checkpoints move to
+                                DIR/checkpoints_discarded/ (0: start over). Used after a divergence.
+  --allow_config_change         accept a config that differs from the run's beyond the fields that
+                                may change on resume (linscale_jax.run_identity); recorded in metadata.
+Re-running the same command resumes from DIR's newest verified checkpoint, with the same batches.
+One trainer per DIR (DIR/train.lock); eval may run beside it. SIGTERM or Ctrl-C saves a checkpoint
+and exits 0. A NaN/inf or exploding loss exits 1 naming the last good checkpoint and the command
+that resumes from it. Errors are one line; tracebacks go to DIR/logs/.
+Multi-host (TPU pod slices, SLURM): run the same command on every host.
 """
 
 from __future__ import annotations
 
 import sys
 
-from absl import app, flags, logging
-from ml_collections import config_flags
+from linscale_jax import cli_errors  # noqa: F401  (before any library that logs at start-up)
+
+from absl import app, flags, logging  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file, optionally with an argument: configs/tiny.py:tnl-d64.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (checkpoints, metrics, tensorboard).")
 _INIT_FROM = flags.DEFINE_string("init_from", None,
-                                 "Workdir or checkpoint dir whose params start this run.")
+                                 "Workdir or checkpoint dir whose params start this (new) run.")
+_RESUME_STEP = flags.DEFINE_integer("resume_step", None,
+                                    "Resume from this checkpoint; later ones are moved aside.")
+_ALLOW_CHANGE = flags.DEFINE_bool("allow_config_change", False,
+                                  "Accept a config change on resume (recorded in metadata).")
 flags.mark_flags_as_required(["config", "workdir"])
+
+
+def _train() -> int:
+    from linscale_jax import divergence, sharding, trainer
+
+    sharding.maybe_initialize_distributed()
+    try:
+        summary = trainer.train(_CONFIG.value, _WORKDIR.value, init_from=_INIT_FROM.value,
+                                resume_step=_RESUME_STEP.value,
+                                allow_config_change=_ALLOW_CHANGE.value)
+    except divergence.DivergenceError as e:
+        e.args = (f"{e} Command: {divergence.resume_command(sys.argv, e.last_good, e.lr)}",)
+        raise
+    print(f"Done at step {summary['step']}"
+          f"{' (stopped by ' + summary['stopped'] + ')' if summary['stopped'] else ''}; "
+          f"outputs in {_WORKDIR.value}.", flush=True)
+    return 0
 
 
 def main(argv) -> None:
@@ -30,18 +59,22 @@ def main(argv) -> None:
         raise app.UsageError(f"unexpected arguments {argv[1:]}")
     if not flags.FLAGS["verbosity"].present:  # keep Orbax's per-save INFO lines out of the way
         logging.set_verbosity(logging.WARNING)
-    from linscale_jax import sharding, trainer
+    sys.exit(cli_errors.run(_train, workdir=_WORKDIR.value, command="train"))
 
-    sharding.maybe_initialize_distributed()
+
+def _parse_flags(argv):
+    """absl flag parsing, with a bad flag or config override reported in one line."""
     try:
-        summary = trainer.train(_CONFIG.value, _WORKDIR.value, init_from=_INIT_FROM.value)
-    except (trainer.NonFiniteLossError, ValueError, FileNotFoundError) as e:
-        print(f"ERROR: {e}", file=sys.stderr, flush=True)
-        sys.exit(1)
-    print(f"Done at step {summary['step']}"
-          f"{' (stopped by ' + summary['stopped'] + ')' if summary['stopped'] else ''}; "
-          f"outputs in {_WORKDIR.value}.", flush=True)
+        return flags.FLAGS(argv)
+    except Exception as e:  # noqa: BLE001 - flags.Error, or ml_collections' KeyError/AttributeError
+        text = str(e).replace("\\n", "\n").replace("\\'", "'")
+        if "Traceback" in text:  # a config file's own error: its last line names it
+            text = text.strip().splitlines()[-1]
+        text = " ".join(text.replace("'", "").split()).rstrip(".")
+        print(f"ERROR: bad command line: {text}. See --helpfull for the flags and the config file "
+              "for its fields.", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=_parse_flags)

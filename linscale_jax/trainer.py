@@ -30,15 +30,15 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
 from linscale_jax import checkpoint as ckpt
+from linscale_jax import divergence
 from linscale_jax import metrics as metrics_lib
-from linscale_jax import optim, sharding
+from linscale_jax import optim, run_integrity, sharding
 from linscale_jax.models import ModelConfig
 
 BATCH_KEYS = ("inputs", "targets", "segment_ids", "weights")
 
 
-class NonFiniteLossError(FloatingPointError):
-    """Raised when a training loss is NaN/inf; the last good checkpoint is kept."""
+NonFiniteLossError = divergence.DivergenceError  # NaN/inf or exploding loss; checkpoints are kept
 
 
 def loss_sums(model, batch):
@@ -153,28 +153,42 @@ def _compiled(key):
 
 
 class _Sigterm:
-    """Records SIGTERM (preemption) so the loop can save and exit at the next step boundary."""
+    """Records SIGTERM (preemption) or a first Ctrl-C (SIGINT) so the loop can save and exit at the
+    next step boundary; a second Ctrl-C interrupts at once."""
 
     def __init__(self):
-        self.received, self._old = False, None
+        self.received, self.name, self._old = False, None, {}
 
     def __enter__(self):
-        try:
-            self._old = signal.signal(signal.SIGTERM, self._handle)
-        except ValueError:  # not the main thread
-            self._old = None
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                self._old[sig] = signal.signal(sig, self._handle)
+            except ValueError:  # not the main thread
+                pass
         return self
 
-    def _handle(self, *_):
-        self.received = True
+    def _handle(self, signum, _frame):
+        if self.received and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.received, self.name = True, signal.Signals(signum).name
 
     def __exit__(self, *exc):
-        if self._old is not None:
-            signal.signal(signal.SIGTERM, self._old)
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
 
 
-def train(config, workdir, init_from: str | None = None, devices=None) -> dict:
-    """Train (or resume) the run in `workdir`; returns {step, losses: {step: loss}, stopped}."""
+def train(config, workdir, init_from: str | None = None, devices=None,
+          resume_step: int | None = None, allow_config_change: bool = False) -> dict:
+    """Train (or resume) the run in `workdir`; returns {step, losses: {step: loss}, stopped}.
+
+    The workdir is locked, checked and repaired first (linscale_jax.run_integrity): a config that
+    changes the run is refused unless allow_config_change; resume_step=N resumes from checkpoint N
+    and moves later ones aside (0: start over)."""
+    with run_integrity.guard(config, workdir, init_from, resume_step, allow_config_change) as g:
+        return _train(config, workdir, init_from, devices, g)
+
+
+def _train(config, workdir, init_from, devices, guard) -> dict:
     from linscale_jax import accounting, data
 
     workdir = Path(workdir).absolute()
@@ -248,27 +262,30 @@ def train(config, workdir, init_from: str | None = None, devices=None) -> dict:
     log_every = max(int(tr.log_every), 1)
     logger = metrics_lib.MetricsLogger(workdir, total, step)
     losses, pending, stopped = {}, [], None
+    monitor = divergence.Monitor(step)
+    batch0 = to_global(next(it)) if step < total else None
+    t_compile = time.perf_counter()
+    if batch0 is not None:  # compile before the clock starts: the first progress line is a real rate
+        step_fn.lower(params, opt_state, rest, batch0).compile()
+        print(f"Compiled the train step in {time.perf_counter() - t_compile:.1f}s; training steps "
+              f"{step + 1}..{total}.", flush=True)
     t_ref, n_ref, t_start = None, step, time.perf_counter()
+    logger.t0 = t_start
 
     def flush():
         nonlocal t_ref, n_ref
         fetched = jax.device_get([m for _, m in pending])
         for (s, _), m in zip(pending, fetched):
             loss = float(m["loss"])
-            if not np.isfinite(loss) or not bool(m["params_finite"]):
-                good = ckpt.list_steps(workdir)
-                what = (f"loss is {loss}" if not np.isfinite(loss) else
-                        f"parameters became non-finite (loss {loss:.4g})")
-                raise NonFiniteLossError(
-                    f"{what} at step {s} (grad_norm {float(m['grad_norm']):.3g}); the run "
-                    f"stopped without saving this state. Last good checkpoint: "
-                    f"{good[-1] if good else 'none'} in {ckpt.ckpt_dir(workdir)}. Lower optim.lr, "
-                    "raise optim.warmup_steps or check the data, then re-run to resume.")
+            reason = monitor.observe(s, loss, bool(m["params_finite"]))
+            if reason:
+                raise divergence.diverged(monitor, s, reason, float(m["grad_norm"]), workdir,
+                                          mngr, float(config.optim.lr), guard.record_checksums)
             losses[s] = loss
         s, m = pending[-1][0], fetched[-1]
         pending.clear()
         now = time.perf_counter()
-        done = s - n_ref if t_ref is not None else s - step
+        done = s - n_ref
         tps = done * tokens_per_step / max(now - (t_ref or t_start), 1e-9)
         t_ref, n_ref = now, s
         return dict(step=s, loss=losses[s], lr=float(schedule(s - 1)),
@@ -279,7 +296,7 @@ def train(config, workdir, init_from: str | None = None, devices=None) -> dict:
     try:
         with _Sigterm() as term:
             while step < total:
-                batch = to_global(next(it))
+                batch, batch0 = (batch0 if batch0 is not None else to_global(next(it))), None
                 params, opt_state, m = step_fn(params, opt_state, rest, batch)
                 step += 1
                 pending.append((step, m))
@@ -296,15 +313,19 @@ def train(config, workdir, init_from: str | None = None, devices=None) -> dict:
                         logger.write(row)
                         logger.progress(row)
                 if step in save_at or term.received:
-                    ckpt.save(mngr, step, params, ckpt.make_metadata(config, step),
+                    mngr.wait_until_finished()  # (Orbax waits for the previous save anyway)
+                    guard.record_checksums(mngr.all_steps())
+                    extra = dict(guard.metadata, **monitor.health_metadata(step, losses.get(step)))
+                    ckpt.save(mngr, step, params, ckpt.make_metadata(config, step, extra),
                               opt_state=opt_state, data_state=it.get_state())
                 if term.received:
-                    stopped = "SIGTERM"
-                    print(f"SIGTERM: saved checkpoint at step {step}; re-run the same command to "
-                          "resume.", flush=True)
+                    stopped = term.name
+                    print(f"{term.name}: saved checkpoint at step {step}; re-run the same command "
+                          "to resume.", flush=True)
                     break
     finally:
         mngr.wait_until_finished()
+        guard.record_checksums(mngr.all_steps())
         mngr.close()
         logger.close()
     return dict(step=step, losses=losses, stopped=stopped, params=params)

@@ -6,6 +6,7 @@ import importlib.util
 import json
 import math
 import os
+import shutil
 
 import jax
 import jax.numpy as jnp
@@ -166,3 +167,27 @@ def test_clear_errors(run_dir, tmp_path):
     save_run(mixed, "hgrn2", [5])
     with pytest.raises(EvalError, match="another architecture/config"):
         runner.evaluate(str(mixed))
+
+
+def test_corrupt_checkpoint_is_skipped_by_eval_and_refused_by_generate(run_dir, tmp_path, capsys):
+    """Issue 14: flipped bytes in one checkpoint used to abort the whole evaluation, and generate
+    printed an empty continuation with rc 0; generate now also names the step it loaded."""
+    from eval.generate import main as generate_main
+
+    assert generate_main(["--workdir", run_dir, "--prompt", "a", "--max-new-tokens=2"]) == 0
+    assert f"[{run_dir} step 8]" in capsys.readouterr().err
+    wd = tmp_path / "run"
+    shutil.copytree(run_dir, wd)
+    for f in (wd / "checkpoints" / "4" / "params").rglob("*"):
+        if f.is_file() and f.stat().st_size > 16:
+            b = bytearray(f.read_bytes())
+            b[len(b) // 2] ^= 0xFF
+            f.write_bytes(bytes(b))
+    if os.path.exists(runner.results_path(str(wd))):
+        os.remove(runner.results_path(str(wd)))
+    logs = []
+    rows = runner.evaluate(str(wd), tasks="val_loss", ctx_kwargs=dict(val_batches=1), log=logs.append)
+    assert [r["step"] for r in rows] == [s for s in STEPS if s != 4]
+    assert sum("WARNING: skipping step 4" in line for line in logs) == 1
+    assert generate_main(["--workdir", str(wd), "--step=4", "--prompt", "a"]) == 2
+    assert "checksum mismatch" in capsys.readouterr().err

@@ -20,20 +20,22 @@ import sys  # noqa: E402
 _hide_sklearn = "sklearn" not in sys.modules
 if _hide_sklearn:
     sys.modules["sklearn"] = None  # type: ignore[assignment]
-try:
-    import tensorflow as tf  # noqa: E402
-    import seqio  # noqa: E402,F401  (imports tensorflow_text, keras)
-finally:
-    if _hide_sklearn:
-        del sys.modules["sklearn"]
+from linscale_jax.cli_errors import quiet_native_stderr  # noqa: E402
+
+with quiet_native_stderr():  # oneDNN / cudart / cuInit / absl::InitializeLog start-up lines
+    try:
+        import tensorflow as tf  # noqa: E402
+        import seqio  # noqa: E402,F401  (imports tensorflow_text, keras)
+    finally:
+        if _hide_sklearn:
+            del sys.modules["sklearn"]
+    try:
+        tf.config.set_visible_devices([], "GPU")
+        tf.config.set_visible_devices([], "TPU")
+    except (RuntimeError, ValueError):  # runtime already initialised or no such device type
+        pass
 
 TF_THREADS = 2  # inter-op threads for tf.data; decoding and tokenising are light
-
-try:
-    tf.config.set_visible_devices([], "GPU")
-    tf.config.set_visible_devices([], "TPU")
-except (RuntimeError, ValueError):  # runtime already initialised or no such device type
-    pass
 try:
     tf.config.threading.set_inter_op_parallelism_threads(TF_THREADS)
     tf.config.threading.set_intra_op_parallelism_threads(1)

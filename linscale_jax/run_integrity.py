@@ -1,0 +1,103 @@
+"""Before a trainer touches a workdir: lock it, check what it holds, then repair what is broken.
+
+    with run_integrity.guard(config, workdir, init_from, resume_step, allow_config_change) as g:
+        ... restore the newest checkpoint, train, save with metadata extra=g.metadata ...
+
+Order (all refusals happen before anything in the workdir changes, and the lock file is removed
+again, so a refused command leaves the workdir byte-identical):
+  1. take the workdir lock (linscale_jax.workdir_lock; a second trainer is refused naming the holder)
+  2. scan the step dirs read-only (linscale_jax.ckpt_integrity: empty, unreadable, checksum mismatch)
+  3. refuse --init_from when the workdir already has checkpoints (re-running resumes)
+  4. refuse --resume_step=N when N is not a usable checkpoint
+  5. compare the config with the checkpoint to resume (linscale_jax.run_identity)
+  6. move unusable step dirs to checkpoints_corrupt/ (one line each) and, with --resume_step=N, the
+     later checkpoints to checkpoints_discarded/<time>/
+In multi-process runs process 0 locks and repairs; every process checks; all wait for process 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import time
+import types
+from pathlib import Path
+
+import jax
+
+from linscale_jax import ckpt_integrity, run_identity, workdir_lock
+from linscale_jax import checkpoint as ckpt
+
+
+class RunRefusedError(ValueError):
+    """A command that would mix or lose a run's data; nothing in the workdir was changed."""
+
+
+def _sync(name: str) -> None:
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)
+
+
+def _check(config, workdir: Path, init_from, resume_step, allow_change):
+    plan = ckpt_integrity.scan(workdir)
+    usable = sorted(set(ckpt_integrity.step_dirs(workdir)) - set(plan.bad))
+    if init_from and usable:
+        raise RunRefusedError(
+            f"--init_from={init_from}: {workdir} already has checkpoints (steps {usable[0]}.."
+            f"{usable[-1]}); re-run without --init_from to resume this run, or pass a new "
+            "--workdir to start from those parameters.")
+    target = plan.good
+    if resume_step is not None and resume_step > 0:
+        if resume_step not in usable:
+            raise RunRefusedError(
+                f"--resume_step={resume_step}: no usable checkpoint at that step in "
+                f"{ckpt.ckpt_dir(workdir)} (usable steps: {usable or 'none'}); pick one of those.")
+        problem = ckpt_integrity.verify(ckpt.ckpt_dir(workdir) / str(resume_step))
+        if problem:
+            raise RunRefusedError(f"--resume_step={resume_step}: that checkpoint is unusable "
+                                  f"({problem}); pick an earlier step.")
+        target = resume_step
+    elif resume_step == 0:
+        target = None
+    meta, accepted = None, {}
+    if target is not None:
+        meta = ckpt.load_metadata(workdir, target)
+        accepted = run_identity.check_resume(meta.get("config", {}), config, workdir, target,
+                                             allow_change)
+    return plan, target, meta, accepted
+
+
+def _repair(workdir: Path, plan, target, resume_step) -> None:
+    ckpt_integrity.apply(workdir, plan)
+    if resume_step is None:
+        return
+    later = sorted(s for s in ckpt_integrity.step_dirs(workdir) if target is None or s > target)
+    if not later:
+        return
+    dst = Path(workdir) / "checkpoints_discarded" / time.strftime("%Y%m%d-%H%M%S")
+    dst.mkdir(parents=True, exist_ok=True)
+    for s in later:
+        shutil.move(str(ckpt.ckpt_dir(workdir) / str(s)), str(dst / str(s)))
+    print(f"--resume_step={resume_step}: moved checkpoints {later} to {dst}.", flush=True)
+
+
+@contextlib.contextmanager
+def guard(config, workdir, init_from=None, resume_step=None, allow_change=False):
+    workdir = Path(workdir).absolute()
+    lead = jax.process_index() == 0
+    if lead:
+        workdir.mkdir(parents=True, exist_ok=True)
+    with workdir_lock.hold(workdir, enabled=lead):
+        plan, target, meta, accepted = _check(config, workdir, init_from, resume_step, allow_change)
+        if lead:
+            _repair(workdir, plan, target, resume_step)
+        _sync("linscale_integrity_repaired")
+        if accepted:
+            print(f"--allow_config_change: continuing {workdir} with "
+                  f"{run_identity._fmt(accepted)} (recorded in checkpoint metadata).", flush=True)
+        yield types.SimpleNamespace(
+            metadata=run_identity.record(meta, accepted, target or 0), target=target,
+            record_checksums=(lambda steps: ckpt_integrity.record_missing(workdir, steps)) if lead
+            else (lambda steps: None))
