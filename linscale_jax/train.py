@@ -7,7 +7,10 @@
                                 converted weights). Ignored once DIR has checkpoints of its own.
 Re-running the same command resumes from DIR's newest complete checkpoint, with the same batches.
 SIGTERM saves a checkpoint and exits 0. A NaN/inf loss exits 1 with the step, keeping the last good
-checkpoint. Multi-host (TPU pod slices, SLURM): run the same command on every host.
+checkpoint. Multi-host: run the same command on every host (TPU pod slices and SLURM are detected);
+elsewhere add --coordinator_address=HOST:PORT --num_processes=N --process_id=I (or the variables
+LINSCALE_COORDINATOR_ADDRESS, LINSCALE_NUM_PROCESSES, LINSCALE_PROCESS_ID). SIGTERM to any one
+process makes all of them save the same step and exit 0. See README "Running on several hosts".
 """
 
 from __future__ import annotations
@@ -17,11 +20,14 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from linscale_jax import distributed
+
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file, optionally with an argument: configs/tiny.py:tnl-d64.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (checkpoints, metrics, tensorboard).")
 _INIT_FROM = flags.DEFINE_string("init_from", None,
                                  "Workdir or checkpoint dir whose params start this run.")
+_INITIALIZE = distributed.define_launch_flags()
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -30,14 +36,16 @@ def main(argv) -> None:
         raise app.UsageError(f"unexpected arguments {argv[1:]}")
     if not flags.FLAGS["verbosity"].present:  # keep Orbax's per-save INFO lines out of the way
         logging.set_verbosity(logging.WARNING)
-    from linscale_jax import sharding, trainer
+    from linscale_jax import trainer
 
-    sharding.maybe_initialize_distributed()
     try:
+        _INITIALIZE()
         summary = trainer.train(_CONFIG.value, _WORKDIR.value, init_from=_INIT_FROM.value)
     except (trainer.NonFiniteLossError, ValueError, FileNotFoundError) as e:
         print(f"ERROR: {e}", file=sys.stderr, flush=True)
         sys.exit(1)
+    if not distributed.is_primary():
+        return
     print(f"Done at step {summary['step']}"
           f"{' (stopped by ' + summary['stopped'] + ')' if summary['stopped'] else ''}; "
           f"outputs in {_WORKDIR.value}.", flush=True)

@@ -19,19 +19,19 @@ import json
 import signal
 import time
 import types
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
+from etils import epath
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
 from linscale_jax import checkpoint as ckpt
 from linscale_jax import metrics as metrics_lib
-from linscale_jax import optim, sharding
+from linscale_jax import distributed, optim, sharding
 from linscale_jax.models import ModelConfig
 
 BATCH_KEYS = ("inputs", "targets", "segment_ids", "weights")
@@ -152,6 +152,12 @@ def _compiled(key):
     )
 
 
+def _say(msg: str) -> None:
+    """A status line, printed by process 0 only."""
+    if distributed.is_primary():
+        print(msg, flush=True)
+
+
 class _Sigterm:
     """Records SIGTERM (preemption) so the loop can save and exit at the next step boundary."""
 
@@ -168,6 +174,11 @@ class _Sigterm:
     def _handle(self, *_):
         self.received = True
 
+    def preempted(self) -> bool:
+        """True on every process once any process got SIGTERM (one all-gather of a flag per step
+        with several processes), so that all save the same step and leave together."""
+        return distributed.any_process(self.received)
+
     def __exit__(self, *exc):
         if self._old is not None:
             signal.signal(signal.SIGTERM, self._old)
@@ -177,8 +188,10 @@ def train(config, workdir, init_from: str | None = None, devices=None) -> dict:
     """Train (or resume) the run in `workdir`; returns {step, losses: {step: loss}, stopped}."""
     from linscale_jax import accounting, data
 
-    workdir = Path(workdir).absolute()
-    workdir.mkdir(parents=True, exist_ok=True)
+    workdir = ckpt.as_path(workdir)
+    if distributed.is_primary():
+        workdir.mkdir(parents=True, exist_ok=True)
+    distributed.barrier("linscale_workdir")
     tr = config.train
     total, seq_len, accum = int(tr.steps), int(tr.seq_len), int(tr.grad_accum)
     model_cfg = ModelConfig.from_config(config.model)
@@ -187,8 +200,8 @@ def train(config, workdir, init_from: str | None = None, devices=None) -> dict:
     if seq_len > model_cfg.max_seq_len:
         raise ValueError(f"train.seq_len={seq_len} exceeds model.max_seq_len={model_cfg.max_seq_len}.")
 
-    it = data.make_iterator(config, split="train", host_index=jax.process_index(),
-                            host_count=jax.process_count())  # data errors surface before compiling
+    # every process packs the same global batch and keeps the rows its devices hold
+    it = data.make_iterator(config, split="train")  # data errors surface before compiling
     fns = _compiled(_key(config, mesh))
     abs_params, abs_opt, init_opt, b_shard = fns.abs_params, fns.abs_opt, fns.init_opt, fns.b_shard
     rest = fns.rest()
@@ -199,8 +212,8 @@ def train(config, workdir, init_from: str | None = None, devices=None) -> dict:
     if restored is not None:
         step, params, data_state = restored["step"], restored["params"], restored["data"]
         opt_state = restored["opt_state"]
-        print(f"Resuming from {ckpt.ckpt_dir(workdir) / str(step)} (step {step}"
-              f"{'' if opt_state is not None else ', params only: fresh optimizer'}).", flush=True)
+        _say(f"Resuming from {ckpt.ckpt_dir(workdir) / str(step)} (step {step}"
+             f"{'' if opt_state is not None else ', params only: fresh optimizer'}).")
         if opt_state is None:
             opt_state = init_opt(params)
     elif init_from:
@@ -216,7 +229,7 @@ def train(config, workdir, init_from: str | None = None, devices=None) -> dict:
         finally:
             src.close()
         opt_state = init_opt(params)
-        print(f"Initialised parameters from {src_dir} step {src_step}; fresh optimizer.", flush=True)
+        _say(f"Initialised parameters from {src_dir} step {src_step}; fresh optimizer.")
     else:
         params = fns.init_params()
         opt_state = init_opt(params)
@@ -224,14 +237,12 @@ def train(config, workdir, init_from: str | None = None, devices=None) -> dict:
     if data_state is not None:
         it.set_state(data_state)
     elif step > 0:
-        print(f"Checkpoint step {step} has no data-iterator state: data starts from the beginning.",
-              flush=True)
+        _say(f"Checkpoint step {step} has no data-iterator state: data starts from the beginning.")
 
     step_fn, eval_fn = fns.step_fn, fns.eval_fn
 
     def to_global(batch):
-        return {k: jax.make_array_from_process_local_data(b_shard, np.asarray(batch[k]))
-                for k in BATCH_KEYS}
+        return sharding.global_batch(batch, b_shard, BATCH_KEYS)
 
     eval_every = int(tr.eval_every)
     eval_set = None
@@ -284,8 +295,9 @@ def train(config, workdir, init_from: str | None = None, devices=None) -> dict:
                 step += 1
                 pending.append((step, m))
                 do_eval = eval_set is not None and (step % eval_every == 0 or step == total)
+                preempted = term.preempted()  # the same answer on every process
                 if step % log_every == 0 or step == total or step in save_at or do_eval \
-                        or term.received:
+                        or preempted:
                     row = flush()
                     if do_eval:
                         sums = [eval_fn(params, rest, b) for b in eval_set]
@@ -295,13 +307,13 @@ def train(config, workdir, init_from: str | None = None, devices=None) -> dict:
                     if step % log_every == 0 or step == total or do_eval:
                         logger.write(row)
                         logger.progress(row)
-                if step in save_at or term.received:
+                if step in save_at or preempted:
                     ckpt.save(mngr, step, params, ckpt.make_metadata(config, step),
                               opt_state=opt_state, data_state=it.get_state())
-                if term.received:
+                if preempted:
                     stopped = "SIGTERM"
-                    print(f"SIGTERM: saved checkpoint at step {step}; re-run the same command to "
-                          "resume.", flush=True)
+                    _say(f"SIGTERM: saved checkpoint at step {step}; re-run the same command to "
+                         "resume.")
                     break
     finally:
         mngr.wait_until_finished()
