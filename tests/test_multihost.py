@@ -140,18 +140,25 @@ def test_sigterm_to_one_process_saves_everywhere_then_elastic_resume(reference, 
     assert ckpt.list_steps(workdir) == [3, 4, 8]
 
 
-def test_model_axes_across_processes_give_the_data_parallel_losses(reference, tmp_path):
+@pytest.fixture(scope="module")
+def tensor_across_processes(tmp_path_factory):
     """Mesh (tensor=2, seq=2) over devices [p0d0, p0d1, p1d0, p1d1]: 'tensor' spans the two
-    processes, so both hold every row of the batch, each a different half of the sequence."""
-    workdir = tmp_path / "axes"
+    processes, so both hold every row of the batch, each a different half of the sequence, and
+    the parameters are split across the processes."""
+    workdir = tmp_path_factory.mktemp("tensor2_seq2")
     train(workdir, 2, 2, extra=("--config.mesh.data=1", "--config.mesh.tensor=2",
                                 "--config.mesh.seq=2"))
-    got = losses(workdir)
+    return workdir
+
+
+def test_model_axes_across_processes_give_the_data_parallel_losses(reference,
+                                                                   tensor_across_processes):
+    got = losses(tensor_across_processes)
     np.testing.assert_allclose([got[s] for s in reference], list(reference.values()), rtol=2e-5)
 
 
-def test_eval_on_one_device_reads_the_two_process_checkpoints(two_by_two):
-    workdir = two_by_two[0]
+def test_eval_on_one_device_reads_the_two_process_checkpoints(tensor_across_processes):
+    workdir = tensor_across_processes
     r = subprocess.run([sys.executable, "-m", "eval", f"--workdir={workdir}", "--steps=last",
                         "--tasks=val_loss", "--val_batches=1"], cwd=ROOT, env=env(1),
                        capture_output=True, text=True, timeout=TIMEOUT)
