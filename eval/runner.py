@@ -113,7 +113,9 @@ def evaluate(workdir: str, steps="all", tasks=("val_loss",), ctx_kwargs: dict | 
     check_same_model(workdir, metas)
     from linscale_jax import distributed
 
-    primary = distributed.is_primary()  # process 0 alone writes results.jsonl
+    primary = distributed.is_primary()  # process 0 alone writes results.jsonl and reports
+    if not primary:
+        log = lambda *_: None  # noqa: E731
     existing = read_results(workdir, repair=primary)
     arch = metas[selected[-1]].get("arch")
     other = {r.get("arch") for r in existing} - {arch}

@@ -8,11 +8,13 @@ Against a 1-process x 4-device reference run (same config, same global batch):
     devices (elastic resume) finishes with the reference losses;
   - a mesh whose 'tensor' axis spans both processes (each process holds all rows, half of the
     sequence) gives the reference losses;
-  - `python -m eval` on one device reads the checkpoints written by 2 processes.
+  - `python -m eval` on one device reads the checkpoints written by 2 processes, and eval run as 2
+    processes (validation batches split between them) gives the same validation loss.
 """
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -157,12 +159,33 @@ def test_model_axes_across_processes_give_the_data_parallel_losses(reference,
     np.testing.assert_allclose([got[s] for s in reference], list(reference.values()), rtol=2e-5)
 
 
-def test_eval_on_one_device_reads_the_two_process_checkpoints(tensor_across_processes):
+def eval_cmd(workdir, *launch):
+    return [sys.executable, "-m", "eval", f"--workdir={workdir}", "--steps=last", "--tasks=val_loss",
+            "--val_batches=2", *launch]
+
+
+def eval_rows(workdir):
+    return [json.loads(x) for x in (workdir / "eval" / "results.jsonl").read_text().splitlines()]
+
+
+def test_eval_on_one_device_reads_the_two_process_checkpoints(tensor_across_processes, tmp_path):
+    """Then `python -m eval` as 2 processes (batches split between them) gives the same figures."""
     workdir = tensor_across_processes
-    r = subprocess.run([sys.executable, "-m", "eval", f"--workdir={workdir}", "--steps=last",
-                        "--tasks=val_loss", "--val_batches=1"], cwd=ROOT, env=env(1),
-                       capture_output=True, text=True, timeout=TIMEOUT)
+    r = subprocess.run(eval_cmd(workdir), cwd=ROOT, env=env(1), capture_output=True, text=True,
+                       timeout=TIMEOUT)
     assert r.returncode == 0, r.stdout + r.stderr
-    rows = [json.loads(x) for x in (workdir / "eval" / "results.jsonl").read_text().splitlines()]
+    rows = eval_rows(workdir)
     assert [(x["step"], x["task"]) for x in rows] == [(8, "val_loss")]
     assert np.isfinite(rows[0]["val_loss"]) and rows[0]["val_loss"] < 6.0
+
+    copy = tmp_path / "copy"
+    shutil.copytree(workdir / "checkpoints", copy / "checkpoints")
+    port = distributed.free_port()
+    procs = [subprocess.Popen(eval_cmd(copy, f"--coordinator_address=127.0.0.1:{port}",
+                                       "--num_processes=2", f"--process_id={i}"),
+                              cwd=ROOT, env=env(2), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for i in range(2)]
+    finish(procs)
+    (two,) = eval_rows(copy)
+    assert two["val_tokens"] == rows[0]["val_tokens"] == 2 * 4 * 32
+    np.testing.assert_allclose(two["val_loss"], rows[0]["val_loss"], rtol=1e-6)
