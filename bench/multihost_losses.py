@@ -74,7 +74,7 @@ def main() -> None:
     out = Path(a.out or tempfile.mkdtemp(prefix="multihost_losses_"))
     out.mkdir(parents=True, exist_ok=True)
     log = open(out / "log.txt", "w")
-    stop = f"sigterm_at={a.steps - 1}:0"  # seen at the next step boundary: saves and stops at --steps
+    stop = f"sigterm_at={a.steps}:0"  # SIGTERM while logging step --steps: saves it and stops
     cmds, t0 = {}, time.time()
 
     print("1x4 ...", flush=True)
@@ -96,7 +96,7 @@ def main() -> None:
 
     print("elastic ...", flush=True)
     wd = out / "elastic"
-    cmds["elastic"] = (run(wd, 2, 2, f"sigterm_at={a.stop_at - 1}:1", a.config, log)
+    cmds["elastic"] = (run(wd, 2, 2, f"sigterm_at={a.stop_at}:1", a.config, log)
                        + run(wd, 1, 4, stop, a.config, log))
 
     table = {k: losses(out / d) for k, d in

@@ -295,9 +295,8 @@ def train(config, workdir, init_from: str | None = None, devices=None) -> dict:
                 step += 1
                 pending.append((step, m))
                 do_eval = eval_set is not None and (step % eval_every == 0 or step == total)
-                preempted = term.preempted()  # the same answer on every process
                 if step % log_every == 0 or step == total or step in save_at or do_eval \
-                        or preempted:
+                        or term.received:
                     row = flush()
                     if do_eval:
                         sums = [eval_fn(params, rest, b) for b in eval_set]
@@ -307,6 +306,7 @@ def train(config, workdir, init_from: str | None = None, devices=None) -> dict:
                     if step % log_every == 0 or step == total or do_eval:
                         logger.write(row)
                         logger.progress(row)
+                preempted = term.preempted()  # the same answer on every process
                 if step in save_at or preempted:
                     ckpt.save(mngr, step, params, ckpt.make_metadata(config, step),
                               opt_state=opt_state, data_state=it.get_state())

@@ -131,7 +131,7 @@ def test_kill9_both_and_rerun_continues_bit_identically(two_by_two, tmp_path):
 
 def test_sigterm_to_one_process_saves_everywhere_then_elastic_resume(reference, tmp_path):
     workdir = tmp_path / "preempted"
-    outs = train(workdir, 2, 2, hook="sigterm_at=2:1")  # seen at step 3; both exit 0
+    outs = train(workdir, 2, 2, hook="sigterm_at=3:1")  # both must exit 0
     assert ckpt.list_steps(workdir) == [3]
     assert "SIGTERM: saved checkpoint at step 3" in outs[0]
     assert sorted(losses(workdir)) == [1, 2, 3]
