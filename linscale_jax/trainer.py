@@ -25,7 +25,6 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
-from etils import epath
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
