@@ -2,6 +2,8 @@
 
 Evaluates the run's checkpoints (all by default) and appends one row per (checkpoint, task) to
 DIR/eval/results.jsonl, skipping pairs already there. Tasks: see eval/suite.py.
+Checkpoints written by any mesh or number of processes load onto one device. Several processes
+(--coordinator_address/--num_processes/--process_id, as for training) split the validation batches.
 """
 
 import argparse
@@ -22,8 +24,12 @@ def main(argv=None) -> int:
     p.add_argument("--wikitext", default=None, help="local WikiText-2 style .txt/.jsonl")
     p.add_argument("--lambada", default=None, help="local LAMBADA style .jsonl")
     p.add_argument("--limit", type=int, default=None, help="lm-eval --limit for commonsense/scrolls")
+    p.add_argument("--coordinator_address", default=None, help="multi-process: HOST:PORT of process 0")
+    p.add_argument("--num_processes", type=int, default=None, help="multi-process: number of processes")
+    p.add_argument("--process_id", type=int, default=None, help="multi-process: this process's id")
     a = p.parse_args(argv)
     from eval.runner import evaluate
+    from linscale_jax import distributed
 
     try:
         grid = tuple(int(x) for x in a.niah_grid.lower().split("x"))
@@ -32,10 +38,11 @@ def main(argv=None) -> int:
     except ValueError:
         p.error(f"--niah_grid must look like 35x35, got {a.niah_grid!r}")
     try:
+        distributed.initialize(a.coordinator_address, a.num_processes, a.process_id)
         evaluate(a.workdir, a.steps, a.tasks, ctx_kwargs=dict(
             val_batches=a.val_batches, niah_grid=grid, probe_items=a.probe_items, wikitext=a.wikitext,
             lambada=a.lambada, limit=a.limit))
-    except EvalError as e:
+    except (EvalError, distributed.LaunchError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0

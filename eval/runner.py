@@ -112,7 +112,12 @@ def evaluate(workdir: str, steps="all", tasks=("val_loss",), ctx_kwargs: dict | 
     selected = select_steps(steps, checkpoint_steps(workdir))
     metas = {s: ckpt.load_metadata(workdir, s) for s in selected}
     check_same_model(workdir, metas)
-    existing = read_results(workdir, repair=True)
+    from linscale_jax import distributed
+
+    primary = distributed.is_primary()  # process 0 alone writes results.jsonl and reports
+    if not primary:
+        log = lambda *_: None  # noqa: E731
+    existing = read_results(workdir, repair=primary)
     arch = metas[selected[-1]].get("arch")
     other = {r.get("arch") for r in existing} - {arch}
     if other:
@@ -122,7 +127,8 @@ def evaluate(workdir: str, steps="all", tasks=("val_loss",), ctx_kwargs: dict | 
     todo = [(s, t) for s in selected for t in names if (s, t) not in done]
     log(f"eval {workdir}: {len(selected)} checkpoint(s) x {len(names)} task(s); "
         f"{len(selected) * len(names) - len(todo)} done before, {len(todo)} to do")
-    os.makedirs(os.path.dirname(results_path(workdir)), exist_ok=True)
+    if primary:
+        os.makedirs(os.path.dirname(results_path(workdir)), exist_ok=True)
     rows, t_start, loaded = [], time.time(), None
     for i, (step, task) in enumerate(todo, 1):
         if loaded is None or loaded[0] != step:
@@ -141,8 +147,9 @@ def evaluate(workdir: str, steps="all", tasks=("val_loss",), ctx_kwargs: dict | 
         metrics = TASKS[task](run, ctx)
         row = {"task": task, **{k: meta.get(k) for k in ROW_KEYS}, "eval_seconds": round(time.time() - t0, 3),
                **metrics}
-        with open(results_path(workdir), "a", encoding="utf-8") as f:
-            f.write(json.dumps(row) + "\n")
+        if primary:
+            with open(results_path(workdir), "a", encoding="utf-8") as f:
+                f.write(json.dumps(row) + "\n")
         rows.append(row)
         elapsed = time.time() - t_start
         eta = elapsed / i * (len(todo) - i)

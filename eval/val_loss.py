@@ -5,7 +5,9 @@
     m = averaged_validation_loss(model, config, vocab, workdir, step)   # + "avg_steps", "avg_from"
 
 Batches come from data.eval_batches(config, split="validation") — the run's task, tokenisation,
-sequence length and packing — so val_loss is the quantity the trainer logs. The loss is the
+sequence length and packing — so val_loss is the quantity the trainer logs. With several processes
+(python -m eval launched like the trainer) process i scores batches i, i+n, ... on its own copy of
+the model and the sums are added over processes, so every process returns the same figures. The loss is the
 weight-masked mean next-token cross-entropy in nats; ppl = exp(loss); bits per byte =
 sum(nll) / (ln 2 * bytes), where bytes are the UTF-8 bytes of the scored target text (decoded per
 packed segment), which makes runs with different vocabularies comparable.
@@ -59,11 +61,17 @@ def validation_loss(model, config, vocab, num_batches: int | None = None) -> dic
     graphdef, params = nnx.split(model)
     step = _nll_fn(graphdef)
     nll, tokens, nbytes = 0.0, 0.0, 0
-    for b in batches:
+    for b in batches[jax.process_index()::jax.process_count()]:
         s, w = step(params, *(jnp.asarray(b[k]) for k in ("inputs", "targets", "segment_ids", "weights")))
         nll += float(s)
         tokens += float(w)
         nbytes += target_bytes(b, vocab)
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        sums = multihost_utils.process_allgather(np.asarray([nll, tokens, nbytes], np.float64))
+        nll, tokens, nbytes = (float(x) for x in np.sum(sums, axis=0))
+        nbytes = int(nbytes)
     if tokens == 0:
         raise ValueError("the validation batches contain no scored tokens (all weights are 0)")
     loss = nll / tokens

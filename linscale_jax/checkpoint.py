@@ -25,14 +25,14 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
+import os
 import time
-from pathlib import Path
 
 import jax
 import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
+from etils import epath
 from flax import nnx
 
 from linscale_jax import ckpt_integrity
@@ -52,8 +52,14 @@ class _ReadOnlyNotices(logging.Filter):
 logging.getLogger("absl").addFilter(_ReadOnlyNotices())
 
 
-def ckpt_dir(workdir) -> Path:
-    return Path(workdir).absolute() / "checkpoints"
+def as_path(path) -> epath.Path:
+    """A workdir as an etils.epath.Path: local paths made absolute, gs://... kept as they are."""
+    p = epath.Path(path)
+    return p if p.is_absolute() or "://" in str(path) else epath.Path(os.path.abspath(path))
+
+
+def ckpt_dir(workdir) -> epath.Path:
+    return as_path(workdir) / "checkpoints"
 
 
 def save_steps(ckpt_cfg, total_steps: int) -> set[int]:
@@ -80,7 +86,7 @@ def manager(workdir, ckpt_cfg=None, read_only: bool = False) -> ocp.CheckpointMa
     return ocp.CheckpointManager(ckpt_dir(workdir), options=options)
 
 
-def _read_metadata(step_dir: Path) -> dict | None:
+def _read_metadata(step_dir: epath.Path) -> dict | None:
     f = step_dir / "metadata" / "metadata"
     try:
         return json.loads(f.read_text())
@@ -102,7 +108,7 @@ def list_steps(workdir) -> list[int]:
 
 def _resolve(workdir, step):
     """Accept a workdir or a checkpoint dir (workdir/checkpoints/<step>)."""
-    p = Path(workdir).absolute()
+    p = as_path(workdir)
     if p.name.isdigit() and p.parent.name == "checkpoints" and not (p / "checkpoints").is_dir():
         return p.parent.parent, int(p.name) if step is None else step
     return p, step
@@ -189,7 +195,11 @@ def restore(mngr, workdir, abstract_params, abstract_opt_state=None, step=None):
         except Exception as e:  # noqa: BLE001 - any failure means the checkpoint is unusable
             if step is not None:
                 raise RuntimeError(f"checkpoint {step_dir} could not be restored: {e}") from e
-            _quarantine(workdir, s, e)
+            from linscale_jax import distributed
+
+            if distributed.is_primary():  # every process failed alike; one moves the files
+                _quarantine(workdir, s, e)
+            distributed.barrier(f"linscale_quarantine_{s}")
             mngr.reload()  # forget the moved step
             continue
         return dict(step=s, params=params, opt_state=r.get("opt_state"), data=r.get("data"),
@@ -204,9 +214,9 @@ def _check_shape(x, ref):
 
 def _quarantine(workdir, step: int, err: Exception) -> None:
     src = ckpt_dir(workdir) / str(step)
-    dst = Path(workdir).absolute() / "checkpoints_corrupt" / f"{step}-{int(time.time())}"
+    dst = as_path(workdir) / "checkpoints_corrupt" / f"{step}-{int(time.time())}"
     dst.parent.mkdir(parents=True, exist_ok=True)
-    shutil.move(str(src), str(dst))
+    src.rename(dst)
     msg = (f"checkpoint step {step} is corrupt or incomplete ({type(err).__name__}: "
            f"{str(err).splitlines()[0][:300]}); moved it to {dst} and falling back to the "
            "previous checkpoint.")
@@ -224,13 +234,29 @@ def _rest_state(graphdef_cfg, seed: int):
                                      nnx.Param, ...)[2])()
 
 
-def load_model(workdir, step: int | None = None):
-    """(model with restored params, config, metadata) of `step` (default: newest complete)."""
+def target_shardings(abstract_params, devices=None):
+    """The abstract params placed replicated on `devices` (default: this process's first device,
+    so every process of a multi-process eval holds its own copy). Restoring into them reads a
+    checkpoint written by any mesh and any number of processes (Orbax reshards the stored chunks)."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    if devices is None:
+        devices = jax.local_devices()[:1]
+    rep = NamedSharding(Mesh(np.asarray(list(devices), dtype=object), ("devices",)), PartitionSpec())
+    return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=rep),
+                        abstract_params)
+
+
+def load_model(workdir, step: int | None = None, devices=None):
+    """(model with restored params, config, metadata) of `step` (default: newest complete).
+
+    The params land replicated on `devices` (see target_shardings: one device by default), whatever
+    mesh and process count wrote the checkpoint."""
     from linscale_jax import sharding
     from linscale_jax.models import ModelConfig
 
     workdir, step = _resolve(workdir, step)
-    if not Path(workdir).is_dir():
+    if not as_path(workdir).is_dir():
         raise FileNotFoundError(f"workdir {workdir} does not exist.")
     steps = list_steps(workdir)
     if not steps:
@@ -247,14 +273,14 @@ def load_model(workdir, step: int | None = None):
     parts = sharding.model_parts(cfg, seed)
     mngr = manager(workdir, read_only=True)
     try:
-        r = restore(mngr, workdir, parts.abstract_params, step=step)
+        r = restore(mngr, workdir, target_shardings(parts.abstract_params, devices), step=step)
     finally:
         mngr.close()
     model = nnx.merge(parts.graphdef, r["params"], _rest_state(cfg, seed))
     return model, config, r["metadata"]
 
 
-def save_model(workdir, model, config, step: int = 0, metadata: dict | None = None) -> Path:
+def save_model(workdir, model, config, step: int = 0, metadata: dict | None = None) -> epath.Path:
     """Write a params-only checkpoint of `model` that train (resume, --init_from) and eval accept."""
     params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
     meta = make_metadata(config, step, extra=dict(metadata or {}))
@@ -269,5 +295,5 @@ def save_model(workdir, model, config, step: int = 0, metadata: dict | None = No
     return ckpt_dir(workdir) / str(step)
 
 
-__all__ = ["list_steps", "load_metadata", "load_model", "save_model", "save_steps", "manager",
+__all__ = ["as_path", "target_shardings", "list_steps", "load_metadata", "load_model", "save_model", "save_steps", "manager",
            "restore", "save", "make_metadata", "config_from_metadata"]

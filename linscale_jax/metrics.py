@@ -16,10 +16,9 @@ import math
 import os
 import sys
 import time
-from pathlib import Path
-
 import jax
 import jax.numpy as jnp
+from etils import epath
 
 # Dense bf16 peak FLOP/s per device (vendor figures), matched on jax's device_kind.
 KNOWN_PEAKS = {
@@ -72,14 +71,15 @@ class MetricsLogger:
 
     def __init__(self, workdir, total_steps: int, start_step: int, tensorboard: bool = True,
                  stream=sys.stdout):
-        self.path = Path(workdir) / "metrics.jsonl"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = epath.Path(workdir) / "metrics.jsonl"
         self.total, self.start = total_steps, start_step
         self.stream, self.t0, self._first = stream, time.perf_counter(), None
-        self._truncate_after(start_step)
         self._tb = None
-        if tensorboard and jax.process_index() == 0:
-            self._tb = _tensorboard_writer(Path(workdir) / "tensorboard")
+        if jax.process_index() == 0:  # process 0 alone writes the shared files
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._truncate_after(start_step)
+            if tensorboard:
+                self._tb = _tensorboard_writer(epath.Path(workdir) / "tensorboard")
 
     def _truncate_after(self, step: int) -> None:
         if not self.path.exists():
@@ -96,8 +96,12 @@ class MetricsLogger:
     def write(self, row: dict) -> None:
         if jax.process_index() != 0:
             return
-        with self.path.open("a") as f:
-            f.write(json.dumps(row) + "\n")
+        line = json.dumps(row) + "\n"
+        if "://" in str(self.path):  # object stores (gs://) cannot append: rewrite the small file
+            self.path.write_text((self.path.read_text() if self.path.exists() else "") + line)
+        else:
+            with self.path.open("a") as f:
+                f.write(line)
         if self._tb is not None:
             self._tb(row)
 
@@ -126,7 +130,7 @@ class MetricsLogger:
             self._tb(None)
 
 
-def _tensorboard_writer(logdir: Path):
+def _tensorboard_writer(logdir: epath.Path):
     """A function row -> None writing scalars with tf.summary (None flushes); None if TF is absent."""
     try:
         import tensorflow as tf

@@ -12,7 +12,6 @@ Batches [b, t] are sharded on ('data', 'fsdp') along b (and 'seq' along t).
 from __future__ import annotations
 
 import math
-import os
 from typing import Any, NamedTuple
 
 import jax
@@ -38,23 +37,6 @@ RULES = {
     "norm": None,
 }
 SHAPE_RULE = ("embed", "mlp")  # (in, out) names of un-annotated >= 2-D parameters
-
-
-def maybe_initialize_distributed() -> None:
-    """Call jax.distributed.initialize() when the environment describes several processes.
-
-    Triggers: JAX_COORDINATOR_ADDRESS (explicit), a multi-host TPU slice (TPU_WORKER_HOSTNAMES with
-    several hosts), SLURM_NTASKS > 1 or OMPI_COMM_WORLD_SIZE > 1; JAX reads the rest from the env.
-    """
-    env = os.environ
-    multi = (
-        bool(env.get("JAX_COORDINATOR_ADDRESS"))
-        or len([h for h in env.get("TPU_WORKER_HOSTNAMES", "").split(",") if h]) > 1
-        or int(env.get("SLURM_NTASKS", "1") or 1) > 1
-        or int(env.get("OMPI_COMM_WORLD_SIZE", "1") or 1) > 1
-    )
-    if multi and not jax.distributed.is_initialized():
-        jax.distributed.initialize()
 
 
 def mesh_shape(mesh_cfg, n_devices: int) -> dict[str, int]:
@@ -209,6 +191,21 @@ def batch_spec(mesh: Mesh) -> P:
     return P(BATCH_AXES, "seq" if "seq" in mesh.shape else None)
 
 
+def global_batch(batch: dict, batch_sharding: NamedSharding, keys=None) -> dict:
+    """Global jax.Arrays of a global numpy batch ([b, t] per key, identical on every process).
+
+    Each process copies only the shards its own devices hold (whatever the mesh: rows split on
+    data/fsdp, columns on seq, replication over tensor), so the global array has the global shape
+    and the same contents for any process count.
+    """
+    keys = batch.keys() if keys is None else keys
+    out = {}
+    for k in keys:
+        x = np.asarray(batch[k])
+        out[k] = jax.make_array_from_callback(x.shape, batch_sharding, lambda idx, x=x: x[idx])
+    return out
+
+
 def check_batch(batch_size: int, seq_len: int, grad_accum: int, mesh: Mesh) -> None:
     """Clear errors when the global batch cannot be split over the mesh and micro-batches."""
     n = axis_size(mesh, BATCH_AXES)
@@ -226,8 +223,4 @@ def check_batch(batch_size: int, seq_len: int, grad_accum: int, mesh: Mesh) -> N
     if "seq" in mesh.shape and seq_len % mesh.shape["seq"]:
         raise ValueError(
             f"train.seq_len={seq_len} is not divisible by mesh.seq={mesh.shape['seq']}."
-        )
-    if jax.process_count() > 1 and batch_size % jax.process_count():
-        raise ValueError(
-            f"train.batch_size={batch_size} is not divisible by the {jax.process_count()} hosts."
         )

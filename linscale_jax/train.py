@@ -13,7 +13,10 @@ Re-running the same command resumes from DIR's newest verified checkpoint, with 
 One trainer per DIR (DIR/train.lock); eval may run beside it. SIGTERM or Ctrl-C saves a checkpoint
 and exits 0. A NaN/inf or exploding loss exits 1 naming the last good checkpoint and the command
 that resumes from it. Errors are one line; tracebacks go to DIR/logs/.
-Multi-host (TPU pod slices, SLURM): run the same command on every host.
+Multi-host: run the same command on every host (TPU pod slices and SLURM are detected);
+elsewhere add --coordinator_address=HOST:PORT --num_processes=N --process_id=I (or the variables
+LINSCALE_COORDINATOR_ADDRESS, LINSCALE_NUM_PROCESSES, LINSCALE_PROCESS_ID). SIGTERM to any one
+process makes all of them save the same step and exit 0. See README "Running on several hosts".
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from linscale_jax import cli_errors  # noqa: F401  (before any library that logs
 from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
+from linscale_jax import distributed
+
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file, optionally with an argument: configs/tiny.py:tnl-d64.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (checkpoints, metrics, tensorboard).")
@@ -34,13 +39,14 @@ _RESUME_STEP = flags.DEFINE_integer("resume_step", None,
                                     "Resume from this checkpoint; later ones are moved aside.")
 _ALLOW_CHANGE = flags.DEFINE_bool("allow_config_change", False,
                                   "Accept a config change on resume (recorded in metadata).")
+_INITIALIZE = distributed.define_launch_flags()
 flags.mark_flags_as_required(["config", "workdir"])
 
 
 def _train() -> int:
-    from linscale_jax import divergence, sharding, trainer
+    from linscale_jax import divergence, trainer
 
-    sharding.maybe_initialize_distributed()
+    _INITIALIZE()
     try:
         summary = trainer.train(_CONFIG.value, _WORKDIR.value, init_from=_INIT_FROM.value,
                                 resume_step=_RESUME_STEP.value,
@@ -48,9 +54,10 @@ def _train() -> int:
     except divergence.DivergenceError as e:
         e.args = (f"{e} Command: {divergence.resume_command(sys.argv, e.last_good, e.lr)}",)
         raise
-    print(f"Done at step {summary['step']}"
-          f"{' (stopped by ' + summary['stopped'] + ')' if summary['stopped'] else ''}; "
-          f"outputs in {_WORKDIR.value}.", flush=True)
+    if distributed.is_primary():
+        print(f"Done at step {summary['step']}"
+              f"{' (stopped by ' + summary['stopped'] + ')' if summary['stopped'] else ''}; "
+              f"outputs in {_WORKDIR.value}.", flush=True)
     return 0
 
 

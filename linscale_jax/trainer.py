@@ -19,7 +19,6 @@ import json
 import signal
 import time
 import types
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -32,7 +31,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from linscale_jax import checkpoint as ckpt
 from linscale_jax import divergence
 from linscale_jax import metrics as metrics_lib
-from linscale_jax import optim, run_integrity, sharding
+from linscale_jax import distributed, optim, run_integrity, sharding
 from linscale_jax.models import ModelConfig
 
 BATCH_KEYS = ("inputs", "targets", "segment_ids", "weights")
@@ -152,6 +151,12 @@ def _compiled(key):
     )
 
 
+def _say(msg: str) -> None:
+    """A status line, printed by process 0 only."""
+    if distributed.is_primary():
+        print(msg, flush=True)
+
+
 class _Sigterm:
     """Records SIGTERM (preemption) or a first Ctrl-C (SIGINT) so the loop can save and exit at the
     next step boundary; a second Ctrl-C interrupts at once."""
@@ -172,6 +177,11 @@ class _Sigterm:
             raise KeyboardInterrupt
         self.received, self.name = True, signal.Signals(signum).name
 
+    def preempted(self) -> bool:
+        """True on every process once any process got SIGTERM (one all-gather of a flag per step
+        with several processes), so that all save the same step and leave together."""
+        return distributed.any_process(self.received)
+
     def __exit__(self, *exc):
         for sig, old in self._old.items():
             signal.signal(sig, old)
@@ -191,8 +201,10 @@ def train(config, workdir, init_from: str | None = None, devices=None,
 def _train(config, workdir, init_from, devices, guard) -> dict:
     from linscale_jax import accounting, data
 
-    workdir = Path(workdir).absolute()
-    workdir.mkdir(parents=True, exist_ok=True)
+    workdir = ckpt.as_path(workdir)
+    if distributed.is_primary():
+        workdir.mkdir(parents=True, exist_ok=True)
+    distributed.barrier("linscale_workdir")
     tr = config.train
     total, seq_len, accum = int(tr.steps), int(tr.seq_len), int(tr.grad_accum)
     model_cfg = ModelConfig.from_config(config.model)
@@ -201,8 +213,8 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
     if seq_len > model_cfg.max_seq_len:
         raise ValueError(f"train.seq_len={seq_len} exceeds model.max_seq_len={model_cfg.max_seq_len}.")
 
-    it = data.make_iterator(config, split="train", host_index=jax.process_index(),
-                            host_count=jax.process_count())  # data errors surface before compiling
+    # every process packs the same global batch and keeps the rows its devices hold
+    it = data.make_iterator(config, split="train")  # data errors surface before compiling
     fns = _compiled(_key(config, mesh))
     abs_params, abs_opt, init_opt, b_shard = fns.abs_params, fns.abs_opt, fns.init_opt, fns.b_shard
     rest = fns.rest()
@@ -213,8 +225,8 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
     if restored is not None:
         step, params, data_state = restored["step"], restored["params"], restored["data"]
         opt_state = restored["opt_state"]
-        print(f"Resuming from {ckpt.ckpt_dir(workdir) / str(step)} (step {step}"
-              f"{'' if opt_state is not None else ', params only: fresh optimizer'}).", flush=True)
+        _say(f"Resuming from {ckpt.ckpt_dir(workdir) / str(step)} (step {step}"
+             f"{'' if opt_state is not None else ', params only: fresh optimizer'}).")
         if opt_state is None:
             opt_state = init_opt(params)
     elif init_from:
@@ -230,7 +242,7 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
         finally:
             src.close()
         opt_state = init_opt(params)
-        print(f"Initialised parameters from {src_dir} step {src_step}; fresh optimizer.", flush=True)
+        _say(f"Initialised parameters from {src_dir} step {src_step}; fresh optimizer.")
     else:
         params = fns.init_params()
         opt_state = init_opt(params)
@@ -238,14 +250,12 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
     if data_state is not None:
         it.set_state(data_state)
     elif step > 0:
-        print(f"Checkpoint step {step} has no data-iterator state: data starts from the beginning.",
-              flush=True)
+        _say(f"Checkpoint step {step} has no data-iterator state: data starts from the beginning.")
 
     step_fn, eval_fn = fns.step_fn, fns.eval_fn
 
     def to_global(batch):
-        return {k: jax.make_array_from_process_local_data(b_shard, np.asarray(batch[k]))
-                for k in BATCH_KEYS}
+        return sharding.global_batch(batch, b_shard, BATCH_KEYS)
 
     eval_every = int(tr.eval_every)
     eval_set = None
@@ -312,16 +322,17 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
                     if step % log_every == 0 or step == total or do_eval:
                         logger.write(row)
                         logger.progress(row)
-                if step in save_at or term.received:
+                preempted = term.preempted()  # the same answer on every process
+                if step in save_at or preempted:
                     mngr.wait_until_finished()  # (Orbax waits for the previous save anyway)
                     guard.record_checksums(mngr.all_steps())
                     extra = dict(guard.metadata, **monitor.health_metadata(step, losses.get(step)))
                     ckpt.save(mngr, step, params, ckpt.make_metadata(config, step, extra),
                               opt_state=opt_state, data_state=it.get_state())
-                if term.received:
-                    stopped = term.name
-                    print(f"{term.name}: saved checkpoint at step {step}; re-run the same command "
-                          "to resume.", flush=True)
+                if preempted:
+                    stopped = term.name or "SIGTERM"
+                    _say(f"{stopped}: saved checkpoint at step {step}; re-run the same command to "
+                         "resume.")
                     break
     finally:
         mngr.wait_until_finished()

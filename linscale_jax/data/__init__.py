@@ -1,13 +1,17 @@
 """Data: seqio Tasks, vocabularies, and packed, host-sharded, exactly resumable batches.
 
   vocab = data.get_vocabulary(config.data)                 # seqio.Vocabulary; vocab.vocab_size
-  it = data.make_iterator(config, split="train", host_index=0, host_count=1)
-  batch = next(it)   # numpy, per host [b, t] with b = train.batch_size // host_count, t = train.seq_len:
+  it = data.make_iterator(config, split="train")            # the global batches (what training reads)
+  batch = next(it)   # numpy [b, t] with b = train.batch_size // host_count, t = train.seq_len:
                      #   inputs, targets, segment_ids (0 = padding), positions (int32), weights (float32)
   state = it.get_state(); it.set_state(state)              # JSON-serialisable, exact resume
   data.eval_batches(config, split="validation", num_batches=N)   # fixed list of batches
   data.corpus_documents(config.data, split)                # raw document strings
 
+Multi-process training reads the global iterator (host_count=1) on every process and each process
+copies the shards of its devices (sharding.global_batch): the batch of step s and the iterator
+state are then independent of the number of processes. host_index/host_count give disjoint
+per-host document shares for other uses.
 Config (config.data): task (stdlib | files | tfds:<name>), vocab (byte | sentencepiece:<path> |
 cl100k_base), paths, text_key, txt_document, tfds_data_dir, tiktoken_file, val_fraction, seed.
 Importing this package imports TensorFlow (CPU only, 2 threads) and registers the default Tasks.

@@ -1,4 +1,7 @@
-"""Packed, batched, host-sharded, exactly resumable batches from a seqio Task.
+"""Packed, batched, exactly resumable batches from a seqio Task (optionally host-sharded).
+
+The trainer reads the global stream (host_count=1) on every process, so the batches and the state
+do not depend on the process count; host_index/host_count split the documents for other uses.
 
 Order. Epoch e of a split is this host's share of the documents in a order fixed by (data.seed, e):
 an in-memory corpus is fully permuted; a tfds corpus reads its files in a seeded order through a

@@ -15,12 +15,15 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
+from linscale_jax import distributed
+
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/study/cpu.py", "Study preset.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Study directory (runs/, table.csv, fit/, report.md).")
 _DRY = flags.DEFINE_bool("dry_run", False, "Print the runs, their commands and compute; train nothing.")
 _SHARD = flags.DEFINE_string("shard", None, "i/n: process only runs with index % n == i.")
 _JOIN = flags.DEFINE_bool("join_only", False, "Train nothing: join, fit and report what exists now.")
 _APPROACH = flags.DEFINE_integer("approach", None, "Fit approach 1 (default), 2 or 3.")
+_INITIALIZE = distributed.define_launch_flags()
 flags.mark_flags_as_required(["workdir"])
 
 
@@ -35,6 +38,7 @@ def main(argv) -> None:
         logging.set_verbosity(logging.WARNING)  # Orbax logs every save/restore at INFO
 
     try:
+        _INITIALIZE()
         if _DRY.value:
             print(plan.dry_run_text(plan.build_plan(_CONFIG.value, _WORKDIR.value), _SHARD.value))
             return

@@ -1,0 +1,181 @@
+"""Multi-process launch and the few collective helpers the trainer needs.
+
+    from linscale_jax import distributed
+    distributed.initialize(coordinator_address=None, num_processes=None, process_id=None)
+    distributed.is_primary()            # process 0: the one that writes shared files
+    distributed.barrier("name")         # every process waits here (no-op with one process)
+    distributed.any_process(flag)       # True on every process when `flag` is True on any
+
+Launch. Arguments win over the environment variables LINSCALE_COORDINATOR_ADDRESS,
+LINSCALE_NUM_PROCESSES and LINSCALE_PROCESS_ID (JAX_COORDINATOR_ADDRESS is accepted as the address
+too). With none of them, JAX's cluster auto-detection runs when the environment describes several
+processes (a multi-host TPU slice, SLURM with several tasks, Open MPI), exactly as before; a single
+process initialises nothing.
+
+CPU. With several processes on the CPU platform (tests, laptops, CPU clusters), cross-process
+collectives go through gloo over TCP. Its transport binds to the address of this host's name by
+default; when the coordinator is on a loopback address (local processes) the transport is pinned to
+127.0.0.1, and LINSCALE_GLOO_HOSTNAME / LINSCALE_GLOO_INTERFACE choose it explicitly elsewhere.
+The number of simulated CPU devices per process comes from
+XLA_FLAGS=--xla_force_host_platform_device_count=N as usual.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+
+import jax
+import numpy as np
+
+ENV = ("LINSCALE_COORDINATOR_ADDRESS", "LINSCALE_NUM_PROCESSES", "LINSCALE_PROCESS_ID")
+
+
+class LaunchError(ValueError):
+    """Inconsistent launch arguments (raised before anything connects)."""
+
+
+def _cluster_env() -> bool:
+    """True when the environment describes several processes that JAX can auto-detect."""
+    env = os.environ
+    return (len([h for h in env.get("TPU_WORKER_HOSTNAMES", "").split(",") if h]) > 1
+            or int(env.get("SLURM_NTASKS", "1") or 1) > 1
+            or int(env.get("OMPI_COMM_WORLD_SIZE", "1") or 1) > 1)
+
+
+def launch_args(coordinator_address=None, num_processes=None, process_id=None) -> dict | None:
+    """The arguments of jax.distributed.initialize (None: a single process, nothing to initialise).
+
+    Explicit arguments, else LINSCALE_* variables; {} means "let JAX auto-detect the cluster".
+    """
+    env = os.environ
+    addr = coordinator_address or env.get(ENV[0]) or env.get("JAX_COORDINATOR_ADDRESS") or None
+    n = num_processes if num_processes is not None else _int_env(ENV[1])
+    pid = process_id if process_id is not None else _int_env(ENV[2])
+    if addr is None and n is None and pid is None:
+        return {} if _cluster_env() else None
+    if n is not None and n == 1 and addr is None:
+        return None
+    if not _cluster_env():
+        missing = [name for name, v in (("--coordinator_address", addr), ("--num_processes", n),
+                                        ("--process_id", pid)) if v is None]
+        if missing:
+            raise LaunchError(
+                f"multi-process launch needs {', '.join(missing)} (or the variables {', '.join(ENV)}) "
+                "when no TPU slice or SLURM job describes the processes; e.g. --coordinator_address="
+                "127.0.0.1:12355 --num_processes=2 --process_id=0 on the first process.")
+    if n is not None and pid is not None and not 0 <= pid < n:
+        raise LaunchError(f"--process_id={pid} must be in [0, --num_processes={n}).")
+    if addr is not None and ":" not in addr:
+        raise LaunchError(f"--coordinator_address={addr!r} must be HOST:PORT, e.g. 10.0.0.2:12355.")
+    return {k: v for k, v in dict(coordinator_address=addr, num_processes=n, process_id=pid).items()
+            if v is not None}
+
+
+def _int_env(name: str) -> int | None:
+    v = os.environ.get(name, "").strip()
+    if not v:
+        return None
+    try:
+        return int(v)
+    except ValueError:
+        raise LaunchError(f"${name}={v!r} is not an integer.") from None
+
+
+def _is_loopback(address: str | None) -> bool:
+    host = (address or "").rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _cpu_platform() -> bool:
+    platforms = (jax.config.jax_platforms or os.environ.get("JAX_PLATFORMS", "") or "").lower()
+    if platforms:
+        return platforms.split(",")[0].strip() == "cpu"
+    try:  # no platform pinned: CPU unless an accelerator plugin is installed
+        import importlib.util
+        return not any(importlib.util.find_spec(m) for m in ("libtpu", "jax_cuda12_plugin",
+                                                            "jax_cuda13_plugin"))
+    except Exception:  # noqa: BLE001
+        return True
+
+
+def _setup_cpu_collectives(address: str | None) -> None:
+    """gloo collectives for the CPU client, on loopback when the coordinator is local."""
+    from jax._src import xla_bridge
+    from jax._src.lib import _jax
+
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    hostname = os.environ.get("LINSCALE_GLOO_HOSTNAME") or ("127.0.0.1" if _is_loopback(address)
+                                                           else None)
+    interface = os.environ.get("LINSCALE_GLOO_INTERFACE") or None
+    if hostname is None and interface is None:
+        return  # JAX's own gloo set-up (host name resolution)
+
+    def make_client():
+        from jax._src import distributed as jd
+
+        collectives = _jax.make_gloo_tcp_collectives(
+            distributed_client=jd.global_state.client, hostname=hostname, interface=interface)
+        return xla_bridge.make_cpu_client(collectives=collectives)
+
+    xla_bridge.register_backend_factory("cpu", make_client, priority=0, fail_quietly=False)
+
+
+def initialize(coordinator_address=None, num_processes=None, process_id=None) -> bool:
+    """Connect this process to the others (see module docstring); True when several processes run."""
+    if jax.distributed.is_initialized():
+        return True
+    args = launch_args(coordinator_address, num_processes, process_id)
+    if args is None:
+        return False
+    if _cpu_platform():
+        _setup_cpu_collectives(args.get("coordinator_address"))
+    jax.distributed.initialize(**args)
+    return True
+
+
+def is_primary() -> bool:
+    return jax.process_index() == 0
+
+
+def barrier(name: str) -> None:
+    """All processes wait until each has reached `name` (no-op with one process)."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)
+
+
+def any_process(flag: bool) -> bool:
+    """The logical OR of `flag` over processes, the same on every process."""
+    if jax.process_count() == 1:
+        return bool(flag)
+    from jax.experimental import multihost_utils
+
+    return bool(np.any(multihost_utils.process_allgather(np.asarray([bool(flag)], np.int32))))
+
+
+def free_port() -> int:
+    """An unused TCP port on 127.0.0.1 (launching local processes)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def define_launch_flags():
+    """absl flags --coordinator_address, --num_processes, --process_id for an entry point; returns
+    a function that initialises from them (see `initialize`)."""
+    from absl import flags
+
+    addr = flags.DEFINE_string("coordinator_address", None,
+                               "HOST:PORT of process 0's coordinator ($LINSCALE_COORDINATOR_ADDRESS).")
+    n = flags.DEFINE_integer("num_processes", None, "Number of processes ($LINSCALE_NUM_PROCESSES).")
+    pid = flags.DEFINE_integer("process_id", None, "This process's id in [0, num_processes) "
+                               "($LINSCALE_PROCESS_ID).")
+    return lambda: initialize(addr.value, n.value, pid.value)

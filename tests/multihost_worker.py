@@ -1,0 +1,49 @@
+"""`python -m linscale_jax.train` with a test hook, for tests/test_multihost.py (not a test module).
+
+    python tests/multihost_worker.py HOOK [train flags...]
+
+HOOK is "none", "sleep_after=S" (every process logs step S, drops DIR/.at-S-<process>, then sleeps
+until killed: the test kill -9s them), or "sigterm_at=S:P" (process P sends itself SIGTERM after
+logging step S: a preemption notice reaching one host only).
+"""
+
+import os
+import signal
+import sys
+import time
+
+from absl import app
+
+
+def install(hook: str, workdir: str) -> None:
+    import jax
+
+    from linscale_jax import metrics
+
+    if hook == "none":
+        return
+    kind, _, arg = hook.partition("=")
+    write = metrics.MetricsLogger.write
+
+    def hooked(self, row):
+        write(self, row)
+        if kind == "sleep_after" and row["step"] == int(arg):
+            open(os.path.join(workdir, f".at-{arg}-{jax.process_index()}"), "w").close()
+            while True:
+                time.sleep(60)
+        if kind == "sigterm_at":
+            step, proc = (int(x) for x in arg.split(":"))
+            if row["step"] == step and jax.process_index() == proc:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    metrics.MetricsLogger.write = hooked
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    hook, argv = sys.argv[1], [sys.argv[0]] + sys.argv[2:]
+    from linscale_jax import train
+
+    workdir = next(a.split("=", 1)[1] for a in argv if a.startswith("--workdir="))
+    install(hook, workdir)
+    app.run(train.main, argv=argv)
