@@ -276,6 +276,7 @@ def test_divergence_cli_prints_one_line_with_the_command(monkeypatch, tmp_path, 
 
     for name in ("_CONFIG", "_WORKDIR", "_INIT_FROM", "_RESUME_STEP", "_ALLOW_CHANGE"):
         monkeypatch.setattr(train, name, types.SimpleNamespace(value=None))
+    monkeypatch.setattr(train, "_INITIALIZE", lambda: None)  # no launch flags parsed here
     monkeypatch.setattr(trainer, "train", lambda *a, **k: boom())
     rc = cli_errors.run(train._train, workdir=tmp_path, command="train")
     err = capsys.readouterr().err.strip().splitlines()
