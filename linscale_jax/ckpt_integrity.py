@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field
-from pathlib import Path
+
+from etils import epath
 
 CHECKSUMS = "checksums.json"
 
@@ -28,24 +30,33 @@ class CheckpointCorruptError(RuntimeError):
     """A checkpoint's files do not match the checksums recorded when it was saved."""
 
 
-def _digest(path: Path) -> str:
+def _digest(path: epath.Path) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
 
 
-def _files(step_dir: Path) -> list[Path]:
-    return sorted(p for p in step_dir.rglob("*") if p.is_file() and p.name != CHECKSUMS)
+def _walk(d: epath.Path):
+    """Every file below d (an explicit walk: epath's rglob is refused on object stores)."""
+    for p in d.iterdir():
+        if p.is_dir():
+            yield from _walk(p)
+        else:
+            yield p
+
+
+def _files(step_dir: epath.Path) -> list[epath.Path]:
+    return sorted(p for p in _walk(step_dir) if p.name != CHECKSUMS)
 
 
 def record(step_dir) -> dict:
     """Write step_dir/checksums.json (atomically) and return it."""
-    step_dir = Path(step_dir)
+    step_dir = epath.Path(step_dir)
     files = {str(p.relative_to(step_dir)): _digest(p) for p in _files(step_dir)}
     out = dict(algorithm="sha256", files=files,
-               bytes=sum((step_dir / f).stat().st_size for f in files))
+               bytes=sum((step_dir / f).stat().length for f in files))
     tmp = step_dir / (CHECKSUMS + ".tmp")
     tmp.write_text(json.dumps(out, indent=0))
     tmp.replace(step_dir / CHECKSUMS)
@@ -53,12 +64,12 @@ def record(step_dir) -> dict:
 
 
 def has_record(step_dir) -> bool:
-    return (Path(step_dir) / CHECKSUMS).is_file()
+    return (epath.Path(step_dir) / CHECKSUMS).is_file()
 
 
 def structural_problem(step_dir) -> str | None:
     """Cheap checks: the directory is non-empty and its metadata JSON parses."""
-    step_dir = Path(step_dir)
+    step_dir = epath.Path(step_dir)
     if not step_dir.is_dir():
         return "not a directory"
     if not any(step_dir.iterdir()):
@@ -75,14 +86,22 @@ def structural_problem(step_dir) -> str | None:
 _VERIFIED: dict = {}  # (step dir, every file's size and mtime) -> True: scan + restore read once
 
 
+def _stamp(p: epath.Path) -> tuple:
+    """(size, mtime) of a file: nanosecond mtime on local disks, the store's own elsewhere."""
+    if "://" not in str(p):
+        st = os.stat(p)
+        return st.st_size, st.st_mtime_ns
+    st = p.stat()
+    return st.length, st.mtime
+
+
 def verify(step_dir) -> str | None:
     """None when step_dir is usable, else a short reason."""
-    step_dir = Path(step_dir).absolute()
+    step_dir = epath.Path(step_dir)
     problem = structural_problem(step_dir)
     if problem or not has_record(step_dir):
         return problem
-    key = (str(step_dir), tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns)
-                                for p in _files(step_dir) + [step_dir / CHECKSUMS]))
+    key = (str(step_dir), tuple((str(p), *_stamp(p)) for p in _files(step_dir) + [step_dir / CHECKSUMS]))
     if _VERIFIED.get(key):
         return None
     problem = _verify_files(step_dir)
@@ -91,7 +110,7 @@ def verify(step_dir) -> str | None:
     return problem
 
 
-def _verify_files(step_dir: Path) -> str | None:
+def _verify_files(step_dir: epath.Path) -> str | None:
     try:
         rec = json.loads((step_dir / CHECKSUMS).read_text())["files"]
     except (OSError, ValueError, KeyError, TypeError):
@@ -108,8 +127,8 @@ def _verify_files(step_dir: Path) -> str | None:
     return None
 
 
-def step_dirs(workdir) -> dict[int, Path]:
-    d = Path(workdir).absolute() / "checkpoints"
+def step_dirs(workdir) -> dict[int, epath.Path]:
+    d = epath.Path(workdir) / "checkpoints"
     if not d.is_dir():
         return {}
     return {int(p.name): p for p in d.iterdir() if p.name.isdigit() and p.is_dir()}

@@ -18,10 +18,10 @@ In multi-process runs process 0 locks and repairs; every process checks; all wai
 from __future__ import annotations
 
 import contextlib
-import shutil
 import time
 import types
-from pathlib import Path
+
+from etils import epath
 
 import jax
 
@@ -40,7 +40,7 @@ def _sync(name: str) -> None:
         multihost_utils.sync_global_devices(name)
 
 
-def _check(config, workdir: Path, init_from, resume_step, allow_change):
+def _check(config, workdir: epath.Path, init_from, resume_step, allow_change):
     plan = ckpt_integrity.scan(workdir)
     usable = sorted(set(ckpt_integrity.step_dirs(workdir)) - set(plan.bad))
     if init_from and usable:
@@ -69,23 +69,23 @@ def _check(config, workdir: Path, init_from, resume_step, allow_change):
     return plan, target, meta, accepted
 
 
-def _repair(workdir: Path, plan, target, resume_step) -> None:
+def _repair(workdir: epath.Path, plan, target, resume_step) -> None:
     ckpt_integrity.apply(workdir, plan)
     if resume_step is None:
         return
     later = sorted(s for s in ckpt_integrity.step_dirs(workdir) if target is None or s > target)
     if not later:
         return
-    dst = Path(workdir) / "checkpoints_discarded" / time.strftime("%Y%m%d-%H%M%S")
+    dst = epath.Path(workdir) / "checkpoints_discarded" / time.strftime("%Y%m%d-%H%M%S")
     dst.mkdir(parents=True, exist_ok=True)
     for s in later:
-        shutil.move(str(ckpt.ckpt_dir(workdir) / str(s)), str(dst / str(s)))
+        (ckpt.ckpt_dir(workdir) / str(s)).rename(dst / str(s))
     print(f"--resume_step={resume_step}: moved checkpoints {later} to {dst}.", flush=True)
 
 
 @contextlib.contextmanager
 def guard(config, workdir, init_from=None, resume_step=None, allow_change=False):
-    workdir = Path(workdir).absolute()
+    workdir = ckpt.as_path(workdir)
     lead = jax.process_index() == 0
     if lead:
         workdir.mkdir(parents=True, exist_ok=True)

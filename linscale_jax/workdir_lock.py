@@ -7,7 +7,8 @@ The lock is an fcntl.flock on DIR/train.lock (released by the kernel when the pr
 kill -9 never leaves a lock behind on a local disk) whose content names the holder:
 {"host", "pid", "started", "heartbeat"}. On file systems where flock is not shared between hosts,
 the content decides: a lock from a live process on this host, or from another host whose heartbeat
-(refreshed every HEARTBEAT_S by a daemon thread) is younger than STALE_S, is held; a lock from a dead
+(refreshed every HEARTBEAT_S by a daemon thread) is younger than STALE_S, is held; on an object store
+(gs://…, no flock at all) only the content decides; a lock from a dead
 pid on this host, or with an old heartbeat, is stale and taken over with one line saying so.
 Readers (eval, generate) never take the lock, so they may run beside a trainer. In multi-process
 runs only process 0 takes it.
@@ -22,7 +23,7 @@ import os
 import socket
 import threading
 import time
-from pathlib import Path
+from etils import epath
 
 LOCK_NAME = "train.lock"
 HEARTBEAT_S = 30.0
@@ -45,7 +46,7 @@ def _alive(pid: int) -> bool:
 
 def read_holder(workdir) -> dict | None:
     try:
-        return json.loads((Path(workdir) / LOCK_NAME).read_text())
+        return json.loads((epath.Path(workdir) / LOCK_NAME).read_text())
     except (OSError, ValueError):
         return None
 
@@ -68,12 +69,20 @@ def _refusal(workdir, h: dict) -> WorkdirLockedError:
         f"{h.get('pid')} on {h.get('host')}), or use another --workdir. (Eval may run beside it.)")
 
 
+def _remote(workdir) -> bool:
+    return "://" in str(workdir)
+
+
 def check_free(workdir) -> None:
     """Raise WorkdirLockedError if a live trainer holds `workdir` (reads only)."""
-    path = Path(workdir) / LOCK_NAME
+    path = epath.Path(workdir) / LOCK_NAME
     if not path.exists():
         return
     h = read_holder(workdir)
+    if _remote(workdir):
+        if _held_by_other(h):
+            raise _refusal(workdir, h)
+        return
     try:
         with open(path, "rb") as f:
             fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
@@ -92,16 +101,18 @@ def hold(workdir, enabled: bool = True):
     if not enabled:
         yield None
         return
-    path = Path(workdir) / LOCK_NAME
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    path = epath.Path(workdir) / LOCK_NAME
+    fd = None if _remote(workdir) else os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
         raise _refusal(workdir, read_holder(workdir) or {}) from None
     h = read_holder(workdir)
     if _held_by_other(h):
-        os.close(fd)
+        if fd is not None:
+            os.close(fd)
         raise _refusal(workdir, h)
     if h and not (h.get("host") == socket.gethostname() and h.get("pid") == os.getpid()):
         print(f"Took over a stale lock of {_describe(h)} on {workdir}.", flush=True)
@@ -111,6 +122,9 @@ def hold(workdir, enabled: bool = True):
     def write():
         me["heartbeat"] = time.time()
         data = json.dumps(me).encode()
+        if fd is None:  # object store: whole-object write, the content is the lock
+            path.write_bytes(data)
+            return
         os.ftruncate(fd, 0)
         os.pwrite(fd, data, 0)
 
@@ -131,4 +145,5 @@ def hold(workdir, enabled: bool = True):
         with contextlib.suppress(OSError):
             if read_holder(workdir) == me or read_holder(workdir) is None:
                 path.unlink()
-        os.close(fd)
+        if fd is not None:
+            os.close(fd)
