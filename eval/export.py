@@ -9,15 +9,15 @@ task fields keep their names: val_ppl, val_bpb, ...). Steps without a val_loss r
 from __future__ import annotations
 
 import argparse
-import csv
 import glob
 import os
 import sys
 
 from eval.loading import EvalError
+from linscale_jax import contract
 from eval.runner import ROW_KEYS, read_results
 
-LEAD = ["arch", "run", "step", "n_params", "tokens", "flops", "loss", "flops_exact"]
+LEAD = list(contract.TABLE_LEAD)
 SKIP = {"task", "eval_seconds", "niah_heatmap", "niah_grid", "niah_mode"}
 
 
@@ -40,11 +40,7 @@ def collect(workdirs) -> list[dict]:
 
 
 def write_csv(lines: list[dict], out: str) -> None:
-    extra = sorted({k for line in lines for k in line} - set(LEAD))
-    with open(out, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=LEAD + extra, restval="")
-        w.writeheader()
-        w.writerows(lines)
+    contract.write_table_csv(lines, out)
 
 
 def main(argv=None) -> int:

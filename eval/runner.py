@@ -16,6 +16,7 @@ import os
 import time
 
 from eval.loading import EvalError, checkpoint_steps, load_run
+from linscale_jax import contract
 from eval.suite import TASKS, TaskContext
 from linscale_jax.ckpt_integrity import CheckpointCorruptError
 
@@ -23,7 +24,7 @@ ROW_KEYS = ("step", "tokens", "flops", "flops_exact", "n_params", "arch", "run")
 
 
 def results_path(workdir: str) -> str:
-    return os.path.join(workdir, "eval", "results.jsonl")
+    return os.path.join(workdir, contract.EVAL_RESULTS)
 
 
 def read_results(workdir: str, repair: bool = False) -> list[dict]:

@@ -17,7 +17,6 @@ checkpoint's metadata). Every problem raises ``FitError`` with a message that na
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
 import math
@@ -25,8 +24,10 @@ from pathlib import Path
 
 import numpy as np
 
-PF_DAY = 8.64e19  # FLOPs in one PFLOP/s-day, the paper's compute unit.
-COLUMNS = ("arch", "run", "step", "n_params", "tokens", "flops", "loss")
+from linscale_jax import contract  # the one module of the project fit reads (stdlib only)
+
+PF_DAY = contract.PF_DAY  # FLOPs in one PFLOP/s-day, the paper's compute unit.
+COLUMNS = contract.TABLE_COLUMNS
 NUMERIC = ("step", "n_params", "tokens", "flops", "loss")
 POSITIVE = ("n_params", "tokens", "flops", "loss")
 
@@ -181,7 +182,7 @@ def load(path: str | Path) -> Table:
         raise FitError(f"table {path} does not exist; pass a CSV, JSONL or a runs directory")
     if path.is_dir():
         return _load_workdirs(path)
-    if path.name == "metrics.jsonl":  # one trainer workdir
+    if path.name == contract.METRICS:  # one trainer workdir
         return _load_metrics([path], str(path))
     if path.suffix == ".csv":
         return _load_csv(path)
@@ -198,12 +199,10 @@ def _read_text(path: Path) -> str:
 
 
 def _load_csv(path: Path) -> Table:
-    lines = _read_text(path).splitlines()
-    reader = csv.DictReader(lines)
-    if not reader.fieldnames:
+    names, rows = contract.read_table_csv(_read_text(path))
+    if not names:
         raise FitError(f"{path} is empty; it needs a header row with {', '.join(COLUMNS)}")
-    rows = list(reader)
-    return from_columns(str(path), **_columns(rows, str(path), reader.fieldnames))
+    return from_columns(str(path), **_columns(rows, str(path), names))
 
 
 def _read_jsonl(path: Path) -> list[dict]:
@@ -225,24 +224,23 @@ def _columns(rows: list[dict], source: str, names=None) -> dict:
 
 
 def _run_metadata(workdir: Path) -> dict:
-    meta_file = workdir / "run.json"
+    """run.json if present, else the newest checkpoint's metadata JSON (arch, n_params, ...)."""
+    meta_file = workdir / contract.RUN_JSON
     if meta_file.exists():
         return json.loads(_read_text(meta_file))
-    if not (workdir / "checkpoints").is_dir():
-        return {}
-    try:  # The trainer's checkpoints carry arch / n_params in their metadata (imports jax).
-        from linscale_jax import checkpoint as ckpt
-        steps = ckpt.list_steps(workdir)
-        if steps:
-            return dict(ckpt.load_metadata(workdir, steps[-1]))
-    except (ImportError, AttributeError, FileNotFoundError, ValueError):
-        pass
+    ckpts = workdir / contract.CHECKPOINTS
+    steps = sorted((int(p.name) for p in ckpts.glob("*") if p.name.isdigit()), reverse=True)
+    for step in steps:
+        try:
+            return json.loads((ckpts / str(step) / contract.CHECKPOINT_METADATA).read_text())
+        except (OSError, ValueError):
+            continue
     return {}
 
 
 def _load_workdirs(root: Path) -> Table:
     """Every ``metrics.jsonl`` in root or its sub-folders is one run."""
-    files = sorted(root.glob("metrics.jsonl")) + sorted(root.glob("*/metrics.jsonl"))
+    files = sorted(root.glob(contract.METRICS)) + sorted(root.glob("*/" + contract.METRICS))
     if not files:
         raise FitError(f"{root}: no metrics.jsonl in it or its sub-folders; point --table at "
                        "a trainer workdir, a folder of workdirs, or a CSV/JSONL table")
@@ -274,12 +272,9 @@ def _load_metrics(files: list[Path], source: str) -> Table:
 
 
 def write_csv(table: Table, path: str | Path) -> None:
-    """Write ``table`` as a CSV that ``load`` reads back."""
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh)
-        w.writerow(COLUMNS)
-        for i in range(len(table)):
-            w.writerow([_fmt(getattr(table, c)[i]) for c in COLUMNS])
+    """Write ``table`` as a CSV that ``load`` reads back (the contract's one table writer)."""
+    contract.write_table_csv(
+        [{c: _fmt(getattr(table, c)[i]) for c in COLUMNS} for i in range(len(table))], path)
 
 
 def _fmt(v):

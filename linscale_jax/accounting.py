@@ -44,7 +44,9 @@ import jax
 import numpy as np
 from flax import nnx
 
-PF_DAY = 8.64e19  # FLOPs in one PFLOP/s-day
+from linscale_jax import contract
+
+PF_DAY = contract.PF_DAY  # FLOPs in one PFLOP/s-day
 
 
 def _model_config(cfg):

@@ -35,7 +35,7 @@ import orbax.checkpoint as ocp
 from etils import epath
 from flax import nnx
 
-from linscale_jax import ckpt_integrity
+from linscale_jax import ckpt_integrity, contract
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ def as_path(path) -> epath.Path:
 
 
 def ckpt_dir(workdir) -> epath.Path:
-    return as_path(workdir) / "checkpoints"
+    return as_path(workdir) / contract.CHECKPOINTS
 
 
 def save_steps(ckpt_cfg, total_steps: int) -> set[int]:
@@ -87,7 +87,7 @@ def manager(workdir, ckpt_cfg=None, read_only: bool = False) -> ocp.CheckpointMa
 
 
 def _read_metadata(step_dir: epath.Path) -> dict | None:
-    f = step_dir / "metadata" / "metadata"
+    f = step_dir / contract.CHECKPOINT_METADATA
     try:
         return json.loads(f.read_text())
     except (OSError, ValueError):
@@ -109,7 +109,7 @@ def list_steps(workdir) -> list[int]:
 def _resolve(workdir, step):
     """Accept a workdir or a checkpoint dir (workdir/checkpoints/<step>)."""
     p = as_path(workdir)
-    if p.name.isdigit() and p.parent.name == "checkpoints" and not (p / "checkpoints").is_dir():
+    if p.name.isdigit() and p.parent.name == contract.CHECKPOINTS and not (p / contract.CHECKPOINTS).is_dir():
         return p.parent.parent, int(p.name) if step is None else step
     return p, step
 
@@ -214,7 +214,7 @@ def _check_shape(x, ref):
 
 def _quarantine(workdir, step: int, err: Exception) -> None:
     src = ckpt_dir(workdir) / str(step)
-    dst = as_path(workdir) / "checkpoints_corrupt" / f"{step}-{int(time.time())}"
+    dst = as_path(workdir) / contract.CHECKPOINTS_CORRUPT / f"{step}-{int(time.time())}"
     dst.parent.mkdir(parents=True, exist_ok=True)
     src.rename(dst)
     msg = (f"checkpoint step {step} is corrupt or incomplete ({type(err).__name__}: "

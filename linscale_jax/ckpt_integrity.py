@@ -22,6 +22,7 @@ import os
 from dataclasses import dataclass, field
 
 from etils import epath
+from linscale_jax import contract
 
 CHECKSUMS = "checksums.json"
 
@@ -128,7 +129,7 @@ def _verify_files(step_dir: epath.Path) -> str | None:
 
 
 def step_dirs(workdir) -> dict[int, epath.Path]:
-    d = epath.Path(workdir) / "checkpoints"
+    d = epath.Path(workdir) / contract.CHECKPOINTS
     if not d.is_dir():
         return {}
     return {int(p.name): p for p in d.iterdir() if p.name.isdigit() and p.is_dir()}

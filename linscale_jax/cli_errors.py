@@ -30,6 +30,7 @@ import threading
 import time
 import traceback
 from pathlib import Path
+from linscale_jax import contract
 
 NOISE: collections.deque = collections.deque(maxlen=200)  # captured native stderr and library
 #                                                          log records (for the failure log)
@@ -140,12 +141,12 @@ def one_line(e: BaseException, workdir=None) -> str:
 
 
 def _has_checkpoints(workdir: Path) -> bool:
-    d = workdir / "checkpoints"
+    d = workdir / contract.CHECKPOINTS
     return d.is_dir() and any(p.name.isdigit() for p in d.iterdir())
 
 
 def write_log(workdir, command: str, e: BaseException) -> Path:
-    base = Path(workdir) / "logs" if workdir is not None and Path(workdir).is_dir() else \
+    base = Path(workdir) / contract.LOGS if workdir is not None and Path(workdir).is_dir() else \
         Path(tempfile.gettempdir()) / "linscale_jax-logs"
     base.mkdir(parents=True, exist_ok=True)
     path = base / f"{command}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"

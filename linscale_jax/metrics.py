@@ -19,6 +19,7 @@ import time
 import jax
 import jax.numpy as jnp
 from etils import epath
+from linscale_jax import contract
 
 # Dense bf16 peak FLOP/s per device (vendor figures), matched on jax's device_kind.
 KNOWN_PEAKS = {
@@ -71,7 +72,7 @@ class MetricsLogger:
 
     def __init__(self, workdir, total_steps: int, start_step: int, tensorboard: bool = True,
                  stream=sys.stdout):
-        self.path = epath.Path(workdir) / "metrics.jsonl"
+        self.path = epath.Path(workdir) / contract.METRICS
         self.total, self.start = total_steps, start_step
         self.stream, self.t0, self._first = stream, time.perf_counter(), None
         self._tb = None

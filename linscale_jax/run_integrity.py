@@ -25,7 +25,7 @@ from etils import epath
 
 import jax
 
-from linscale_jax import ckpt_integrity, run_identity, workdir_lock
+from linscale_jax import ckpt_integrity, contract, run_identity, workdir_lock
 from linscale_jax import checkpoint as ckpt
 
 
@@ -76,7 +76,7 @@ def _repair(workdir: epath.Path, plan, target, resume_step) -> None:
     later = sorted(s for s in ckpt_integrity.step_dirs(workdir) if target is None or s > target)
     if not later:
         return
-    dst = epath.Path(workdir) / "checkpoints_discarded" / time.strftime("%Y%m%d-%H%M%S")
+    dst = epath.Path(workdir) / contract.CHECKPOINTS_DISCARDED / time.strftime("%Y%m%d-%H%M%S")
     dst.mkdir(parents=True, exist_ok=True)
     for s in later:
         (ckpt.ckpt_dir(workdir) / str(s)).rename(dst / str(s))

@@ -24,8 +24,9 @@ import socket
 import threading
 import time
 from etils import epath
+from linscale_jax import contract
 
-LOCK_NAME = "train.lock"
+LOCK_NAME = contract.LOCK
 HEARTBEAT_S = 30.0
 STALE_S = 300.0
 

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import ml_collections
 
+from linscale_jax.contract import PF_DAY
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -47,7 +49,6 @@ class Run:
 
     @property
     def pf_days(self) -> float:
-        from linscale_jax.accounting import PF_DAY
 
         return self.flops / PF_DAY
 
@@ -166,7 +167,7 @@ def dry_run_text(runs: list[Run], spec: str | None = None) -> str:
     lines = [f"{len(mine)} run(s){'' if not spec else f' in shard {spec} of {len(runs)}'}:"]
     for r in mine:
         lines.append(f"[{r.index:3d}] {r.name:<22} N={r.n_params:.4g} steps={r.steps} tokens={r.tokens:.4g} "
-                     f"C={r.pf_days:.4g} PF-days (paper Table 1)  exact={r.flops_exact / 8.64e19:.4g} PF-days")
+                     f"C={r.pf_days:.4g} PF-days (paper Table 1)  exact={r.flops_exact / PF_DAY:.4g} PF-days")
         lines.append(f"      {r.command}")
     by_arch: dict[str, float] = {}
     for r in mine:
@@ -175,5 +176,5 @@ def dry_run_text(runs: list[Run], spec: str | None = None) -> str:
         lines.append(f"total {a}: {c:.6g} PF-days")
     lines.append(f"total: {len(mine)} runs, {sum(r.tokens for r in mine):.6g} tokens, "
                  f"{sum(r.pf_days for r in mine):.6g} PF-days (Table-1 accounting), "
-                 f"{sum(r.flops_exact for r in mine) / 8.64e19:.6g} PF-days exact")
+                 f"{sum(r.flops_exact for r in mine) / PF_DAY:.6g} PF-days exact")
     return "\n".join(lines)

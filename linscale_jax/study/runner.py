@@ -28,6 +28,7 @@ import time
 import numpy as np
 
 from linscale_jax.study import plan as plan_lib
+from linscale_jax import contract
 
 
 def _print(msg: str) -> None:
@@ -122,7 +123,7 @@ def join(study, runs, workdir: str, approach: int, log=_print) -> dict:
     from eval.export import collect, write_csv
     from linscale_jax.study import holdout, report
 
-    have = [r for r in runs if os.path.exists(os.path.join(r.workdir, "eval", "results.jsonl"))]
+    have = [r for r in runs if os.path.exists(os.path.join(r.workdir, contract.EVAL_RESULTS))]
     if not have:
         raise FileNotFoundError(f"no evaluated runs under {workdir}/runs; train some first")
     table = os.path.join(workdir, "table.csv")
