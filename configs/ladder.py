@@ -1,8 +1,8 @@
 """Tiny CPU ladder for miniature scaling studies: --config=configs/ladder.py:<arch>-<size>.
 
-arch: llama | tnl | hgrn2 | cosformer2;  size: d32 d48 d64 d80 d96 d128 d192 d256 d384 d512.
-Shapes (linscale_jax.models.sizes.LADDER): (d, l) = (32,3) (48,3) (64,3) (80,3) (96,3) (128,4)
-(192,4) (256,6) (384,6) (512,8); head dim 8 at every size (h = d/8); g = 8·ceil(int(8d/3)/8); byte
+arch: llama | tnl | hgrn2 | cosformer2;  size: d32 d40 d48 d64 d80 d96 d128 d192 d256 d384 d512.
+Shapes (linscale_jax.models.sizes.LADDER): (d, l) = (32,3) (40,3) (48,3) (64,3) (80,3) (96,3)
+(128,4) (192,4) (256,6) (384,6) (512,8); head dim 8 at every size (h = d/8); g = 8·ceil(int(8d/3)/8); byte
 vocabulary (259 ids padded to 264), context 2048.
 
 Why these shapes (a miniature keeps the paper's structure; `python -m linscale_jax.describe
@@ -21,9 +21,12 @@ Why these shapes (a miniature keeps the paper's structure; `python -m linscale_j
   tests/test_ladder.py checks all of this for every ladder size.
 * g. The paper rounds 8d/3 up to a multiple of 256, < 10 % above 8d/3 at its sizes; here a
   multiple of 8 (g = 88 at d32, 256 at d96), not 32 (which gave 4d at d16).
-* Cost. The cpu preset trains d32 d48 d64 d80 d96 (N 3.7e4 .. 3.3e5 non-embedding, 1 decade) on
-  the same token budget as before (d16..d96 at 2..3 layers); the extra layer at the small sizes is
-  offset by dropping d16 (see the measured step times in /work/notes/issue15.md and README).
+* Cost. The cpu preset trains d32 d40 d48 d64 d96 (N 3.8e4 .. 3.3e5 non-embedding, 0.9 decades)
+  on the same token budget as before (d16 d32 d48 d64 d96 at 2-3 layers). Its exact FLOPs per token
+  summed over the five sizes are 1.05-1.25x the old ones (accounting.flops_per_token_exact; the third
+  layer at the small sizes, with d16 replaced by d32 and d32 by d40) and it has 15 layers in all
+  instead of 11: expect ~1.3x the old 40 minutes. d96 stays the largest size so the old and new
+  studies compare at the same width; d80 is on the ladder for studies that can afford it.
 The other sections keep base_config()'s tiny-run defaults (embedded corpus, byte vocab).
 """
 

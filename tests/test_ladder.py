@@ -53,6 +53,6 @@ def test_ladder_size_keeps_structure(name):
 
 
 def test_ladder_widths_and_paper_rule():
-    assert [sizes.LADDER[n][1] for n in sizes.LADDER] == [32, 48, 64, 80, 96, 128, 192, 256, 384, 512]
+    assert [sizes.LADDER[n][1] for n in sizes.LADDER] == [32, 40, 48, 64, 80, 96, 128, 192, 256, 384, 512]
     assert [sizes.paper_ffn_dim(d, 8) for d in (32, 48, 64, 96)] == [88, 128, 176, 256]
     assert [sizes.paper_ffn_dim(d) for d in (512, 768, 1024)] == [1536, 2048, 2816]
