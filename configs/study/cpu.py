@@ -3,7 +3,7 @@
     python -m linscale_jax.study --config=configs/study/cpu.py --workdir=/tmp/study_cpu
 4 archs × 5 ladder sizes d32 d40 d48 d64 d96 (3 layers, 4..12 heads of dim 8; non-embedding N
 3.8e4 .. 3.3e5, 0.9 decades; configs/ladder.py says why and what it costs), every size on the
-same budget of 2048 steps × 8 × 128 = 2,097,152 byte tokens (54 .. 6 tokens per parameter), 16
+same budget of 2048 steps × 8 × 128 = 2,097,152 byte tokens (55 .. 6 tokens per parameter), 16
 checkpoints per run, every 128 steps (16 points per training curve for the envelope; the laws skip
 checkpoints inside the 64-step warmup, so no log-spaced early ones).
 Constant learning rate after warmup, so intermediate checkpoints are comparable with final ones on
