@@ -77,7 +77,7 @@ def test_recall_study_command_shrunk(tmp_path):
     assert (wd / "recall.png").stat().st_size > 1000
     report = (wd / "report.md").read_text()
     assert "## Other section\n\nkept" in report and report.count(recall.SECTION) == 1
-    assert "![MQAR accuracy](recall.png)" in report and "LLaMA leads on retrieval" in report
+    assert "![MQAR accuracy](recall.png)" in report and "Does LLaMA lead on retrieval?" in report
     recall.update_report(str(wd / "report.md"), recall.SECTION + "\n\nnew\n")  # replaced, not appended
     report = (wd / "report.md").read_text()
     assert report.count(recall.SECTION) == 1 and "new" in report and "kept" in report

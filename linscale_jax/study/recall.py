@@ -211,9 +211,9 @@ def verdict(rows: list[dict]) -> str:
     total = lead + tie + behind
     if not total:
         return "No llama row to compare with."
-    return (f"**LLaMA leads on retrieval** (its 95 % interval above every linear model's) in {lead} of "
-            f"{total} (width, pairs) cells; the intervals overlap with at least one linear model in {tie}; "
-            f"a linear model is ahead in {behind}.")
+    return (f"Does LLaMA lead on retrieval? Its 95 % interval lies above every linear model's in {lead} "
+            f"of {total} (width, pairs) cells; it overlaps at least one linear model's in {tie}; a linear "
+            f"model's lies above LLaMA's in {behind}.")
 
 
 def update_report(path: str, section: str) -> None:
