@@ -9,7 +9,8 @@
   data.corpus_documents(config.data, split)                # raw document strings
 
 Config (config.data): task (stdlib | files | tfds:<name> | mqar: synthetic recall, see data.mqar),
-vocab (byte | sentencepiece:<path> | cl100k_base), paths, text_key, txt_document, tfds_data_dir, tiktoken_file, val_fraction, seed.
+vocab (byte | sentencepiece:<path> | cl100k_base), paths, text_key, txt_document, tfds_data_dir,
+tiktoken_file, val_fraction, seed.
 Importing this package imports TensorFlow (CPU only, 2 threads) and registers the default Tasks.
 """
 
