@@ -168,7 +168,7 @@ def test_cosformer2_mixer_matches_formula():
 
 
 def test_lightnet_tpe_is_up_toeplitz_down():
-    """y = x + W_down(T W_up x̄), T_{ts} = λ^(t-s) per channel of the e-dim state (d·e·2 + e params)."""
+    """y = x + W_down(T W_up x̄), T_{ts} = (1-λ)λ^(t-s) per channel of the e-dim state (2·d·e + e params)."""
     c = cfg("cosformer2")
     tpe = LightNetTPE(c, keys=KeyGen(jax.random.key(0)))
     n_params = sum(int(np.prod(p.shape)) for p in jax.tree.leaves(nnx.state(tpe, nnx.Param)))
@@ -182,7 +182,7 @@ def test_lightnet_tpe_is_up_toeplitz_down():
     s = np.zeros((T, E))
     for t in range(T):
         for r in range(t + 1):
-            s[t] += lam ** (t - r) * u[r]
+            s[t] += (1 - lam) * lam ** (t - r) * u[r]
     np.testing.assert_allclose(y[0], X + s @ np_(tpe.down.kernel[...]), rtol=2e-4, atol=2e-5)
 
 
