@@ -25,7 +25,9 @@ Two definitions, kept separate on purpose:
                                       2c(k + e), inter-chunk read q S 2ke and state update kᵀv 2ke;
                                       k = e (tnl, hgrn2), k = 2e (cosformer2, LRPE doubles it)
       once        LM head 2dv (the tied embedding lookup is free)
-                  cosformer2 TPE: the linear recurrence with k = e plus the per-head projection 2de
+                  cosformer2 TPE (model.tpe): lightnet 2·2de (up- and down-projection; the
+                                      per-channel recurrence is elementwise), the paper's 4nde;
+                                      xmixers: the linear recurrence with k = e plus 2de
   The tied embedding (and an untied `lm_head`, model.tie_embeddings=False) counts as "embedding" in
   `param_counts`, everything else as non-embedding. The released-checkpoint switches are counted too:
   grouped-query llama (k, v projections d·n_kv_heads·e), tnl_gate=linear (2d² instead of 2·2de),
@@ -128,7 +130,9 @@ def forward_flops_per_token(cfg, seq_len: int) -> float:
     elif cfg.arch == "tnl":  # tnl_gate = linear: u = X W_u
         layer += 2 * d * d
     once = 2 * d * v
-    if cfg.arch == "cosformer2" and cfg.tpe == "recurrence":
+    if cfg.arch == "cosformer2" and cfg.tpe == "lightnet":
+        once += 2 * 2 * d * e
+    elif cfg.arch == "cosformer2" and cfg.tpe == "xmixers":
         once += _linear_attention_flops(h, e, e, chunk) + 2 * d * e
     return float(l * layer + once)
 
@@ -148,6 +152,7 @@ def summary(cfg, seq_len: int) -> dict:
         "n_layers": cfg.n_layers,
         "d_model": cfg.d_model,
         "n_heads": cfg.n_heads,
+        "head_dim": cfg.head_dim,
         "ffn_dim": cfg.ffn_dim,
         "vocab_size": cfg.vocab_size,
         "params_total": counts["total"],

@@ -39,7 +39,7 @@ def model_defaults() -> ml_collections.ConfigDict:
             impl="auto",  # linear attention: auto | reference | xla | pallas
             chunk_size=64,  # chunk length of the chunked linear-attention forms
             tnl_decay_rule="alibi_layer",  # alibi_layer (released TNL) | fla
-            tpe="recurrence",  # cosformer2 Toeplitz positional encoding: recurrence | none
+            tpe="lightnet",  # cosformer2 Toeplitz positional encoding: lightnet (paper) | xmixers | none
             remat="none",  # none | block | dots  (activation checkpointing per block)
             scan_layers=False,  # scan over a stacked layer axis (faster compiles for deep models)
             # --- variants of released checkpoints (interop); the defaults are the paper's blocks ---

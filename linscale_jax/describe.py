@@ -5,6 +5,9 @@
     python -m linscale_jax.describe --paper --json   # the same as a JSON list
 
 FLOPs are per token at --seq_len (default: config.train.seq_len; 8192 with --paper).
+Each row has the shape (l, d, h, head_dim = d/h, g, vocab), the parameter counts, both FLOP
+definitions, and for TNL `decay_per_layer`: the per-head decay rates λ of every layer ([l][h], from
+model.tnl_decay_rule; in the JSON only, not the table).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ _SEQ_LEN = flags.DEFINE_integer("seq_len", None, "Sequence length for FLOPs per 
 
 COLUMNS = [  # (key, header, format)
     ("arch", "arch", "{}"), ("size", "size", "{}"), ("n_layers", "l", "{}"), ("d_model", "d", "{}"),
-    ("n_heads", "h", "{}"), ("ffn_dim", "g", "{}"), ("vocab_size", "vocab", "{}"),
+    ("n_heads", "h", "{}"), ("head_dim", "e", "{}"), ("ffn_dim", "g", "{}"), ("vocab_size", "vocab", "{}"),
     ("params_total", "total", "{:,}"), ("params_embedding", "embedding", "{:,}"),
     ("params_non_embedding", "non-emb", "{:,}"), ("paper_params", "paper N", "{:,}"),
     ("paper_flops_per_token", "paper C/tok", "{:.4g}"),
@@ -31,16 +34,35 @@ COLUMNS = [  # (key, header, format)
 ]
 
 
-def paper_rows(seq_len: int = 8192) -> list[dict]:
-    """One summary per paper config (arch-major order)."""
-    from linscale_jax.config import ARCHS
-    from linscale_jax.models import ModelConfig, sizes
+def decay_per_layer(cfg) -> list[list[float]]:
+    """TNL's per-head decay rates λ = exp(log λ) per layer, [l][h] (rounded to 6 digits)."""
+    import numpy as np
 
-    return [
-        accounting.summary(ModelConfig.from_config(sizes.paper_model(arch, size)), seq_len)
-        for arch in ARCHS
-        for size in sizes.PAPER_SIZES
-    ]
+    from linscale_jax.models.tnl import tnl_log_decay
+
+    return [[round(float(x), 6) for x in np.exp(tnl_log_decay(cfg.tnl_decay_rule, cfg.n_heads, j,
+                                                                cfg.n_layers).astype(np.float64))]
+            for j in range(cfg.n_layers)]
+
+
+def describe_row(model_cfg, seq_len: int) -> dict:
+    """accounting.summary(...) plus TNL's decay_per_layer."""
+    from linscale_jax.models import ModelConfig
+
+    cfg = model_cfg if isinstance(model_cfg, ModelConfig) else ModelConfig.from_config(model_cfg)
+    row = accounting.summary(cfg, seq_len)
+    if cfg.arch == "tnl":
+        row["decay_per_layer"] = decay_per_layer(cfg)
+    return row
+
+
+def paper_rows(seq_len: int = 8192) -> list[dict]:
+    """One row per paper config (arch-major order)."""
+    from linscale_jax.config import ARCHS
+    from linscale_jax.models import sizes
+
+    return [describe_row(sizes.paper_model(arch, size), seq_len)
+            for arch in ARCHS for size in sizes.PAPER_SIZES]
 
 
 def format_table(rows: list[dict]) -> str:
@@ -57,7 +79,7 @@ def main(argv):
         rows = paper_rows(_SEQ_LEN.value or 8192)
     elif _CONFIG.value is not None:
         config = _CONFIG.value
-        rows = [accounting.summary(config.model, _SEQ_LEN.value or config.train.seq_len)]
+        rows = [describe_row(config.model, _SEQ_LEN.value or config.train.seq_len)]
     else:
         raise app.UsageError("pass --config=configs/<file>.py:<arch>-<size> or --paper.")
     print(json.dumps(rows, indent=1) if _JSON.value else format_table(rows))

@@ -5,8 +5,10 @@ Schedules (optim.schedule), all with a linear warmup from 0 over optim.warmup_st
   cosine    warmup, then cosine decay to optim.lr * optim.min_lr_ratio at train.steps
   wsd       warmup-stable-decay: warmup, optim.lr, then a linear decay over the last
             optim.decay_fraction of the steps to optim.lr * optim.min_lr_ratio
-Weight decay applies to parameters with >= 2 dims other than a stacked 'layers' axis (matrices and
-the embedding); norms, gains and biases (<= 1 dim) are not decayed. Gradients are clipped to a
+Weight decay applies to weight matrices and the embedding: parameters with >= 2 dims, not counting
+a stacked 'layers' axis or dims with the logical name 'gain' (per-channel gains and rates laid out
+as a table: LRPE θ [h, e], the xmixers TPE vectors). Norms, gains, decay rates and biases are not
+decayed (HGRN2's lower bounds, cosFormer2's TPE rates, LRPE θ). Gradients are clipped to a
 global norm of optim.clip_norm (0 disables) before AdamW. Gradient accumulation is exact and lives
 in the train step (a scan over micro-batches, linscale_jax.trainer). Parameters and optimizer state
 are float32; model.dtype sets the compute dtype.
@@ -47,12 +49,15 @@ def make_schedule(optim_cfg, total_steps: int) -> optax.Schedule:
     )
 
 
+NOT_MATRIX_AXES = ("layers", "gain")  # logical dims that do not make a parameter a matrix
+
+
 def decay_mask(param_axes, abstract_params):
-    """True where weight decay applies: >= 2 dims, not counting a stacked 'layers' axis."""
+    """True where weight decay applies: >= 2 dims, not counting 'layers' and 'gain' dims."""
 
     def decays(names, x):
         n = len(names) if names is not None else x.ndim
-        n -= sum(1 for a in (names or ()) if a == "layers")
+        n -= sum(1 for a in (names or ()) if a in NOT_MATRIX_AXES)
         return n >= 2
 
     return jax.tree.map(decays, param_axes, abstract_params,

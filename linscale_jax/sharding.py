@@ -35,6 +35,7 @@ RULES = {
     "rank": None,  # low-rank output gate r
     "layers": None,  # stacked layer axis (scan_layers)
     "norm": None,
+    "gain": None,  # per-channel gains/rates laid out as a table (LRPE θ [h, e]): not a matrix
 }
 SHAPE_RULE = ("embed", "mlp")  # (in, out) names of un-annotated >= 2-D parameters
 

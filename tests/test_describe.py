@@ -12,7 +12,7 @@ from linscale_jax.config import ARCHS
 from linscale_jax.models import ModelConfig, sizes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-KEYS = {"arch", "size", "n_layers", "d_model", "n_heads", "ffn_dim", "vocab_size", "params_total",
+KEYS = {"arch", "size", "n_layers", "d_model", "n_heads", "head_dim", "ffn_dim", "vocab_size", "params_total",
         "params_embedding", "params_non_embedding", "paper_params", "paper_flops_per_token",
         "flops_per_token_exact"}
 
@@ -35,12 +35,26 @@ def run_describe(*args):
 def test_describe_paper_json():
     rows = json.loads(run_describe("--paper", "--json"))
     assert len(rows) == 24
-    assert all(set(r) == KEYS for r in rows)
+    assert all(set(r) == KEYS | ({"decay_per_layer"} if r["arch"] == "tnl" else set()) for r in rows)
+    for r in rows:
+        assert r["head_dim"] == 128 and r["n_heads"] * 128 == r["d_model"]
+        if r["arch"] == "tnl":
+            lam = r["decay_per_layer"]
+            assert len(lam) == r["n_layers"] and all(len(x) == r["n_heads"] for x in lam)
+            assert all(0 < x < 1 for x in lam[0]) and lam[0][0] < lam[1][0] < lam[-1][0]
     assert {(r["arch"], r["size"]) for r in rows} == {(a, s) for a in ARCHS for s in sizes.PAPER_SIZES}
     for r in rows:
         assert r["params_total"] == r["params_embedding"] + r["params_non_embedding"]
         assert r["params_embedding"] == r["vocab_size"] * r["d_model"]
         assert 0.9 < r["paper_params"] / r["params_non_embedding"] <= 1.0
+
+
+def test_describe_ladder_json_reports_head_dim_and_decays():
+    (row,) = json.loads(run_describe("--config=configs/ladder.py:tnl-d32", "--json"))
+    assert (row["n_heads"], row["head_dim"], row["n_layers"]) == (4, 8, 3)
+    lam = row["decay_per_layer"]
+    assert abs(lam[0][0] - 0.778801) < 1e-5 and abs(lam[1][0] - 0.882497) < 1e-5  # exp(-1/4), exp(-1/8)
+    assert min(lam[2]) > 0.99999  # the last layer: (almost) undecayed
 
 
 def test_describe_one_config_with_override():
@@ -71,7 +85,6 @@ def test_ladder_config_file():
         cfg = ModelConfig.from_config(ladder.get_config(f"cosformer2-{name}").model)
         d = sizes.LADDER[name][1]
         assert cfg.vocab_size == 264 and cfg.n_heads * cfg.head_dim == d
-        assert (cfg.n_heads, cfg.head_dim) == ((d // 32, 32) if d >= 64 else (1, d))
-    assert [sizes.LADDER[n][1] for n in sizes.LADDER] == [16, 32, 48, 64, 96, 128, 192, 256, 384, 512]
+        assert (cfg.n_heads, cfg.head_dim) == (d // 8, 8)
     with pytest.raises(ValueError, match="unknown ladder size 'd1000'.*d64"):
         ladder.get_config("tnl-d1000")

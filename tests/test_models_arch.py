@@ -9,11 +9,12 @@ import pytest
 from flax import nnx
 
 from linscale_jax.models import ModelConfig
-from linscale_jax.models.cosformer2 import TPE, Cosformer2Attention, lrpe, lrpe_theta_init
+from linscale_jax.models.cosformer2 import Cosformer2Attention, lrpe, lrpe_theta_init
 from linscale_jax.models.hgrn2 import HGRN2Mixer, beta_values, gate_log_f, lower_bounds_log
 from linscale_jax.models.layers import KeyGen
 from linscale_jax.models.llama import rope
 from linscale_jax.models.tnl import TNLAttention, alibi_slopes, tnl_log_decay
+from linscale_jax.models.tpe import LightNetTPE, XmixersTPE
 
 D, H, T = 16, 2, 7
 E = D // H
@@ -166,9 +167,28 @@ def test_cosformer2_mixer_matches_formula():
     np.testing.assert_allclose(y[0], ref, rtol=2e-4, atol=2e-5)
 
 
-def test_tpe_is_a_causal_toeplitz_per_head():
+def test_lightnet_tpe_is_up_toeplitz_down():
+    """y = x + W_down(T W_up x̄), T_{ts} = (1-λ)λ^(t-s) per channel of the e-dim state (2·d·e + e params)."""
     c = cfg("cosformer2")
-    tpe = TPE(c, keys=KeyGen(jax.random.key(0)))
+    tpe = LightNetTPE(c, keys=KeyGen(jax.random.key(0)))
+    n_params = sum(int(np.prod(p.shape)) for p in jax.tree.leaves(nnx.state(tpe, nnx.Param)))
+    assert n_params == 2 * D * E + E
+    x = x_input(3)
+    y, _ = tpe(x, None, None)
+    X = np_(x[0])
+    u = srms(X) @ np_(tpe.up.kernel[...])  # [t, e]
+    lam = np.exp(-np.exp(np_(tpe.log_rate[...])))  # [e]
+    assert 0.5 < lam.min() and lam.max() < 1 and np.ptp(1 / (1 - lam)) > 100  # memories ~2 .. 256
+    s = np.zeros((T, E))
+    for t in range(T):
+        for r in range(t + 1):
+            s[t] += (1 - lam) * lam ** (t - r) * u[r]
+    np.testing.assert_allclose(y[0], X + s @ np_(tpe.down.kernel[...]), rtol=2e-4, atol=2e-5)
+
+
+def test_xmixers_tpe_is_a_causal_toeplitz_per_head():
+    c = cfg("cosformer2", tpe="xmixers")
+    tpe = XmixersTPE(c, keys=KeyGen(jax.random.key(0)))
     n_params = sum(int(np.prod(p.shape)) for p in jax.tree.leaves(nnx.state(tpe, nnx.Param)))
     assert n_params == D * E + 2 * D + H  # d·e (per-head projection) + q, k + decays
     x = x_input(3)

@@ -137,8 +137,9 @@ def test_sharded_training_matches_single_device(sharded_runs, run):
 
 
 def test_weight_decay_mask_skips_norms_and_lower_bounds():
-    """Decay matrices and the embedding (>= 2 dims, the nanoGPT convention); never norm scales or
-    HGRN2's per-layer lower bounds Γ (its stacked 'layers' axis does not count as a matrix dim)."""
+    """Decay matrices and the embedding (>= 2 dims, the nanoGPT convention); never norm scales,
+    HGRN2's per-layer lower bounds Γ (its stacked 'layers' axis does not count as a matrix dim),
+    LRPE θ [h, e] or the TPE decay rates ('gain' dims are not matrix dims)."""
     from linscale_jax import optim
     from linscale_jax.config import model_defaults
     from linscale_jax.sharding import _flatten, model_parts
@@ -152,6 +153,11 @@ def test_weight_decay_mask_skips_norms_and_lower_bounds():
         names = {"/".join(map(str, k)): v for k, v in mask.items()}
         assert any(v for k, v in names.items() if "embed" in k), names
         for k, v in names.items():
-            if any(s in k for s in ("lower_bounds", "scale")):
+            if any(s in k for s in ("lower_bounds", "scale", "theta", "log_rate")):
                 assert not v, f"{arch}: {k} should not be weight-decayed"
+            if any(s in k for s in ("tpe/up", "tpe/down")):
+                assert v, f"{arch}: {k} is a matrix and should be weight-decayed"
+        if arch == "cosformer2":  # LRPE θ [h, e] and the TPE rates are gains; TPE W_up, W_down matrices
+            assert {k for k in names if "theta" in k or "tpe" in k} >= {
+                "layers/0/mixer/theta", "tpe/log_rate", "tpe/up/kernel", "tpe/down/kernel"}, names
         assert sum(names.values()) >= 2 * 4, names  # at least the mixer/GLU matrices of 2 layers

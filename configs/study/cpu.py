@@ -1,8 +1,9 @@
 """The default miniature study (the README's main job): <= 60 minutes on 2 CPU cores.
 
     python -m linscale_jax.study --config=configs/study/cpu.py --workdir=/tmp/study_cpu
-4 archs × 5 ladder sizes d16..d96 (non-embedding N 8.3e3 .. 3.5e5, 1.6 decades), every size on the
-same budget of 2048 steps × 8 × 128 = 2,097,152 byte tokens (250 .. 6 tokens per parameter), 16
+4 archs × 5 ladder sizes d32 d40 d48 d64 d96 (3 layers, 4..12 heads of dim 8; non-embedding N
+3.8e4 .. 3.3e5, 0.9 decades; configs/ladder.py says why and what it costs), every size on the
+same budget of 2048 steps × 8 × 128 = 2,097,152 byte tokens (55 .. 6 tokens per parameter), 16
 checkpoints per run, every 128 steps (16 points per training curve for the envelope; the laws skip
 checkpoints inside the 64-step warmup, so no log-spaced early ones).
 Constant learning rate after warmup, so intermediate checkpoints are comparable with final ones on
@@ -24,7 +25,7 @@ from linscale_jax.study.presets import study_defaults
 
 def get_config():
     c = study_defaults()
-    c.sizes = "d16,d32,d48,d64,d96"
+    c.sizes = "d32,d40,d48,d64,d96"
     c.tokens = 2048 * 8 * 128.0
     c.checkpoints = 16
     c.overrides.optim.update(lr=3e-3, warmup_steps=64, schedule="constant")

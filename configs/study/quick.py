@@ -1,5 +1,6 @@
-"""A five-minute study (2 CPU cores): 4 archs × 3 ladder widths (d64, d96, d128) at one layer,
-48 steps of 8 × 128 tokens each. One layer because compiling dominates runs this short.
+"""A five-minute study (2 CPU cores): 4 archs × 3 ladder sizes (d32, d48, d64, the ladder's own
+3 layers and 4-8 heads, so TNL keeps its decay spectrum), 48 steps of 8 × 128 tokens each. The
+smallest widths because compiling dominates runs this short.
 
     python -m linscale_jax.study --config=configs/study/quick.py --workdir=/tmp/study_quick
 Three sizes cannot bracket an optimum, so the fit keeps clamped envelope points
@@ -11,12 +12,11 @@ from linscale_jax.study.presets import study_defaults
 
 def get_config():
     c = study_defaults()
-    c.sizes = "d64,d96,d128"
+    c.sizes = "d32,d48,d64"
     c.tokens = 48 * 8 * 128.0
     c.checkpoints = 4
     c.overrides.train.log_every = 8
     c.overrides.optim.warmup_steps = 8
-    c.overrides.model = dict(n_layers=1)
     c.overrides.checkpoint.log_spaced = 2
     c.eval.update(val_batches=1, niah_grid="3x3", probe_items=16, fit_loss="val_loss_avg")
     c.noise.seed_sd = 0.05  # the cpu preset's measured value (study.noise); a smoke test here

@@ -12,8 +12,9 @@ Multi-process training reads the global iterator (host_count=1) on every process
 copies the shards of its devices (sharding.global_batch): the batch of step s and the iterator
 state are then independent of the number of processes. host_index/host_count give disjoint
 per-host document shares for other uses.
-Config (config.data): task (stdlib | files | tfds:<name>), vocab (byte | sentencepiece:<path> |
-cl100k_base), paths, text_key, txt_document, tfds_data_dir, tiktoken_file, val_fraction, seed.
+Config (config.data): task (stdlib | files | tfds:<name> | mqar: synthetic recall, see data.mqar),
+vocab (byte | sentencepiece:<path> | cl100k_base), paths, text_key, txt_document, tfds_data_dir,
+tiktoken_file, val_fraction, seed.
 Importing this package imports TensorFlow (CPU only, 2 threads) and registers the default Tasks.
 """
 
@@ -36,6 +37,10 @@ tasks.register_defaults()
 def make_iterator(config, split: str = "train", host_index: int = 0, host_count: int = 1) -> DataIterator:
     """Infinite deterministic iterator of this host's packed batches (order fixed by config.data.seed)."""
     b = pipeline.host_batch_size(config.train.batch_size, host_count, host_index)
+    if config.data.task == "mqar":
+        from linscale_jax.data import mqar
+
+        return mqar.make_iterator(config, split, b, host_index, host_count)
     task = get_task(config.data)
     pipeline.check_model_vocab(config, task.output_features["targets"].vocabulary)
     return DataIterator(task, split=split, batch_size=b, seq_len=config.train.seq_len, seed=config.data.seed,
@@ -50,6 +55,11 @@ def eval_batches(config, split: str = "validation", num_batches: int = 4, host_i
     few batches sample the whole split; tfds splits are read in their stored order.
     """
     b = pipeline.host_batch_size(config.train.batch_size, host_count, host_index)
+    if config.data.task == "mqar":
+        from linscale_jax.data import mqar
+
+        it = mqar.make_iterator(config, split, b, host_index, host_count)
+        return [next(it) for _ in range(num_batches)]
     task = get_task(config.data)
     pipeline.check_model_vocab(config, task.output_features["targets"].vocabulary)
     it = DataIterator(task, split=split, batch_size=b, seq_len=config.train.seq_len, seed=config.data.seed,

@@ -17,7 +17,7 @@ DTYPES = ("float32", "bfloat16")
 IMPLS = ("auto", "reference", "xla", "pallas")
 REMATS = ("none", "block", "dots")
 TNL_DECAY_RULES = ("alibi_layer", "fla")
-TPES = ("recurrence", "none")
+TPES = ("lightnet", "xmixers", "none")
 EMBED_SCALES = ("none", "sqrt_d")
 GLU_ACTS = ("none", "silu")
 HGRN2_Q_SCALES = ("one", "rsqrt_k")
@@ -42,7 +42,7 @@ class ModelConfig:
     impl: str = "auto"
     chunk_size: int = 64
     tnl_decay_rule: str = "alibi_layer"
-    tpe: str = "recurrence"
+    tpe: str = "lightnet"
     remat: str = "none"
     scan_layers: bool = False
     n_kv_heads: int = 0

@@ -2,15 +2,17 @@
 
     paper_model(arch, size)   -> dict for config.model     (size: 70m 160m 410m 1b 3b 7b, or an
                                  aspect-ratio variant "1b-d1792l24" / "1b-d2048l18" / "1b-d3072l8")
-    ladder_model(arch, name)  -> dict for config.model     (name: d16 d32 d48 d64 d96 ... d512)
+    ladder_model(arch, name)  -> dict for config.model     (name: d32 d40 d48 d64 d80 d96 ... d512)
     parse_name("tnl-410m")    -> ("tnl", "410m")
 
 Paper rule: h = d/128, g = 256·ceil(int(8d/3)/256), vocab 100,280, context 8192; 410M has 25 layers
 for tnl and cosformer2 (26 otherwise). Aspect-ratio variants keep h = d/128 and the g rule.
-Ladder (CPU miniature studies): head dim 32 (h = d/32; one head of d below d64),
-g = 32·ceil(int(8d/3)/32) (the paper rule at a 32 granularity, since 256 is coarse at d = 64), byte
-vocabulary 259 padded to 264, context 2048, layers growing with width: (d, l) = (16,2) (32,2) (48,2)
-(64,2) (96,3) (128,4) (192,4) (256,6) (384,6) (512,8).
+Ladder (CPU miniature studies; the reasons are in configs/ladder.py): one head dim, 8, at every
+size (h = d/8: 4 heads at d32 up to 64 at d512, the paper's 4..32 range), so the output gate keeps
+rank d/h = 8 (low rank) and Table 1's head terms stay small; g = 8·ceil(int(8d/3)/8) (the paper rule
+at an 8 granularity: 256 is coarser than d itself here); at least 3 layers, so the one undecayed
+TNL layer (the last) is a minority; byte vocabulary 259 padded to 264, context 2048;
+(d, l) = (32,3) (40,3) (48,3) (64,3) (80,3) (96,3) (128,4) (192,4) (256,6) (384,6) (512,8).
 """
 
 from __future__ import annotations
@@ -36,9 +38,10 @@ ASPECT_VARIANTS = {  # 1B aspect-ratio ablation d/l ∈ {1536/32 (= "1b"), 1792/
 }
 LADDER_VOCAB = 264
 LADDER_CONTEXT = 2048
-LADDER_HEAD_DIM = 32
-LADDER = {"d16": (2, 16), "d32": (2, 32), "d48": (2, 48), "d64": (2, 64), "d96": (3, 96), "d128": (4, 128),
-          "d192": (4, 192), "d256": (6, 256), "d384": (6, 384), "d512": (8, 512)}
+LADDER_HEAD_DIM = 8
+LADDER_FFN_MULTIPLE = 8
+LADDER = {"d32": (3, 32), "d40": (3, 40), "d48": (3, 48), "d64": (3, 64), "d80": (3, 80), "d96": (3, 96),
+          "d128": (4, 128), "d192": (4, 192), "d256": (6, 256), "d384": (6, 384), "d512": (8, 512)}
 
 
 def paper_ffn_dim(d: int, multiple: int = 256) -> int:
@@ -80,8 +83,9 @@ def ladder_model(arch: str, name: str) -> dict:
     if name not in LADDER:
         raise ValueError(f"unknown ladder size {name!r}; choose one of {list(LADDER)}.")
     l, d = LADDER[name]
-    return dict(arch=arch, size=name, n_layers=l, d_model=d, n_heads=max(1, d // LADDER_HEAD_DIM),
-                ffn_dim=paper_ffn_dim(d, 32), vocab_size=LADDER_VOCAB, max_seq_len=LADDER_CONTEXT)
+    return dict(arch=arch, size=name, n_layers=l, d_model=d, n_heads=d // LADDER_HEAD_DIM,
+                ffn_dim=paper_ffn_dim(d, LADDER_FFN_MULTIPLE), vocab_size=LADDER_VOCAB,
+                max_seq_len=LADDER_CONTEXT)
 
 
 def apply_model(section, values: dict):

@@ -72,7 +72,7 @@ class TNLAttention(nnx.Module):
             self.wu = Linear(d, d, keys=keys, std=std, axes=("embed", "heads"))
         self.wo = Linear(d, d, keys=keys, std=std, axes=("heads", "embed"))
         if cfg.tnl_lrpe:
-            self.theta = nnx.Param(jnp.asarray(lrpe_theta_init(cfg.n_heads, d)), axes=(None, None))
+            self.theta = nnx.Param(jnp.asarray(lrpe_theta_init(cfg.n_heads, d)), axes=("gain", "gain"))
         self.out_norm = make_norm(cfg, cfg.out_norm_eps)
         self.cfg = cfg
 

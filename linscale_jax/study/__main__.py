@@ -6,6 +6,8 @@ fits the laws and writes DIR/report.md. Re-running resumes. --dry-run prints eac
 steps and compute in PF-days, and the totals. --shard=i/n processes runs with index % n == i only
 (one invocation per host or TPU slice); a later invocation without --shard trains what is
 missing and joins the results; --join_only joins, fits and reports what exists without training.
+A preset with kind = "recall" (configs/study/recall.py) runs the MQAR recall experiment instead
+(linscale_jax.study.recall: DIR/recall.csv, recall.png, a section of DIR/report.md).
 """
 
 from __future__ import annotations
@@ -39,6 +41,11 @@ def main(argv) -> None:
 
     try:
         _INITIALIZE()
+        if _CONFIG.value.get("kind") == "recall":  # configs/study/recall.py: MQAR, not a scaling study
+            from linscale_jax.study import recall
+
+            recall.run_recall(_CONFIG.value, _WORKDIR.value)
+            return
         if _DRY.value:
             print(plan.dry_run_text(plan.build_plan(_CONFIG.value, _WORKDIR.value), _SHARD.value))
             return

@@ -1,0 +1,142 @@
+"""Multi-query associative recall (MQAR; Arora et al. 2023, "Zoology") as a training data source.
+
+    config.data.task = "mqar";  config.data.mqar = dict(n_pairs="4,8,16", n_keys=64, n_values=64)
+    it = data.make_iterator(config, "train")   # the same batch dicts as the text pipeline
+    batch = mqar.batch(rng, batch_size, seq_len, n_pairs=8, n_keys=64, n_values=64)
+
+One sequence x of seq_len + 1 tokens (Zoology's layout):
+    k_1 v_1 k_2 v_2 ... k_P v_P | the P keys again in a random order, each at a random even offset
+    of the rest of the sequence and followed by its value; every other position holds 0.
+Keys are distinct ids in [1, 1 + n_keys), values ids in [1 + n_keys, 1 + n_keys + n_values)
+(values may repeat). inputs = x[:-1], targets = x[1:]; weights are 1 exactly where the input is a
+query key, so the loss (and accuracy) counts only the recalled values. segment_ids are 1 (one
+sequence per row), positions 0..t-1. Needs 4·P <= seq_len + 1.
+
+Training rows draw P uniformly from the n_pairs list (a mixture, as Zoology trains); evaluation
+uses one P at a time (`batch`). Batch i of a split is a pure function of (data.seed, split, i),
+so the iterator state is the batch count and resume is exact.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from linscale_jax.data.errors import DataError
+
+DEFAULTS = dict(n_pairs="4,8,16", n_keys=64, n_values=64)
+SPLITS = {"train": 0, "validation": 1, "test": 2}
+
+
+def options(data_config) -> dict:
+    """n_pairs (list of int), n_keys, n_values from data.mqar (defaults: DEFAULTS)."""
+    section = data_config.get("mqar", None) or {}
+    if hasattr(section, "to_dict"):
+        section = section.to_dict()
+    opts = {**DEFAULTS, **dict(section)}
+    unknown = sorted(set(opts) - set(DEFAULTS))
+    if unknown:
+        raise DataError(f"data.mqar: unknown field(s) {unknown}; valid fields are {sorted(DEFAULTS)}")
+    pairs = opts["n_pairs"]
+    pairs = [int(p) for p in (pairs.split(",") if isinstance(pairs, str) else pairs)]
+    if not pairs or min(pairs) < 1:
+        raise DataError(f"data.mqar.n_pairs={opts['n_pairs']!r} must list positive integers, e.g. '4,8,16'")
+    return dict(n_pairs=pairs, n_keys=int(opts["n_keys"]), n_values=int(opts["n_values"]))
+
+
+def vocab_size(n_keys: int, n_values: int) -> int:
+    """Ids used: 0 (gap), keys, values."""
+    return 1 + n_keys + n_values
+
+
+def check(seq_len: int, n_pairs: int, n_keys: int, n_values: int) -> None:
+    if 4 * n_pairs > seq_len + 1:
+        raise DataError(f"MQAR: {n_pairs} pairs need seq_len >= {4 * n_pairs - 1} (pairs and queries "
+                        f"take 4 tokens each); got train.seq_len={seq_len}. Lower data.mqar.n_pairs or "
+                        "raise the sequence length.")
+    if n_pairs > n_keys or n_values < 1:
+        raise DataError(f"MQAR: {n_pairs} distinct keys need data.mqar.n_keys >= {n_pairs} "
+                        f"(got {n_keys}) and n_values >= 1 (got {n_values}).")
+
+
+def sequences(rng: np.random.Generator, n: int, seq_len: int, n_pairs, n_keys: int,
+              n_values: int) -> tuple[np.ndarray, np.ndarray]:
+    """x [n, seq_len + 1] int32 and query mask [n, seq_len + 1] bool (True at query keys).
+    n_pairs: an int, or an int array [n] (one P per row)."""
+    pairs = np.broadcast_to(np.asarray(n_pairs, np.int64), (n,))
+    x = np.zeros((n, seq_len + 1), np.int32)
+    query = np.zeros((n, seq_len + 1), bool)
+    for i, p in enumerate(pairs):
+        check(seq_len, int(p), n_keys, n_values)
+        keys = 1 + rng.choice(n_keys, size=p, replace=False)
+        values = 1 + n_keys + rng.integers(0, n_values, size=p)
+        x[i, 0:2 * p:2], x[i, 1:2 * p:2] = keys, values
+        slots = (seq_len + 1 - 2 * p) // 2
+        starts = 2 * p + 2 * np.sort(rng.choice(slots, size=p, replace=False))
+        order = rng.permutation(p)
+        x[i, starts], x[i, starts + 1] = keys[order], values[order]
+        query[i, starts] = True
+    return x, query
+
+
+def to_batch(x: np.ndarray, query: np.ndarray) -> dict:
+    """The text pipeline's batch dict from sequences x [b, t + 1] and their query mask."""
+    b, t = x.shape[0], x.shape[1] - 1
+    return dict(inputs=x[:, :-1].copy(), targets=x[:, 1:].copy(),
+                segment_ids=np.ones((b, t), np.int32),
+                positions=np.broadcast_to(np.arange(t, dtype=np.int32), (b, t)).copy(),
+                weights=query[:, :-1].astype(np.float32))
+
+
+def batch(rng: np.random.Generator, batch_size: int, seq_len: int, n_pairs, n_keys: int,
+          n_values: int) -> dict:
+    return to_batch(*sequences(rng, batch_size, seq_len, n_pairs, n_keys, n_values))
+
+
+class MQARIterator:
+    """Infinite iterator of MQAR batches; state = number of batches served (exact resume)."""
+
+    def __init__(self, *, split: str, batch_size: int, seq_len: int, seed: int, n_pairs: list[int],
+                 n_keys: int, n_values: int, host_index: int = 0, host_count: int = 1):
+        if split not in SPLITS:
+            raise DataError(f"MQAR split {split!r}: choose one of {sorted(SPLITS)}")
+        for p in n_pairs:
+            check(seq_len, p, n_keys, n_values)
+        self.split, self.batch_size, self.seq_len, self.seed = split, batch_size, seq_len, seed
+        self.n_pairs, self.n_keys, self.n_values = list(n_pairs), n_keys, n_values
+        self.host_index, self.host_count = host_index, host_count
+        self._batches = 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> dict:
+        rng = np.random.default_rng([self.seed, SPLITS[self.split], self._batches, self.host_index,
+                                     self.host_count])
+        pairs = rng.choice(self.n_pairs, size=self.batch_size)
+        self._batches += 1
+        return batch(rng, self.batch_size, self.seq_len, pairs, self.n_keys, self.n_values)
+
+    def get_state(self) -> dict:
+        return dict(task="mqar", split=self.split, seed=self.seed, batches=self._batches,
+                    host_index=self.host_index, host_count=self.host_count)
+
+    def set_state(self, state: dict) -> None:
+        mine = self.get_state()
+        diff = {k: (state.get(k), mine[k]) for k in ("task", "split", "seed", "host_index", "host_count")
+                if state.get(k) != mine[k]}
+        if diff:
+            raise DataError(f"MQAR iterator state does not match (saved, current): {diff}; resume with "
+                            "the same data.seed and host layout")
+        self._batches = int(state["batches"])
+
+
+def make_iterator(config, split: str, batch_size: int, host_index: int = 0,
+                  host_count: int = 1) -> MQARIterator:
+    opts = options(config.data)
+    need = vocab_size(opts["n_keys"], opts["n_values"])
+    model = config.get("model")
+    if model is not None and model.get("vocab_size", need) < need:
+        raise DataError(f"model.vocab_size={model.vocab_size} < {need} MQAR ids (1 + n_keys + n_values); "
+                        f"lower data.mqar.n_keys/n_values or set --config.model.vocab_size={need}")
+    return MQARIterator(split=split, batch_size=batch_size, seq_len=int(config.train.seq_len),
+                        seed=int(config.data.seed), host_index=host_index, host_count=host_count, **opts)

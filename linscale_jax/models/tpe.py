@@ -1,0 +1,152 @@
+"""cosFormer2's Toeplitz positional encoding (TPE), applied once to the embedding output.
+
+Legend: b batch, t sequence, d width, h heads, e = d/h head dim.
+
+model.tpe = "lightnet" (default; the TPE of LightNet, arXiv 2405.21022, as the scaling-law paper
+counts it: an up-projection d -> e, a recurrence, a projection back e -> d, "d·e parameters"):
+
+    u_t = SimpleRMSNorm(x_t) W_up                     W_up [d, e]
+    s_t = λ ⊙ s_{t-1} + (1 - λ) ⊙ u_t                 per channel c: λ_c = exp(-exp(a_c)), s [b, e]
+    y_t = x_t + s_t W_down                            W_down [e, d]
+
+  i.e. y = x + W_down(T W_up x̄) with T a causal Toeplitz matrix per channel,
+  T_{ts} = (1 - λ) λ^(t-s) (rows sum to < 1: an exponential moving average):
+  a learnable, data-independent relative position bias mixed into the residual stream once.
+  Choices where LightNet and the paper are silent (documented here and in the README):
+  * the recurrence is diagonal (one decay per channel of the e-dimensional state), with input gain
+    1 - λ so every channel is an average of comparable size whatever its memory (with gain 1 the
+    slow channels sum ~256 inputs and the TPE output swamped the embedding at init: +0.1 nats
+    val loss at 300 steps on the cpu setup, /work/notes/issue15.md); its rates
+    are initialised like ALiBi slopes over the e channels, a_c = log(2^(-8(c+1)/e)), so memories
+    1/(1-λ) span ~2 .. 256 tokens;
+  * the input is normalised (SimpleRMSNorm, no parameter) because the raw tied embedding is tiny
+    (std init_std) and would leave W_up without gradient; the output is added to the embedding (a
+    residual), so the token identity is not squeezed through the e-dimensional state;
+  * the segment resets of packed documents zero the state at each new document (segment id
+    change); decoding carries s [b, e] in float32.
+  Parameters: W_up, W_down (2·d·e) and a (e). The paper's Table 1 counts d²/h = d·e; the exact
+  count (accounting.param_counts) reads the real tree. Forward FLOPs per token 4·d·e (the two
+  projections; the elementwise recurrence is not counted), the paper's 4nde per sequence.
+  impl: model.impl = "reference" runs the recurrence as a sequential lax.scan; any other value a
+  parallel associative scan (the same numbers to float32 rounding, tests/test_tpe.py).
+
+model.tpe = "xmixers" (the module of a later rewrite, Doraemonzzz/xmixers `pes/tpe.py`): per head
+i, learnable vectors q_i, k_i ∈ R^e and a decay λ_i = sigmoid(a_i):
+    S_t = λ_i S_{t-1} + k_iᵀ x_{t,i},  u_{t,i} = q_i S_t,  then a per-head SimpleRMSNorm and a
+    per-head (block-diagonal) projection back; the result replaces the embedding. The per-head
+    norm cancels the gain q_i·k_i, so q and k get (almost) no gradient: kept for comparison only.
+
+model.tpe = "none": no TPE.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from linscale_jax.models.config import ModelConfig
+from linscale_jax.models.layers import (KeyGen, Linear, merge_heads, normal_param, simple_rms_norm,
+                                        split_heads)
+from linscale_jax.models.linear_common import run_linear_attention, zero_state
+
+
+def tpe_log_rate_init(e: int) -> np.ndarray:
+    """a [e] with exp(a_c) = 2^(-8(c+1)/e): ALiBi-like rates over the e channels."""
+    return (np.log(2.0) * (-8.0 * np.arange(1, e + 1) / e)).astype(np.float32)
+
+
+def diagonal_recurrence(u, log_decay, segment_ids=None, initial_state=None, impl: str = "auto"):
+    """s_t = exp(log_decay) ⊙ s_{t-1} + u_t along t, reset to 0 at every change of segment id.
+
+    u [b, t, e]; log_decay [e] (<= 0); segment_ids [b, t] int | None; initial_state [b, e] | None
+    (the state before u_0, kept at t = 0 as in kernels_pallas' segment convention).
+    Returns (s [b, t, e] in u.dtype, final state [b, e] float32). impl "reference": sequential
+    lax.scan; otherwise a parallel associative scan.
+    """
+    b, t, e = u.shape
+    uf = u.astype(jnp.float32)
+    a = jnp.broadcast_to(jnp.exp(log_decay.astype(jnp.float32))[None, None], (b, t, e))
+    if segment_ids is not None:
+        starts = jnp.concatenate(
+            [jnp.zeros((b, 1), bool), segment_ids[:, 1:] != segment_ids[:, :-1]], axis=1)
+        a = jnp.where(starts[:, :, None], 0.0, a)
+    s0 = jnp.zeros((b, e), jnp.float32) if initial_state is None else initial_state.astype(jnp.float32)
+    if impl == "reference":
+        def step(s, xs):
+            a_t, u_t = xs
+            s = a_t * s + u_t
+            return s, s
+
+        last, s = jax.lax.scan(step, s0, (jnp.swapaxes(a, 0, 1), jnp.swapaxes(uf, 0, 1)))
+        return jnp.swapaxes(s, 0, 1).astype(u.dtype), last
+
+    def combine(left, right):
+        a_l, b_l = left
+        a_r, b_r = right
+        return a_l * a_r, a_r * b_l + b_r
+
+    a_cum, s = jax.lax.associative_scan(combine, (a, uf), axis=1)
+    s = s + a_cum * s0[:, None, :]
+    return s.astype(u.dtype), s[:, -1]
+
+
+class LightNetTPE(nnx.Module):
+    """x [b,t,d] -> x + W_down(per-channel moving average of SimpleRMSNorm(x) W_up) (module doc)."""
+
+    def __init__(self, cfg: ModelConfig, *, keys: KeyGen):
+        d, e = cfg.d_model, cfg.head_dim
+        self.up = Linear(d, e, keys=keys, std=cfg.init_std, axes=("embed", "rank"))
+        self.down = Linear(e, d, keys=keys, std=cfg.init_std, axes=("rank", "embed"))
+        self.log_rate = nnx.Param(jnp.asarray(tpe_log_rate_init(e)), axes=(None,))
+        self.cfg = cfg
+
+    def log_decay(self):
+        """log λ [e] = -exp(a)."""
+        return -jnp.exp(self.log_rate[...])
+
+    def __call__(self, x, segment_ids, cache):
+        log_decay = self.log_decay()
+        u = self.up(simple_rms_norm(x, self.cfg.norm_eps)) * (-jnp.expm1(log_decay)).astype(x.dtype)
+        impl = "reference" if self.cfg.impl == "reference" else "scan"
+        s, state = diagonal_recurrence(u, log_decay, segment_ids, cache, impl)
+        return x + self.down(s), (state if cache is not None else None)
+
+    def init_cache(self, batch_size: int):
+        return jnp.zeros((batch_size, self.cfg.head_dim), jnp.float32)
+
+
+class XmixersTPE(nnx.Module):
+    """The later per-head rank-1 TPE (model.tpe = "xmixers"): x [b,t,d] -> [b,t,d] (module doc)."""
+
+    def __init__(self, cfg: ModelConfig, *, keys: KeyGen):
+        h, e = cfg.n_heads, cfg.head_dim
+        self.q = nnx.Param(jax.random.normal(keys(), (h, e), jnp.float32), axes=("gain", "gain"))
+        self.k = nnx.Param(jax.random.normal(keys(), (h, e), jnp.float32), axes=("gain", "gain"))
+        self.decay_logit = nnx.Param(jax.random.normal(keys(), (h,), jnp.float32), axes=(None,))
+        self.proj = normal_param(keys, (h, e, e), cfg.init_std, (None, None, None))
+        self.cfg = cfg
+
+    def __call__(self, x, segment_ids, cache):
+        h = self.cfg.n_heads
+        v = split_heads(x, h)
+        q = jnp.broadcast_to(self.q[...].astype(x.dtype), v.shape)
+        k = jnp.broadcast_to(self.k[...].astype(x.dtype), v.shape)
+        log_decay = jax.nn.log_sigmoid(self.decay_logit[...])
+        u, cache = run_linear_attention(self.cfg, q, k, v, log_decay, segment_ids, cache)
+        u = simple_rms_norm(u, self.cfg.norm_eps)  # per head
+        y = jnp.einsum("bthe,hef->bthf", u, self.proj[...].astype(u.dtype))
+        return merge_heads(y), cache
+
+    def init_cache(self, batch_size: int):
+        e = self.cfg.head_dim
+        return zero_state(batch_size, self.cfg.n_heads, e, e)
+
+
+TPE_MODULES = {"lightnet": LightNetTPE, "xmixers": XmixersTPE}
+
+
+def make_tpe(cfg: ModelConfig, keys: KeyGen):
+    """The model.tpe module, or None for "none"."""
+    return None if cfg.tpe == "none" else TPE_MODULES[cfg.tpe](cfg, keys=keys)
