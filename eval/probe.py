@@ -1,9 +1,9 @@
-"""A small multiple-choice probe built from the run's own corpus, scored through lm-eval.
+"""The corpus multiple-choice probe, scored through lm-eval: pick the true next line of a document.
 
-Each item: a context of ~ctx_chars characters cut from a held-out document (ending at a word
-boundary); choices = the true next ~cont_chars characters and n_choices - 1 spans of the same size
-from other documents, in a seeded random order. A model that has learnt the corpus picks the true
-continuation; chance is 1 / n_choices. The task is written as jsonl + an lm-eval task yaml
+Each item: the context is up to `ctx_lines` consecutive lines (of >= MIN_CHARS characters) of a
+held-out document, the choices are the true next line and n_choices - 1 lines of similar length
+drawn from *other* documents, in a seeded random order; chance is 1 / n_choices. A model that has
+learnt the corpus picks the true line. The task is written as jsonl + an lm-eval task yaml
 (`linscale_probe`) and scored with lm_eval.simple_evaluate: acc and acc_norm as lm-eval defines them.
 
     items = build_items(documents, n_items=64)
@@ -22,42 +22,43 @@ from eval.loading import EvalError
 TASK = "linscale_probe"
 
 
-def _span(doc: str, start: int, n: int) -> str:
-    """doc[start:start+~n] cut back to the last space (whole words), at least one word."""
-    s = doc[start:start + n]
-    cut = s.rfind(" ")
-    return s[:cut] if cut > 0 else s
+MIN_CHARS = 12  # shorter lines ("pass", "}") are too easy to guess from the form alone
 
 
-def build_items(documents, n_items: int = 64, n_choices: int = 4, ctx_chars: int = 96,
-                cont_chars: int = 32, seed: int = 0) -> list[dict]:
-    need = ctx_chars + cont_chars + 2
+def _lines(doc: str) -> list[str]:
+    return [x.rstrip() for x in doc.split("\n") if len(x.strip()) >= MIN_CHARS]
+
+
+def build_items(documents, n_items: int = 64, n_choices: int = 4, ctx_lines: int = 3,
+                seed: int = 0, max_docs: int = 2000) -> list[dict]:
+    """[{"context", "choices", "label"}] from an iterable of document strings (see module doc)."""
     docs = []
     for d in documents:
-        d = " ".join(d.split())
-        if len(d) >= need:
-            docs.append(d)
-        if len(docs) >= 4 * n_items:
+        lines = _lines(d)
+        if len(lines) >= 2:
+            docs.append(lines)
+        if len(docs) >= max_docs:
             break
-    if len(docs) < max(n_choices, 2):
-        raise EvalError(f"the corpus has only {len(docs)} documents of >= {need} characters; the probe "
-                        f"needs at least {n_choices}")
+    if len(docs) < n_choices:
+        raise EvalError(f"the corpus has only {len(docs)} documents with >= 2 lines of >= {MIN_CHARS} "
+                        f"characters; the probe needs at least {n_choices}: use a larger corpus")
     rng = np.random.default_rng(seed)
     items = []
-    for i in range(n_items):
-        j = i % len(docs)
-        d = docs[j]
-        p = d.find(" ", int(rng.integers(ctx_chars, len(d) - cont_chars - 1)))
-        if p < 0 or p + 1 >= len(d):
-            p = ctx_chars
-        context = d[max(0, p - ctx_chars):p]
-        context = context[context.find(" ") + 1:] if " " in context else context
-        choices = [_span(d, p + 1, cont_chars)]
-        others = [k for k in rng.permutation(len(docs)) if k != j][:n_choices - 1]
-        for k in others:
-            o = docs[k]
-            q = o.find(" ", int(rng.integers(0, len(o) - cont_chars - 1)))
-            choices.append(_span(o, q + 1, cont_chars))
+    for _ in range(n_items):
+        j = int(rng.integers(len(docs)))
+        lines = docs[j]
+        p = int(rng.integers(1, len(lines)))
+        context = "\n".join(lines[max(0, p - ctx_lines):p]) + "\n"
+        true = lines[p]
+        choices = [true]
+        while len(choices) < n_choices:  # distractors: other documents, similar length
+            k = int(rng.integers(len(docs)))
+            if k == j:
+                continue
+            cands = sorted(docs[k], key=lambda s: abs(len(s) - len(true)))
+            pick = next((c for c in cands if c not in choices), None)
+            if pick is not None:
+                choices.append(pick)
         order = rng.permutation(n_choices)
         items.append({"context": context, "choices": [choices[o] for o in order],
                       "label": int(np.argmax(order == 0))})
@@ -98,4 +99,5 @@ def run_probe(lm, task_dir) -> dict:
         include_path=str(task_dir), include_defaults=False))["results"][TASK]
     n = sum(1 for _ in open(Path(task_dir) / "probe.jsonl"))
     return {"probe_acc": float(res["acc,none"]), "probe_acc_norm": float(res["acc_norm,none"]),
-            "probe_items": n}
+            "probe_items": n, "probe_chance": 1.0 / len(json.loads(
+                (Path(task_dir) / "probe.jsonl").read_text().splitlines()[0])["choices"])}

@@ -77,7 +77,7 @@ def test_quick_study_stops_resumes_and_reports(tmp_path):
     largest = [r for r in runs if r.size == "d64"]
     for r in largest:
         tasks = {json.loads(x)["task"] for x in (Path(r.workdir) / "eval" / "results.jsonl").read_text().splitlines()}
-        assert {"val_loss", "niah", "line_probe"} <= tasks
+        assert {"val_loss", "niah", "probe"} <= tasks
 
     done = [_snapshot(r) for r in runs]
     again = runner.run_study(study, wd)  # everything done: nothing retrained or re-evaluated

@@ -257,8 +257,8 @@ def _comparisons(runs, table, fits, n_boot: int, seed: int, include_clamped: boo
                 if os.path.exists(js):
                     s = np.asarray(json.load(open(js))["scores"], float)
                     cells[a] = ((s - 1.0) / 9.0).ravel()
-            if task == "line_probe":
-                acc[a], n_items[a] = float(row["acc"]), int(row["items"])
+            if task == "probe":
+                acc[a], n_items[a] = float(row["probe_acc"]), int(row["probe_items"])
     if cells:
         per, diffs = compare.niah_comparison(cells, seed=seed)
         L += ["", "**Retrieval, NIAH** (largest model of each arch; mean cell accuracy [95%, cells "
@@ -292,7 +292,7 @@ def _runs_table(runs) -> list[str]:
     for r in runs:
         fr = _final_rows(r)
         vl = fr.get("val_loss", {}).get("val_loss")
-        pa = fr.get("line_probe", {}).get("acc")
+        pa = fr.get("probe", {}).get("probe_acc")
         na = next((row.get("niah_weighted_acc") for t, row in fr.items() if t.startswith("niah")), None)
         f = (lambda x: "—" if x is None else f"{x:.4g}")  # noqa: E731
         L.append(f"| {r.name} | {r.n_params:.3g} | {r.steps} | {r.tokens:.3g} | {r.pf_days:.3g} | {f(vl)} | "

@@ -11,7 +11,7 @@ linscale_jax.study.holdout), DIR/report.md.
 Resumable at every level: a run whose last checkpoint is its final step is not trained again, a
 partial run resumes from its newest checkpoint (trainer.train), and eval.runner skips
 (checkpoint, task) pairs already in a run's eval/results.jsonl. Per run: val_loss at every
-checkpoint, then NIAH and the line probe (linscale_jax.study.probe) on the final checkpoint (of
+checkpoint, then NIAH and the corpus probe (eval.probe) on the final checkpoint (of
 every run, or of each arch's largest run with study.eval.final_runs = "largest").
 With shard_spec 'i/n' only runs with index % n == i are processed and nothing is joined; an
 unsharded invocation trains what is still missing and joins whatever exists.
@@ -58,9 +58,7 @@ def eval_context(study) -> dict:
 
 
 def final_tasks(study) -> list[str]:
-    from linscale_jax.study import probe
-
-    return [str(study.eval.niah_task), probe.TASK_NAME]
+    return [str(study.eval.niah_task), "probe"]
 
 
 def fit_loss(study) -> str:
@@ -93,10 +91,9 @@ def eta(timed: list, todo: list) -> str:
 
 def process_run(study, run, log=_print, final: bool = True) -> None:
     """Train (or resume) one run, evaluate every checkpoint (val_loss) and, when `final`, run the
-    final-checkpoint tasks (NIAH, line probe)."""
+    final-checkpoint tasks (NIAH, the corpus probe)."""
     from eval.runner import evaluate
     from linscale_jax import trainer
-    from linscale_jax.study import probe
 
     if not trained(run):
         summary = trainer.train(run.config, run.workdir)
@@ -104,7 +101,6 @@ def process_run(study, run, log=_print, final: bool = True) -> None:
             raise KeyboardInterrupt(f"{run.name} stopped by {summary['stopped']}; re-run to resume")
     else:
         log(f"[study] {run.name}: trained already ({run.steps} steps), skipping training")
-    probe.register()
     ctx = eval_context(study)
     evaluate(run.workdir, "all", loss_tasks(study), ctx_kwargs=ctx, log=log)
     if final:
