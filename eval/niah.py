@@ -33,11 +33,6 @@ _SYLLABLES = ("ka", "lo", "mi", "ru", "te", "vo", "zan", "bel", "dor", "fin", "g
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
-def paper_grid() -> tuple[np.ndarray, np.ndarray]:
-    """35 lengths linspace(1000, 16000) tokens x 35 depths linspace(0, 100) percent."""
-    return np.linspace(1000, 16000, 35).round().astype(int), np.linspace(0, 100, 35)
-
-
 def scaled_grid(train_len: int, n_lengths: int = 35, n_depths: int = 35,
                 min_len: int = 128) -> tuple[np.ndarray, np.ndarray]:
     """The paper's grid rescaled to a training context: 1000/8192 .. 16000/8192 of train_len.

@@ -64,10 +64,6 @@ class ModelConfig:
         return self.d_model // self.n_heads
 
     @property
-    def is_linear(self) -> bool:
-        return self.arch != "llama"
-
-    @property
     def kv_heads(self) -> int:
         """Key/value heads of llama attention (n_kv_heads, 0 meaning n_heads)."""
         return self.n_kv_heads or self.n_heads
