@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import time
 
 import jax
 import ml_collections
@@ -178,7 +177,7 @@ def restore(mngr, workdir, abstract_params, abstract_opt_state=None, step=None):
                 f"{list_steps(workdir)}) or re-create it.")
             if step is not None:
                 raise err
-            _quarantine(workdir, s, err)
+            ckpt_integrity.quarantine(as_path(workdir), s, err)
             mngr.reload()
             continue
         present = {p.name for p in step_dir.iterdir()} if step_dir.is_dir() else set()
@@ -198,7 +197,7 @@ def restore(mngr, workdir, abstract_params, abstract_opt_state=None, step=None):
             from linscale_jax import distributed
 
             if distributed.is_primary():  # every process failed alike; one moves the files
-                _quarantine(workdir, s, e)
+                ckpt_integrity.quarantine(as_path(workdir), s, e)
             distributed.barrier(f"linscale_quarantine_{s}")
             mngr.reload()  # forget the moved step
             continue
@@ -210,17 +209,6 @@ def restore(mngr, workdir, abstract_params, abstract_opt_state=None, step=None):
 def _check_shape(x, ref):
     if tuple(x.shape) != tuple(ref.shape):
         raise ValueError(f"stored array of shape {x.shape} where the model has {ref.shape}")
-
-
-def _quarantine(workdir, step: int, err: Exception) -> None:
-    src = ckpt_dir(workdir) / str(step)
-    dst = as_path(workdir) / contract.CHECKPOINTS_CORRUPT / f"{step}-{int(time.time())}"
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    src.rename(dst)
-    msg = (f"checkpoint step {step} is corrupt or incomplete ({type(err).__name__}: "
-           f"{str(err).splitlines()[0][:300]}); moved it to {dst} and falling back to the "
-           "previous checkpoint.")
-    print(f"WARNING: {msg}", flush=True)
 
 
 # ---------------------------------------------------------------- model-level API (eval, convert)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from dataclasses import dataclass, field
 
 from etils import epath
@@ -162,10 +163,20 @@ def scan(workdir, verify_newest: bool = True) -> Plan:
 
 def apply(workdir, plan: Plan) -> None:
     """Move the plan's unusable step dirs to checkpoints_corrupt/ with one warning line each."""
-    from linscale_jax import checkpoint as ckpt
-
     for step, reason in sorted(plan.bad.items()):
-        ckpt._quarantine(workdir, step, CheckpointCorruptError(reason))
+        quarantine(workdir, step, CheckpointCorruptError(reason))
+
+
+def quarantine(workdir, step: int, err: Exception) -> None:
+    """Move DIR/checkpoints/<step> to DIR/checkpoints_corrupt/<step>-<time> with one warning line."""
+    src = epath.Path(workdir) / contract.CHECKPOINTS / str(step)
+    dst = epath.Path(workdir) / contract.CHECKPOINTS_CORRUPT / f"{step}-{int(time.time())}"
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    src.rename(dst)
+    msg = (f"checkpoint step {step} is corrupt or incomplete ({type(err).__name__}: "
+           f"{str(err).splitlines()[0][:300]}); moved it to {dst} and falling back to the "
+           "previous checkpoint.")
+    print(f"WARNING: {msg}", flush=True)
 
 
 def record_missing(workdir, steps) -> None:

@@ -178,3 +178,9 @@ def dry_run_text(runs: list[Run], spec: str | None = None) -> str:
                  f"{sum(r.pf_days for r in mine):.6g} PF-days (Table-1 accounting), "
                  f"{sum(r.flops_exact for r in mine) / PF_DAY:.6g} PF-days exact")
     return "\n".join(lines)
+
+
+def fit_min_step(runs) -> int:
+    """First step the laws use: checkpoints inside the learning-rate warmup are left out, since a
+    model whose rate has not reached its peak is not on any size's compute-efficient trajectory."""
+    return max(int(r.config.optim.warmup_steps) for r in runs)

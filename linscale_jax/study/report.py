@@ -13,7 +13,7 @@ import os
 
 import numpy as np
 
-from linscale_jax.study import compare, holdout
+from linscale_jax.study import compare, holdout, plan
 
 LAWS = (("L_C", "L(C)"), ("N_opt_C", "N_opt(C)"), ("D_opt_C", "D_opt(C)"))
 
@@ -135,7 +135,6 @@ def _envelope_section(table, include_clamped: bool) -> list[str]:
 def write_report(study, runs, workdir: str, approach: int, fit_errors: dict | None = None) -> str:
     from fit import paper
     from fit.table import load
-    from linscale_jax.study.runner import fit_min_step
 
     rep_dir = os.path.join(workdir, "report")
     os.makedirs(rep_dir, exist_ok=True)
@@ -148,7 +147,7 @@ def write_report(study, runs, workdir: str, approach: int, fit_errors: dict | No
          f"Fit: approach {approach}, C in PF-days (Table-1 accounting), 95% intervals from "
          f"{int(study.fit.bootstrap)} bootstrap resamples of whole runs"
          f"{' (clamped envelope points kept)' if study.fit.include_clamped else ''}. "
-         f"Laws, envelopes and comparisons use the checkpoints from step {fit_min_step(runs)} on (the end of the "
+         f"Laws, envelopes and comparisons use the checkpoints from step {plan.fit_min_step(runs)} on (the end of the "
          "learning-rate warmup); table.csv keeps every checkpoint.", ""]
     L += _scale_section(runs)
     L += ["## Loss vs compute", "", "![loss vs compute](report/loss_vs_compute.png)", "",

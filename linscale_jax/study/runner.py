@@ -107,12 +107,6 @@ def process_run(study, run, log=_print, final: bool = True) -> None:
         evaluate(run.workdir, "last", final_tasks(study), ctx_kwargs=ctx, log=log)
 
 
-def fit_min_step(runs) -> int:
-    """First step the laws use: checkpoints inside the learning-rate warmup are left out, since a
-    model whose rate has not reached its peak is not on any size's compute-efficient trajectory."""
-    return max(int(r.config.optim.warmup_steps) for r in runs)
-
-
 def join(study, runs, workdir: str, approach: int, log=_print) -> dict:
     """DIR/table.csv from every run's eval rows, DIR/fit/table.csv (the rows after the warmup, which
     the fits, plots and comparisons use), fits (DIR/fit/) and report.md."""
@@ -128,7 +122,7 @@ def join(study, runs, workdir: str, approach: int, log=_print) -> dict:
     log(f"[study] joined {len(have)}/{len(runs)} run(s) into {table}")
     fit_dir = os.path.join(workdir, "fit")
     os.makedirs(fit_dir, exist_ok=True)
-    warmup = fit_min_step(runs)
+    warmup = plan_lib.fit_min_step(runs)
     fit_table = os.path.join(fit_dir, "table.csv")
     after = [r for r in rows if int(r["step"]) >= warmup]
     if fit_loss(study) != "val_loss":  # the laws use the averaged weights' loss; keep the raw one
