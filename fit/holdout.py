@@ -15,7 +15,7 @@ checkpoint. The 95% interval is for the *observed* value, so it combines
     ``sd = sqrt(resid_sd**2 + extra_sd**2)`` in ln loss: ``resid_sd`` is the RMS of the fit's own
     ln residuals (checkpoint-to-checkpoint evaluation and optimisation noise, and lack of fit), and
     ``extra_sd`` is what the residuals cannot see, e.g. the seed-to-seed spread of a run's loss
-    when every size was trained with one seed (measured by linscale_jax.study.noise).
+    when every size was trained with one seed (measured by study.noise).
 
 An actual value outside the interval flags the law (or the held-out run) as not predictive.
 """

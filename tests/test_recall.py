@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from linscale_jax.data import DataError, make_iterator, mqar
-from linscale_jax.study import recall
+from study import recall
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -62,7 +62,7 @@ def test_recall_study_command_shrunk(tmp_path):
     wd = tmp_path / "recall"
     wd.mkdir()
     (wd / "report.md").write_text("# Study\n\n## Other section\n\nkept\n")
-    args = [sys.executable, "-m", "linscale_jax.study", "--config=configs/study/recall.py", f"--workdir={wd}",
+    args = [sys.executable, "-m", "study", "--config=configs/study/recall.py", f"--workdir={wd}",
             "--config.archs=llama,tnl", "--config.sizes=d32", "--config.n_pairs=2,4", "--config.seq_len=32",
             "--config.steps=12", "--config.batch_size=8", "--config.warmup_steps=2", "--config.eval_sequences=16"]
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)

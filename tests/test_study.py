@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from linscale_jax.study import plan, runner
+from study import plan, runner
 
 ROOT = Path(__file__).resolve().parents[1]
 PF_DAY = 8.64e19
@@ -104,7 +104,7 @@ def table1_flops_per_token(arch, l, d, h, n=8192):
 
 def test_paper_dry_run_prints_24_runs_with_table1_compute(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "linscale_jax.study", "--config=configs/study/paper.py",
+        [sys.executable, "-m", "study", "--config=configs/study/paper.py",
          f"--workdir={tmp_path}", "--dry-run"], cwd=ROOT, capture_output=True, text=True, timeout=600,
         env={**os.environ, "JAX_PLATFORMS": "cpu"})
     assert out.returncode == 0, out.stderr[-2000:]

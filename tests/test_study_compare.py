@@ -7,7 +7,7 @@ import pytest
 from fit import approach1
 from fit.synthetic import Law, planted_table
 from fit.table import from_columns
-from linscale_jax.study import compare
+from study import compare
 
 COLS = ("arch", "run", "step", "n_params", "tokens", "flops", "loss")
 
@@ -94,7 +94,7 @@ def test_study_holdout_files_and_report_section(tmp_path):
     import ml_collections
 
     from fit.table import write_csv
-    from linscale_jax.study import holdout
+    from study import holdout
 
     t = planted_table(Law(), arch="llama", sizes=np.geomspace(1e6, 1e8, 5), noise=0.005, seed=0)
     write_csv(t, tmp_path / "table.csv")

@@ -9,7 +9,7 @@ from train_helpers import tiny_config
 
 from linscale_jax import checkpoint as ckpt
 from linscale_jax import optim, trainer
-from linscale_jax.study import compare, cooldown, noise
+from study import compare, cooldown, noise
 
 
 def test_cooldown_schedule_continues_the_constant_rate_then_decays_to_zero():

@@ -1,6 +1,6 @@
 """The default miniature study (the README's main job): <= 60 minutes on 2 CPU cores.
 
-    python -m linscale_jax.study --config=configs/study/cpu.py --workdir=/tmp/study_cpu
+    python -m study --config=configs/study/cpu.py --workdir=/tmp/study_cpu
 4 archs × 5 ladder sizes d32 d40 d48 d64 d96 (3 layers, 4..12 heads of dim 8; non-embedding N
 3.8e4 .. 3.3e5, 0.9 decades; configs/ladder.py says why and what it costs), every size on the
 same budget of 2048 steps × 8 × 128 = 2,097,152 byte tokens (55 .. 6 tokens per parameter), 16
@@ -11,7 +11,7 @@ the envelope. At this budget every run is still data-limited (tried on llama: co
 8 × 128 or 32 × 128 tokens per step, lr 3e-3 or 1e-2), so the smallest size reaching a compute wins
 almost everywhere; the fit therefore keeps the clamped envelope (fit.include_clamped, as the paper
 does) and report.md says where the envelope is an optimum and where only a bound.
-Noise design (measured with `python -m linscale_jax.study.noise`, README "Noise sources"): the laws
+Noise design (measured with `python -m study.noise`, README "Noise sources"): the laws
 use val_loss_avg, the loss of the mean weights of the checkpoints in the last quarter of the steps
 so far (checkpoint averaging; on llama-d32 it halved the checkpoint-to-checkpoint sd), on a 4x
 larger validation sample (32 batches = 32,768 tokens instead of 8,192), and the comparisons and the
@@ -20,7 +20,7 @@ evaluations of 32 batches per checkpoint instead of one of 8, no extra training 
 replicates cost more than the budget allows; README "Noise sources" says what each would buy).
 """
 
-from linscale_jax.study.presets import study_defaults
+from study.presets import study_defaults
 
 
 def get_config():

@@ -2,12 +2,12 @@
 3 layers and 4-8 heads, so TNL keeps its decay spectrum), 48 steps of 8 × 128 tokens each. The
 smallest widths because compiling dominates runs this short.
 
-    python -m linscale_jax.study --config=configs/study/quick.py --workdir=/tmp/study_quick
+    python -m study --config=configs/study/quick.py --workdir=/tmp/study_quick
 Three sizes cannot bracket an optimum, so the fit keeps clamped envelope points
 (fit.include_clamped); the laws are a smoke test of the pipeline, not a measurement.
 """
 
-from linscale_jax.study.presets import study_defaults
+from study.presets import study_defaults
 
 
 def get_config():

@@ -1,6 +1,6 @@
-"""Miniature retrieval: MQAR recall of the four architectures (linscale_jax.study.recall).
+"""Miniature retrieval: MQAR recall of the four architectures (study.recall).
 
-    python -m linscale_jax.study --config=configs/study/recall.py --workdir=/tmp/study_recall
+    python -m study --config=configs/study/recall.py --workdir=/tmp/study_recall
 4 archs × 2 ladder sizes (d32: 4 heads, d64: 8 heads; head dim 8, 3 layers, as in the cpu study),
 each trained by the trainer for 800 steps × 32 MQAR sequences of 64 tokens with 4, 8 or 16
 key-value pairs (64 keys, 64 values), then scored on 256 test sequences per number of pairs.

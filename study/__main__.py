@@ -1,4 +1,4 @@
-"""python -m linscale_jax.study --config=configs/study/<preset>.py --workdir=DIR
+"""python -m study --config=configs/study/<preset>.py --workdir=DIR
        [--dry-run] [--shard=i/n] [--approach=1|2|3]   (+ --config.<field>=... overrides)
 
 Trains every run of the preset (archs × sizes on one token budget), evaluates every checkpoint,
@@ -7,7 +7,7 @@ steps and compute in PF-days, and the totals. --shard=i/n processes runs with in
 (one invocation per host or TPU slice); a later invocation without --shard trains what is
 missing and joins the results; --join_only joins, fits and reports what exists without training.
 A preset with kind = "recall" (configs/study/recall.py) runs the MQAR recall experiment instead
-(linscale_jax.study.recall: DIR/recall.csv, recall.png, a section of DIR/report.md).
+(study.recall: DIR/recall.csv, recall.png, a section of DIR/report.md).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def main(argv) -> None:
         raise app.UsageError(f"unexpected arguments {argv[1:]}")
     from absl import logging
 
-    from linscale_jax.study import plan, runner
+    from study import plan, runner
 
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # Orbax logs every save/restore at INFO
@@ -42,7 +42,7 @@ def main(argv) -> None:
     try:
         _INITIALIZE()
         if _CONFIG.value.get("kind") == "recall":  # configs/study/recall.py: MQAR, not a scaling study
-            from linscale_jax.study import recall
+            from study import recall
 
             recall.run_recall(_CONFIG.value, _WORKDIR.value)
             return

@@ -2,7 +2,7 @@
 
     write_report(study, runs, workdir, approach, fit_errors) -> path of report.md
 Reads DIR/fit/table.csv (the checkpoints the laws use), DIR/fit/fits.json (+ its PNGs),
-DIR/holdout.json (linscale_jax.study.holdout) and each run's eval/results.jsonl; writes DIR/report.md and DIR/report/loss_vs_compute.png (every arch's
+DIR/holdout.json (study.holdout) and each run's eval/results.jsonl; writes DIR/report.md and DIR/report/loss_vs_compute.png (every arch's
 curves, envelope and fitted L(C)).
 """
 
@@ -13,7 +13,7 @@ import os
 
 import numpy as np
 
-from linscale_jax.study import compare, holdout, plan
+from study import compare, holdout, plan
 
 LAWS = (("L_C", "L(C)"), ("N_opt_C", "N_opt(C)"), ("D_opt_C", "D_opt(C)"))
 
@@ -192,7 +192,7 @@ def _noise_section(table, seed_sd: float, raw=None) -> list[str]:
     L = ["## Noise floor", "", "Checkpoint-to-checkpoint noise of the loss points the laws use: RMS residual of the "
          "second half of every run around its quadratic trend in ln C (nats), and the share of successive "
          f"checkpoints whose loss rises. Seed-to-seed sd (study.noise.seed_sd, measured by "
-         f"`python -m linscale_jax.study.noise`): {seed_sd:.3g} nats. The comparisons' intervals add both."
+         f"`python -m study.noise`): {seed_sd:.3g} nats. The comparisons' intervals add both."
          + (" The laws use the loss of checkpoint-averaged weights (val_loss_avg); the raw checkpoints' "
             "val_loss is shown beside it." if raw is not None else ""), "",
          "| arch | checkpoint sd (nats) | rising share | sd of one point incl. seed |"

@@ -6,7 +6,7 @@
 
 fit.holdout does the work (approach 3 on the smaller sizes, run bootstrap + observation noise).
 The seed-to-seed spread that one-seed runs cannot show comes from study.noise.seed_sd (nats,
-measured with `python -m linscale_jax.study.noise`), converted to ln loss at the held-out loss.
+measured with `python -m study.noise`), converted to ln loss at the held-out loss.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ DIR/table.csv (eval.export: every checkpoint), DIR/fit/ (table.csv: the checkpoi
 learning-rate warmup, which the laws use, with loss = study.eval.fit_loss's (val_loss, or
 val_loss_avg: checkpoint-averaged weights; then table_raw.csv keeps val_loss); fits.json + PNGs), DIR/holdout.csv (+
 holdout_curves.csv, holdout.json: each arch's largest size predicted by laws fitted without it,
-linscale_jax.study.holdout), DIR/report.md.
+study.holdout), DIR/report.md.
 Resumable at every level: a run whose last checkpoint is its final step is not trained again, a
 partial run resumes from its newest checkpoint (trainer.train), and eval.runner skips
 (checkpoint, task) pairs already in a run's eval/results.jsonl. Per run: val_loss at every
@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from linscale_jax.study import plan as plan_lib
+from study import plan as plan_lib
 from linscale_jax import contract
 
 
@@ -111,7 +111,7 @@ def join(study, runs, workdir: str, approach: int, log=_print) -> dict:
     """DIR/table.csv from every run's eval rows, DIR/fit/table.csv (the rows after the warmup, which
     the fits, plots and comparisons use), fits (DIR/fit/) and report.md."""
     from eval.export import collect, write_csv
-    from linscale_jax.study import holdout, report
+    from study import holdout, report
 
     have = [r for r in runs if os.path.exists(os.path.join(r.workdir, contract.EVAL_RESULTS))]
     if not have:

@@ -1,6 +1,6 @@
 """Measure the noise sources of a study's loss points on one small size.
 
-    python -m linscale_jax.study.noise --workdir=DIR [--preset=configs/study/cpu.py] [--arch=llama]
+    python -m study.noise --workdir=DIR [--preset=configs/study/cpu.py] [--arch=llama]
         [--size=d16] [--steps=384] [--every=32] [--seeds=3] [--val=2,8,32] [--cooldown=0.2]
         [--cooldowns=3] [--average=0.25]
 
@@ -14,7 +14,7 @@ checkpoint's loss:
   raw@v      the checkpoint's weights on the first v validation batches
   avg@v      the mean weights of the checkpoints in the last `average` fraction of the steps so
              far (eval.val_loss.averaged_model: the study's val_loss_avg, an offline EMA)
-  cool@v     a cooldown branch (linscale_jax.study.cooldown: linear decay to 0 over `cooldown` ×
+  cool@v     a cooldown branch (study.cooldown: linear decay to 0 over `cooldown` ×
              step more steps) from each of the last `cooldowns` checkpoints
 
 and for each: checkpoint-to-checkpoint sd (RMS residual of each run's late checkpoints — the second
@@ -38,7 +38,7 @@ def _study(preset: str):
     import importlib.util
     from pathlib import Path
 
-    from linscale_jax.study import plan
+    from study import plan
 
     path = Path(preset)
     path = path if path.is_absolute() else plan.REPO / path
@@ -49,7 +49,7 @@ def _study(preset: str):
 
 
 def run_config(study, arch: str, size: str, steps: int, every: int, seed: int):
-    from linscale_jax.study import plan
+    from study import plan
 
     cfg = plan.run_config(study, arch, size)
     if str(cfg.optim.schedule) != "constant":
@@ -94,9 +94,9 @@ def measure(workdir: str, preset: str = "configs/study/cpu.py", arch: str = "lla
             cooldowns: int = 3, average: float = 0.25, log=print) -> dict:
     from linscale_jax import checkpoint as ckpt
     from linscale_jax import data, trainer
-    from linscale_jax.study import cooldown as cool
+    from study import cooldown as cool
     from eval.val_loss import averaged_model
-    from linscale_jax.study.compare import residual_sd
+    from study.compare import residual_sd
 
     t0 = time.time()
     study = _study(preset)
@@ -165,7 +165,7 @@ def table_md(out: dict) -> str:
 def main(argv=None) -> None:
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m linscale_jax.study.noise", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m study.noise", description=__doc__.split("\n")[0])
     p.add_argument("--workdir", required=True)
     p.add_argument("--preset", default="configs/study/cpu.py")
     p.add_argument("--arch", default="llama")

@@ -1,6 +1,6 @@
 """Miniature retrieval: train every architecture on MQAR (linscale_jax.data.mqar) and measure recall.
 
-    python -m linscale_jax.study --config=configs/study/recall.py --workdir=DIR
+    python -m study --config=configs/study/recall.py --workdir=DIR
     rows = run_recall(study, workdir)
 
 For each arch × ladder size the trainer trains the ladder model (same model code, same trainer) on
@@ -50,7 +50,7 @@ def split_list(value) -> list[str]:
 
 def run_config(study, arch: str, size: str):
     """The trainer config of one recall run: the ladder model, MQAR data, the study's schedule."""
-    from linscale_jax.study.plan import _model_file, load_config_file
+    from study.plan import _model_file, load_config_file
 
     cfg = load_config_file(_model_file(study), f"{arch}-{size}")
     cfg.name = f"recall-{arch}-{size}"

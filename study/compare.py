@@ -12,7 +12,7 @@ Intervals: bootstrap over whole runs (the envelope; the laws refitted), over NIA
 binomial normal approximation for probe accuracies (independent items). The loss comparisons take
 `noise` = {arch: sd}: every bootstrap draw of an arch's value gets an independent normal error of
 that sd (checkpoint-to-checkpoint noise measured from the table, plus the seed-to-seed sd measured
-by linscale_jax.study.noise), so the intervals cover a re-run with another seed, not only another
+by study.noise), so the intervals cover a re-run with another seed, not only another
 choice of runs. "resolved" says whether the best-vs-runner-up interval excludes 0.
 """
 

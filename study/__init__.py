@@ -2,6 +2,6 @@
 
 Modules: plan (runs of a preset), runner (train, evaluate, join, fit; the corpus probe is eval.probe),
 compare (comparisons with intervals), holdout (the largest size predicted from the others), report
-(report.md), noise + cooldown (`python -m linscale_jax.study.noise`: the noise sources measured);
+(report.md), noise + cooldown (`python -m study.noise`: the noise sources measured);
 CLI in __main__.
 """

@@ -26,7 +26,7 @@ import ml_collections
 
 from linscale_jax.contract import PF_DAY
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 
 
 @dataclasses.dataclass
