@@ -54,7 +54,8 @@ def cooldown(config, run_workdir: str, step: int, fraction: float, out_dir: str)
             raise FileNotFoundError(f"{run_workdir} has no complete checkpoint at step {step} to cool "
                                     f"down from; it has {ckpt.list_steps(run_workdir)}")
         shutil.copytree(ckpt.ckpt_dir(run_workdir) / str(step), ckpt.ckpt_dir(out_dir) / str(step))
-    summary = trainer.train(cfg, out_dir)
+    # the branch changes only the schedule of the run it copies: an intended change, recorded
+    summary = trainer.train(cfg, out_dir, allow_config_change=True)
     if summary.get("stopped"):
         raise KeyboardInterrupt(f"cooldown {out_dir} stopped by {summary['stopped']}; re-run to resume")
     return out_dir
