@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 
 from kernels_pallas import linear_attention
-from kernels_pallas.linear_attention.api import RESET_LOG_DECAY
 from kernels_pallas.linear_attention.config import LinearAttentionBlocks, check_tiling
 from kernels_pallas.linear_attention.pallas import default_interpret, linear_attention_pallas
 from kernels_pallas.linear_attention.reference import linear_attention_reference
 from kernels_pallas.linear_attention.xla import linear_attention_xla
 
+RESET_LOG_DECAY = -60.0  # an extreme per-step decay (wipes the state)
 B, T, H, K, V = 2, 40, 2, 8, 16  # T = 40: chunks of 32 leave a partial last chunk
 CHUNK = 32  # two sub-chunks of 16 (the CPU default) per chunk: both intra-chunk paths run
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -50,6 +50,23 @@ DEFAULTS = {
 }
 
 
+# Chunk length of the chunked XLA form (impl="xla") per backend. CPU: measured with
+# bench/linear_attention.py (see /work/notes/issue13_kernels.md): fewer, larger chunks keep the
+# inter-chunk scan short, and 64 stays inside the caches.
+XLA_CHUNK = {"tpu": 128, "gpu": 64, "cpu": 64}
+
+
+def default_chunk_size(impl: str, backend: str | None = None) -> int:
+    """The chunk length used when linear_attention gets chunk_size=None (the one per-backend
+    place): Pallas -> its block default, xla -> XLA_CHUNK, reference -> unused (1)."""
+    backend = backend or jax.default_backend()
+    if impl == "pallas":
+        return default_blocks(backend).chunk_size
+    if impl == "xla":
+        return XLA_CHUNK.get(backend, XLA_CHUNK["cpu"])
+    return 1
+
+
 def default_blocks(backend: str | None = None) -> LinearAttentionBlocks:
     backend = backend or jax.default_backend()
     return DEFAULTS.get(backend, DEFAULTS["cpu"])

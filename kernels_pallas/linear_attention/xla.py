@@ -51,20 +51,24 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from kernels_pallas.linear_attention.kind import DecayKind
+
 _F32 = jnp.float32
 
 
-def linear_attention_xla(q, k, v, log_decay=None, initial_state=None, *, chunk_size=64):
-    """Returns (o [b, t, h, v] in q.dtype, final_state [b, h, k, v] fp32); see the module doc."""
+def linear_attention_xla(q, k, v, log_decay=None, initial_state=None, starts=None, *, kind=None,
+                         chunk_size=64):
+    """Returns (o [b, t, h, v] in q.dtype, final_state [b, h, k, v] fp32); see the module doc.
+    starts: None | [b, t] bool segment starts; kind: DecayKind (None: resolved from log_decay)."""
     if not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
         raise ValueError(
             f"linear_attention_xla: chunk_size must be a positive int; got {chunk_size!r}."
         )
+    kind = DecayKind.of(log_decay) if kind is None else DecayKind(kind)
     b, t, h, dk = q.shape
     dv = v.shape[-1]
-    kind = "none" if log_decay is None else ("head" if log_decay.ndim == 1 else "data")
 
-    if kind == "data":  # a sequence shorter than one chunk: pad to a power of two (binary merges)
+    if kind == DecayKind.DATA:  # a sequence shorter than one chunk: pad to a power of two
         c = min(int(chunk_size), 1 << (t - 1).bit_length())
     else:
         c = min(int(chunk_size), t)
@@ -76,22 +80,43 @@ def linear_attention_xla(q, k, v, log_decay=None, initial_state=None, *, chunk_s
         return x.reshape(b, n, c, h, x.shape[-1]).transpose(0, 3, 1, 2, 4)
 
     qc, kc, vc = chunked(q), chunked(k), chunked(v)
-    if kind == "none":
+    if kind == DecayKind.NONE:
         a = jnp.einsum("bhnik,bhnjk->bhnij", qc, kc) * jnp.tril(jnp.ones((c, c), _F32))
         q_in, k_out, decay = qc, kc, None
-    elif kind == "head":
+    elif kind == DecayKind.HEAD:
         a, q_in, k_out, decay = _head_decay_terms(qc, kc, log_decay.astype(_F32), t)
+        decay = decay[None, :, :, None]  # [1, h, n, 1]
     else:
         a, lf, lr = _data_decay_terms(qc, kc, chunked(log_decay))
         q_in, k_out, decay = qc * jnp.exp(lf), kc * jnp.exp(lr), jnp.exp(lf[..., -1, :])
+    if starts is not None:
+        a, q_in, k_out, decay = _segment_masks(starts, n, c, a, q_in, k_out, decay)
 
     state0 = (
         jnp.zeros((b, h, dk, dv), _F32) if initial_state is None else initial_state.astype(_F32)
     )
-    starts, final = _carry_states(state0, k_out, vc, decay)  # starts [b, h, n, k, v]
-    o = jnp.einsum("bhnij,bhnjv->bhniv", a, vc) + jnp.einsum("bhnik,bhnkv->bhniv", q_in, starts)
+    starts_s, final = _carry_states(state0, k_out, vc, decay)  # [b, h, n, k, v]
+    o = jnp.einsum("bhnij,bhnjv->bhniv", a, vc) + jnp.einsum("bhnik,bhnkv->bhniv", q_in, starts_s)
     o = o.transpose(0, 2, 3, 1, 4).reshape(b, n * c, h, dv)[:, :t]
     return o.astype(q.dtype), final
+
+
+def _segment_masks(starts, n, c, a, q_in, k_out, decay):
+    """Document resets inside the chunked form, beside any decay kind. starts [b, t] bool.
+    cnt [b, n, c] counts the segment starts in the chunk up to and including each position:
+    pairs (i, j) of one chunk interact iff cnt_i == cnt_j; a row reads the carried state iff no start
+    precedes it in the chunk (cnt_i == 0); a key reaches the chunk-end state iff it is in the chunk's
+    last segment; the carried state crosses the chunk iff the chunk has no start. All masks are
+    [b, n, c(, c)]: nothing of size [b, t, h, k] is added."""
+    b = starts.shape[0]
+    st = jnp.pad(starts, ((0, 0), (0, n * c - starts.shape[1]))).reshape(b, n, c)
+    cnt = jnp.cumsum(st.astype(jnp.int32), axis=-1)
+    same = (cnt[..., :, None] == cnt[..., None, :]).astype(_F32)[:, None]  # [b, 1, n, c, c]
+    cont = (cnt == 0).astype(_F32)[:, None, :, :, None]  # [b, 1, n, c, 1]
+    to_end = (cnt == cnt[..., -1:]).astype(_F32)[:, None, :, :, None]
+    alive = (cnt[..., -1] == 0).astype(_F32)[:, None, :, None]  # [b, 1, n, 1]
+    decay = alive if decay is None else decay * alive
+    return a * same, q_in * cont, k_out * to_end, decay
 
 
 def _sum_after(x, axis):
@@ -105,8 +130,8 @@ def _sum_after(x, axis):
 
 def _carry_states(state0, k_out, v, decay):
     """Inter-chunk sweep. k_out [b, h, n, c, k] (keys decayed to the chunk end), v [b, h, n, c, v],
-    decay [b, h, n, k] | [h, n] | None (whole-chunk decay). Returns (chunk-start states
-    [b, h, n, k, v], final state [b, h, k, v])."""
+    decay None or the whole-chunk decay broadcastable to [b, h, n, k] (e.g. [1, h, n, 1] per head).
+    Returns (chunk-start states [b, h, n, k, v], final state [b, h, k, v])."""
     n = k_out.shape[2]
     updates = jnp.einsum("bhnck,bhncv->nbhkv", k_out, v)  # parallel over chunks
     # inside shard_map the carry must vary over the mesh axes the inputs vary over (zeros_like keeps
@@ -118,10 +143,7 @@ def _carry_states(state0, k_out, v, decay):
             return s + u, s
         xs = updates
     else:
-        if decay.ndim == 2:  # per head: [h, n] -> [n, 1, h, 1, 1]
-            decay = decay.T[:, None, :, None, None]
-        else:  # [b, h, n, k] -> [n, b, h, k, 1]
-            decay = jnp.moveaxis(decay, 2, 0)[..., None]
+        decay = jnp.moveaxis(decay, 2, 0)[..., None]  # [n, b|1, h|1, k|1, 1]
 
         def step(s, x):
             u, d = x
