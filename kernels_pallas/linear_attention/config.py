@@ -56,6 +56,19 @@ DEFAULTS = {
 XLA_CHUNK = {"tpu": 128, "gpu": 64, "cpu": 64}
 
 
+# Tokens per step of the xla form's outer sequential sweep over blocks (None: the whole sequence
+# at once). On CPU a block keeps one step's arrays in cache, so time grows linearly with length.
+XLA_BLOCK = {"tpu": None, "gpu": None, "cpu": 512}
+
+
+def xla_block_len(chunk_size: int, backend: str | None = None) -> int | None:
+    """Block length of the xla form (a multiple of chunk_size), or None for no blocking."""
+    block = XLA_BLOCK.get(backend or jax.default_backend(), XLA_BLOCK["cpu"])
+    if block is None:
+        return None
+    return max(1, block // chunk_size) * chunk_size
+
+
 def default_chunk_size(impl: str, backend: str | None = None) -> int:
     """The chunk length used when linear_attention gets chunk_size=None (the one per-backend
     place): Pallas -> its block default, xla -> XLA_CHUNK, reference -> unused (1)."""

@@ -38,6 +38,16 @@ and near-0 decays mixed in one chunk, the weights keep full fp32 relative accura
     stored: the saved residuals are the inputs, A [c, c] per chunk, the chunk-boundary sums and
     the chunk-start states [n, k, v].
 
+Segments (starts [b, t] bool, from segment_ids): masks beside the decay, all [b, n, c(, c)] (see
+`_segment_masks`): pairs of one chunk interact only inside one segment, rows before the chunk's
+first start read the carried state, keys of the chunk's last segment reach the chunk-end state, and
+the carried state crosses a chunk only when no segment starts in it. The decay terms are those of
+the kind itself, so TNL and cosFormer2 keep their own path.
+
+Blocks (CPU): the sequence is swept in blocks of `config.xla_block_len` tokens by an outer
+`lax.scan` carrying the state, each block running the chunked form above; one step's arrays stay in
+cache, so the time grows linearly with t (measured in /work/notes/issue13_kernels.md).
+
 Padding: t is padded to a multiple of the chunk with zero q/k/v and zero log decay (a zero key or
 value adds nothing; a zero log decay keeps the state), so the final state is the one after the last
 real token. Gradients are plain JAX autodiff of this form. Masked entries are selected with
@@ -51,20 +61,61 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from kernels_pallas.linear_attention.config import xla_block_len
 from kernels_pallas.linear_attention.kind import DecayKind
 
 _F32 = jnp.float32
 
 
 def linear_attention_xla(q, k, v, log_decay=None, initial_state=None, starts=None, *, kind=None,
-                         chunk_size=64):
+                         chunk_size=64, block_len="auto"):
     """Returns (o [b, t, h, v] in q.dtype, final_state [b, h, k, v] fp32); see the module doc.
-    starts: None | [b, t] bool segment starts; kind: DecayKind (None: resolved from log_decay)."""
+    starts: None | [b, t] bool segment starts; kind: DecayKind (None: resolved from log_decay).
+    block_len: tokens per step of the outer sequential sweep ("auto": config.xla_block_len for
+    this backend; None: one block). Blocks keep the working set of one step in cache, so the time
+    grows linearly with t; the last t mod block_len tokens are one more (static) call."""
     if not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
         raise ValueError(
             f"linear_attention_xla: chunk_size must be a positive int; got {chunk_size!r}."
         )
     kind = DecayKind.of(log_decay) if kind is None else DecayKind(kind)
+    if block_len == "auto":
+        block_len = xla_block_len(chunk_size)
+    t = q.shape[1]
+    if block_len is None or t < 2 * block_len:
+        return _chunked(q, k, v, log_decay, initial_state, starts, kind, int(chunk_size))
+    nb, tail = divmod(t, block_len)
+    main = nb * block_len
+
+    def blocks(x):  # [b, t, ...] -> [nb, b, block_len, ...] (the first nb * block_len tokens)
+        x = x[:, :main]
+        return jnp.moveaxis(x.reshape(x.shape[0], nb, block_len, *x.shape[2:]), 1, 0)
+
+    data = kind == DecayKind.DATA
+    xs = (blocks(q), blocks(k), blocks(v), blocks(log_decay) if data else None,
+          None if starts is None else blocks(starts))
+    b, _, h, dk = q.shape
+    state = jnp.zeros((b, h, dk, v.shape[-1]), _F32) if initial_state is None else initial_state
+    state = state.astype(_F32) + jnp.zeros_like(q[:, 0, :, :, None], dtype=_F32)
+
+    def step(state, x):
+        qb, kb, vb, lb, sb = x
+        o, state = _chunked(qb, kb, vb, lb if data else log_decay, state, sb, kind,
+                            int(chunk_size))
+        return state, o
+
+    state, o = jax.lax.scan(step, state, xs)
+    o = jnp.moveaxis(o, 0, 1).reshape(b, main, h, -1)
+    if tail:
+        o_tail, state = _chunked(
+            q[:, main:], k[:, main:], v[:, main:], log_decay[:, main:] if data else log_decay,
+            state, None if starts is None else starts[:, main:], kind, int(chunk_size))
+        o = jnp.concatenate([o, o_tail], axis=1)
+    return o, state
+
+
+def _chunked(q, k, v, log_decay, initial_state, starts, kind, chunk_size):
+    """One block: the chunked form over all of q's t tokens. Returns (o, final state)."""
     b, t, h, dk = q.shape
     dv = v.shape[-1]
 
