@@ -1,5 +1,10 @@
-"""Block sizes for the Pallas linear-attention kernels, with per-backend defaults.
+"""Per-backend block sizes of linear attention: the one place the defaults live.
 
+`default_chunk_size(impl)` is what `linear_attention(..., chunk_size=None)` uses (the models pass
+None): Pallas -> DEFAULTS[backend].chunk_size (TPU 128), xla -> XLA_CHUNK[backend]; the xla form's
+outer block sweep length is XLA_BLOCK[backend].
+
+Pallas kernels:
 The kernels walk the sequence in chunks of `chunk_size` tokens (one grid step per chunk, the fp32
 state [v, k] carried in scratch). The data-dependent (per key channel) decay splits each chunk into
 sub-chunks of `sub_chunk` rows: pairs of rows in different sub-chunks use the matmul form with a
@@ -50,9 +55,8 @@ DEFAULTS = {
 }
 
 
-# Chunk length of the chunked XLA form (impl="xla") per backend. CPU: measured with
-# bench/linear_attention.py (see /work/notes/issue13_kernels.md): fewer, larger chunks keep the
-# inter-chunk scan short, and 64 stays inside the caches.
+# Chunk length of the chunked XLA form (impl="xla") per backend (CPU: measured, see
+# /work/notes/issue13_kernels.md).
 XLA_CHUNK = {"tpu": 128, "gpu": 64, "cpu": 64}
 
 
