@@ -2,7 +2,8 @@
 decay kind) and causal softmax attention (plain XLA and jax.nn.dot_product_attention), with the same
 batch, heads and head dim for all, measured side by side in one process: every case (every length
 included) is compiled and warmed up, then all cases are timed round-robin, --repeats times, so a
-change of machine load hits every length alike; the median is reported.
+change of machine load hits every length alike. Two tables: the median and the minimum over the
+repeats (on a shared machine the minimum is the least-disturbed run, the steadier ratio).
 
     python bench/linear_attention.py --seq-lens 1024,2048,4096,8192
     python bench/linear_attention.py --seq-lens 256,512 --json     # one JSON object per line
@@ -80,9 +81,9 @@ def softmax_step(variant):
     return jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
 
 
-def interleaved_medians(steps, repeats, warmup):
+def interleaved_times(steps, repeats, warmup):
     """steps: list of (fn, args). Compile and warm up each, then time them round-robin (so a change
-    of machine load hits all alike); returns the median seconds of each."""
+    of machine load hits all alike); returns the list of seconds of each."""
     for fn, args in steps:
         for _ in range(1 + warmup):  # the first call compiles
             jax.block_until_ready(fn(*args))
@@ -92,7 +93,7 @@ def interleaved_medians(steps, repeats, warmup):
             t0 = time.perf_counter()
             jax.block_until_ready(fn(*args))
             ts.append(time.perf_counter() - t0)
-    return [statistics.median(ts) for ts in times]
+    return times
 
 
 def cases(args):
@@ -127,9 +128,11 @@ def run(args):
             steps.append((step, inputs))
     print(f"  compiling and timing {len(steps)} cases, lengths {args.seq_lens}, round-robin...",
           file=sys.stderr, flush=True)
-    for (impl, decay, variant, seq_len), sec in zip(todo, interleaved_medians(steps, args.repeats,
-                                                                              args.warmup)):
+    for (impl, decay, variant, seq_len), ts in zip(todo, interleaved_times(steps, args.repeats,
+                                                                           args.warmup)):
+        sec = statistics.median(ts)
         row = {"impl": impl, "decay": decay, "seq_len": seq_len, "seconds": sec,
+               "seconds_min": min(ts),
                "variant": SOFTMAX_VARIANTS.get(variant, variant), "backend": backend,
                "speed_figure": not (impl == "pallas" and interpret)}
         results.append(row)
@@ -141,18 +144,20 @@ def run(args):
     return results
 
 
-def table(results, seq_lens):
-    """Seconds per row and length, growth ratios t(m)/t(n), and softmax/linear ratios."""
+def table(results, seq_lens, stat="seconds"):
+    """Seconds per row and length, growth ratios t(m)/t(n), and softmax/linear ratios; stat:
+    "seconds" (median over the repeats) or "seconds_min"."""
     rows = {}
     for r in results:
-        rows.setdefault((r["impl"], r["decay"], r["variant"]), {})[r["seq_len"]] = r["seconds"]
+        rows.setdefault((r["impl"], r["decay"], r["variant"]), {})[r["seq_len"]] = r[stat]
     lines = []
     head = f"{'impl':10s} {'decay':5s} " + " ".join(f"{n:>9d}" for n in seq_lens)
     pairs = list(zip(seq_lens[:-1], seq_lens[1:]))
     if len(seq_lens) > 2:
         pairs.append((seq_lens[0], seq_lens[-1]))
     ratio_head = " ".join(f"{f'{m}/{n}':>10s}" for n, m in pairs)
-    lines += ["forward+backward seconds (median)" + " " * max(0, len(head) - 33)
+    title = "forward+backward seconds (" + ("minimum" if stat == "seconds_min" else "median") + ")"
+    lines += [title + " " * max(0, len(head) - len(title))
               + "   t(m)/t(n)", head + "   " + ratio_head]
     fmt = lambda x: f"{x:9.4f}" if x is not None else f"{'-':>9s}"  # noqa: E731
     for (impl, decay, variant), by_len in rows.items():
@@ -212,6 +217,8 @@ def main(argv=None):
     results = run(args)
     if not args.json:
         print(table(results, sorted(args.seq_lens)))
+        print()
+        print(table(results, sorted(args.seq_lens), "seconds_min"))
 
 
 if __name__ == "__main__":
