@@ -90,6 +90,17 @@ def make_eval_step(graphdef):
     return eval_step
 
 
+def _under_mesh(fn, mesh):
+    """fn traced with `mesh` as the context mesh, so the linear mixers run their kernels inside
+    `jax.shard_map` over it (linscale_jax.models.linear_common.kernel_mesh)."""
+
+    def wrapped(*args):
+        with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+            return fn(*args)
+
+    return wrapped
+
+
 def _init_fn(model_cfg, seed):
     from linscale_jax.models import build_model
 
@@ -145,10 +156,10 @@ def _compiled(key):
         init_params=jax.jit(lambda: init()[0], out_shardings=p_shard),
         init_opt=jax.jit(tx.init, out_shardings=o_shard),
         rest=jax.jit(lambda: init()[1], out_shardings=rep),
-        step_fn=jax.jit(make_train_step(parts.graphdef, tx, accum),
+        step_fn=jax.jit(_under_mesh(make_train_step(parts.graphdef, tx, accum), mesh),
                         in_shardings=(p_shard, o_shard, rep, b_shard),
                         out_shardings=(p_shard, o_shard, rep), donate_argnums=(0, 1)),
-        eval_fn=jax.jit(make_eval_step(parts.graphdef), in_shardings=(p_shard, rep, b_shard)),
+        eval_fn=jax.jit(_under_mesh(make_eval_step(parts.graphdef), mesh), in_shardings=(p_shard, rep, b_shard)),
     )
 
 
