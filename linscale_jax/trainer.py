@@ -90,6 +90,25 @@ def make_eval_step(graphdef):
     return eval_step
 
 
+def enable_compilation_cache(path: str | None = None) -> str | None:
+    """Persist XLA compilations across processes (re-runs, resumes, the study's sizes on a second
+    invocation): jax's compilation cache in `path`, else $LINSCALE_COMPILATION_CACHE, else
+    ~/.cache/linscale_jax/xla. LINSCALE_COMPILATION_CACHE=off disables it. Returns the directory.
+    A directory the caller already set (jax_compilation_cache_dir) is kept."""
+    import os
+
+    if jax.config.jax_compilation_cache_dir:
+        return jax.config.jax_compilation_cache_dir
+    path = path or os.environ.get("LINSCALE_COMPILATION_CACHE") or os.path.join(
+        os.path.expanduser("~"), ".cache", "linscale_jax", "xla")
+    if path.lower() in ("off", "0", "none"):
+        return None
+    jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return path
+
+
 def _under_mesh(fn, mesh):
     """fn traced with `mesh` as the context mesh, so the linear mixers run their kernels inside
     `jax.shard_map` over it (linscale_jax.models.linear_common.kernel_mesh)."""
@@ -190,6 +209,7 @@ def train(config, workdir, init_from: str | None = None, devices=None) -> dict:
 
     workdir = Path(workdir).absolute()
     workdir.mkdir(parents=True, exist_ok=True)
+    enable_compilation_cache()
     tr = config.train
     total, seq_len, accum = int(tr.steps), int(tr.seq_len), int(tr.grad_accum)
     model_cfg = ModelConfig.from_config(config.model)
