@@ -4,7 +4,8 @@
                                [--batch=8] [--seq=256] [--steps=3] [--json]
 
 --json prints one JSON object per (arch, size): arch, size, mfu (a fraction), step_ms, compile_s,
-tokens_per_sec, peak_gflops (instead of the markdown table).
+tokens_per_sec, peak_gflops (instead of the markdown table); the peak is the best of the
+measurements at the start and after every row so far (a shared machine's load moves it).
 
 MFU = accounting.flops_per_token_exact * tokens/s / peak, where peak is the FLOP/s of a large jitted
 float32 matmul measured in the same run (so ratios between rows and against the peak are comparable).
@@ -74,6 +75,9 @@ def main():
         for size in a.sizes.split(","):
             for arch in a.archs.split(","):
                 r = bench_one(arch, size, a.batch, a.seq, a.steps)
+                # the peak of a shared machine moves with its load: the best of the measurements
+                # before and after every row (a low peak would inflate the MFU)
+                peak = max(peak, metrics.measure_matmul_peak(n=2048, reps=5))
                 print(json.dumps(dict(arch=arch, size=size, mfu=round(r["achieved"] / peak, 4),
                                       step_ms=round(r["step_ms"], 2),
                                       compile_s=round(r["compile_s"], 2),
