@@ -1,12 +1,15 @@
 """Forward+backward time against sequence length: linear attention (reference, xla, pallas; every
 decay kind) and causal softmax attention (plain XLA and jax.nn.dot_product_attention), with the same
-batch, heads and head dim for all, measured side by side in one process: every case is compiled
-and warmed up, then the cases are timed round-robin, --repeats times; the median is reported.
+batch, heads and head dim for all, measured side by side in one process: every case (every length
+included) is compiled and warmed up, then all cases are timed round-robin, --repeats times, so a
+change of machine load hits every length alike. Two tables: the median and the minimum over the
+repeats (on a shared machine the minimum is the least-disturbed run, the steadier ratio).
 
     python bench/linear_attention.py --seq-lens 1024,2048,4096,8192
     python bench/linear_attention.py --seq-lens 256,512 --json     # one JSON object per line
 
-Without --json: a table of seconds, the ratios t(2n)/t(n) (linear growth -> ~2, softmax -> ~4) and
+Without --json: a table of seconds, the growth ratios t(m)/t(n) between consecutive lengths and from
+the first to the last (linear growth -> m/n, softmax -> (m/n)^2) and
 softmax/linear (> 1 past the crossover). On CPU the pallas kernels run in Pallas interpret mode:
 those rows are NOT a speed figure (they time a Python-level simulator); --pallas-max-len skips them
 for long sequences.
@@ -78,9 +81,9 @@ def softmax_step(variant):
     return jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
 
 
-def interleaved_medians(steps, repeats, warmup):
+def interleaved_times(steps, repeats, warmup):
     """steps: list of (fn, args). Compile and warm up each, then time them round-robin (so a change
-    of machine load hits all alike); returns the median seconds of each."""
+    of machine load hits all alike); returns the list of seconds of each."""
     for fn, args in steps:
         for _ in range(1 + warmup):  # the first call compiles
             jax.block_until_ready(fn(*args))
@@ -90,7 +93,7 @@ def interleaved_medians(steps, repeats, warmup):
             t0 = time.perf_counter()
             jax.block_until_ready(fn(*args))
             ts.append(time.perf_counter() - t0)
-    return [statistics.median(ts) for ts in times]
+    return times
 
 
 def cases(args):
@@ -110,8 +113,8 @@ def run(args):
     backend = jax.default_backend()
     interpret = backend == "cpu"
     results = []
+    todo, steps = [], []
     for seq_len in args.seq_lens:
-        todo, steps = [], []
         for impl, decay, variant in cases(args):
             if impl == "pallas" and args.pallas_max_len and seq_len > args.pallas_max_len:
                 continue
@@ -121,35 +124,41 @@ def run(args):
                                  jnp.dtype(args.dtype))
             step = (softmax_step(variant) if impl == "softmax"
                     else linear_step(impl, args.chunk_size))
-            todo.append((impl, decay, variant))
+            todo.append((impl, decay, variant, seq_len))
             steps.append((step, inputs))
-        print(f"  t={seq_len}: compiling and timing {len(steps)} cases...", file=sys.stderr,
-              flush=True)
-        for (impl, decay, variant), sec in zip(todo, interleaved_medians(steps, args.repeats,
-                                                                         args.warmup)):
-            row = {"impl": impl, "decay": decay, "seq_len": seq_len, "seconds": sec,
-                   "variant": SOFTMAX_VARIANTS.get(variant, variant), "backend": backend,
-                   "speed_figure": not (impl == "pallas" and interpret)}
-            results.append(row)
-            if args.json:
-                print(json.dumps(row), flush=True)
-            else:
-                print(f"  [{backend}] {variant:12s} decay={decay or '-':5s} t={seq_len:6d} "
-                      f"{sec * 1e3:10.2f} ms", file=sys.stderr, flush=True)
+    print(f"  compiling and timing {len(steps)} cases, lengths {args.seq_lens}, round-robin...",
+          file=sys.stderr, flush=True)
+    for (impl, decay, variant, seq_len), ts in zip(todo, interleaved_times(steps, args.repeats,
+                                                                           args.warmup)):
+        sec = statistics.median(ts)
+        row = {"impl": impl, "decay": decay, "seq_len": seq_len, "seconds": sec,
+               "seconds_min": min(ts),
+               "variant": SOFTMAX_VARIANTS.get(variant, variant), "backend": backend,
+               "speed_figure": not (impl == "pallas" and interpret)}
+        results.append(row)
+        if args.json:
+            print(json.dumps(row), flush=True)
+        else:
+            print(f"  [{backend}] {variant:12s} decay={decay or '-':5s} t={seq_len:6d} "
+                  f"{sec * 1e3:10.2f} ms", file=sys.stderr, flush=True)
     return results
 
 
-def table(results, seq_lens):
-    """Seconds per row and length, t(2n)/t(n), and softmax/linear ratios."""
+def table(results, seq_lens, stat="seconds"):
+    """Seconds per row and length, growth ratios t(m)/t(n), and softmax/linear ratios; stat:
+    "seconds" (median over the repeats) or "seconds_min"."""
     rows = {}
     for r in results:
-        rows.setdefault((r["impl"], r["decay"], r["variant"]), {})[r["seq_len"]] = r["seconds"]
+        rows.setdefault((r["impl"], r["decay"], r["variant"]), {})[r["seq_len"]] = r[stat]
     lines = []
     head = f"{'impl':10s} {'decay':5s} " + " ".join(f"{n:>9d}" for n in seq_lens)
-    pairs = [(n, 2 * n) for n in seq_lens if 2 * n in seq_lens]
+    pairs = list(zip(seq_lens[:-1], seq_lens[1:]))
+    if len(seq_lens) > 2:
+        pairs.append((seq_lens[0], seq_lens[-1]))
     ratio_head = " ".join(f"{f'{m}/{n}':>10s}" for n, m in pairs)
-    lines += ["forward+backward seconds (median)" + " " * max(0, len(head) - 33)
-              + "   t(2n)/t(n)", head + "   " + ratio_head]
+    title = "forward+backward seconds (" + ("minimum" if stat == "seconds_min" else "median") + ")"
+    lines += [title + " " * max(0, len(head) - len(title))
+              + "   t(m)/t(n)", head + "   " + ratio_head]
     fmt = lambda x: f"{x:9.4f}" if x is not None else f"{'-':>9s}"  # noqa: E731
     for (impl, decay, variant), by_len in rows.items():
         name = "softmax" if variant == "plain XLA" else ("softmax*" if impl == "softmax" else impl)
@@ -181,7 +190,9 @@ def parse_args(argv=None):
     p.add_argument("--heads", type=int, default=2)
     p.add_argument("--head-dim", type=int, default=128)
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    p.add_argument("--chunk-size", type=int, default=64)
+    p.add_argument("--chunk-size", type=int, default=None,
+                   help="chunk length (default: the backend's default for each impl, "
+                        "kernels_pallas.default_chunk_size)")
     p.add_argument("--impls", type=strs, default=["reference", "xla", "pallas", "softmax"])
     p.add_argument("--decays", type=strs, default=list(DECAYS))
     p.add_argument("--repeats", type=int, default=5)
@@ -202,10 +213,12 @@ def main(argv=None):
     args = parse_args(argv)
     print(f"backend={jax.default_backend()} devices={jax.devices()} batch={args.batch} "
           f"heads={args.heads} head_dim={args.head_dim} dtype={args.dtype} "
-          f"chunk={args.chunk_size} repeats={args.repeats}", file=sys.stderr, flush=True)
+          f"chunk={args.chunk_size or 'backend default'} repeats={args.repeats}", file=sys.stderr, flush=True)
     results = run(args)
     if not args.json:
         print(table(results, sorted(args.seq_lens)))
+        print()
+        print(table(results, sorted(args.seq_lens), "seconds_min"))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,11 @@
 """Train-step throughput and MFU per architecture at tiny ladder sizes, on this machine.
 
     python bench/train_step.py [--sizes=d64,d96] [--archs=llama,tnl,hgrn2,cosformer2]
-                               [--batch=8] [--seq=256] [--steps=3]
+                               [--batch=8] [--seq=256] [--steps=3] [--json]
+
+--json prints one JSON object per (arch, size): arch, size, mfu (a fraction), step_ms, compile_s,
+tokens_per_sec, peak_gflops (instead of the markdown table); the peak is the best of the
+measurements at the start and after every row so far (a shared machine's load moves it).
 
 MFU = accounting.flops_per_token_exact * tokens/s / peak, where peak is the FLOP/s of a large jitted
 float32 matmul measured in the same run (so ratios between rows and against the peak are comparable).
@@ -10,6 +14,7 @@ float32 matmul measured in the same run (so ratios between rows and against the 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -63,8 +68,22 @@ def main():
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--seq", type=int, default=256)
     p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--json", action="store_true", help="one JSON object per run")
     a = p.parse_args()
     peak = metrics.measure_matmul_peak(n=2048, reps=5)
+    if a.json:
+        for size in a.sizes.split(","):
+            for arch in a.archs.split(","):
+                r = bench_one(arch, size, a.batch, a.seq, a.steps)
+                # the peak of a shared machine moves with its load: the best of the measurements
+                # before and after every row (a low peak would inflate the MFU)
+                peak = max(peak, metrics.measure_matmul_peak(n=2048, reps=5))
+                print(json.dumps(dict(arch=arch, size=size, mfu=round(r["achieved"] / peak, 4),
+                                      step_ms=round(r["step_ms"], 2),
+                                      compile_s=round(r["compile_s"], 2),
+                                      tokens_per_sec=round(r["tokens_per_sec"], 1),
+                                      peak_gflops=round(peak / 1e9, 2))), flush=True)
+        return
     print(f"device: {jax.devices()[0].device_kind}; measured f32 matmul peak (2048^3): "
           f"{peak / 1e9:.1f} GFLOP/s; batch {a.batch} x seq {a.seq}, median of {a.steps} steps",
           flush=True)

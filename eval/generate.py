@@ -5,6 +5,8 @@ recurrent state for the linear models). The prefix is never run again.
     tokens = gen.generate(prompt [b, t] int, max_new_tokens=32, temperature=0.0)   # [b, n] int
     logits, state = gen.prefill(prompt, max_len)        # logits [b, t, v] of every prompt position
 
+The linear models (TNL, HGRN2, cosFormer2) carry an O(1) state and decode past model.max_seq_len;
+LLaMA's KV cache holds at most max_seq_len positions (clear error beyond).
 Sampling: temperature 0 is greedy (argmax); otherwise logits / temperature, then top-k (0 = off),
 then top-p nucleus (1.0 = off), then a categorical draw with jax.random (seeded).
 Prefill chunks have `chunk_size` tokens; the remainder is split into powers of two down to 16 tokens
@@ -87,6 +89,8 @@ class Generator:
         self._sample = _sample
 
     def _check_len(self, total: int, max_len: int):
+        if self.cfg.is_linear:  # O(1) recurrent state: no length limit
+            return
         if total > max_len or max_len > self.cfg.max_seq_len:
             raise ValueError(f"decoding needs {total} positions but the state holds {max_len} (model "
                              f"max_seq_len {self.cfg.max_seq_len}); shorten the prompt, lower "

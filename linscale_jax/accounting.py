@@ -114,7 +114,7 @@ def forward_flops_per_token(cfg, seq_len: int) -> float:
     l, d, h, e, g, v = (cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.head_dim, cfg.ffn_dim,
                         cfg.vocab_size)
     n = seq_len
-    chunk = min(cfg.chunk_size, n)
+    chunk = min(cfg.resolved_chunk_size, n)
     layer = 2 * 4 * d * d + 2 * 3 * d * g
     if cfg.arch == "llama":
         layer -= 2 * 2 * d * (h - cfg.kv_heads) * e  # grouped-query k, v projections

@@ -37,7 +37,7 @@ def model_defaults() -> ml_collections.ConfigDict:
             norm_eps=1e-6,  # RMSNorm / SimpleRMSNorm epsilon
             rope_theta=10000.0,  # llama
             impl="auto",  # linear attention: auto | reference | xla | pallas
-            chunk_size=64,  # chunk length of the chunked linear-attention forms
+            chunk_size=None,  # chunk length of the chunked forms; None = the backend's default
             tnl_decay_rule="alibi_layer",  # alibi_layer (released TNL) | fla
             tpe="lightnet",  # cosformer2 Toeplitz positional encoding: lightnet (paper) | xmixers | none
             remat="none",  # none | block | dots  (activation checkpointing per block)

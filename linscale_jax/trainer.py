@@ -89,6 +89,36 @@ def make_eval_step(graphdef):
     return eval_step
 
 
+def enable_compilation_cache(path: str | None = None) -> str | None:
+    """Persist XLA compilations across processes (re-runs, resumes, the study's sizes on a second
+    invocation): jax's compilation cache in `path`, else $LINSCALE_COMPILATION_CACHE, else
+    ~/.cache/linscale_jax/xla. LINSCALE_COMPILATION_CACHE=off disables it. Returns the directory.
+    A directory the caller already set (jax_compilation_cache_dir) is kept."""
+    import os
+
+    if jax.config.jax_compilation_cache_dir:
+        return jax.config.jax_compilation_cache_dir
+    path = path or os.environ.get("LINSCALE_COMPILATION_CACHE") or os.path.join(
+        os.path.expanduser("~"), ".cache", "linscale_jax", "xla")
+    if path.lower() in ("off", "0", "none"):
+        return None
+    jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return path
+
+
+def _under_mesh(fn, mesh):
+    """fn traced with `mesh` as the context mesh, so the linear mixers run their kernels inside
+    `jax.shard_map` over it (linscale_jax.models.linear_common.kernel_mesh)."""
+
+    def wrapped(*args):
+        with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+            return fn(*args)
+
+    return wrapped
+
+
 def _init_fn(model_cfg, seed):
     from linscale_jax.models import build_model
 
@@ -144,10 +174,10 @@ def _compiled(key):
         init_params=jax.jit(lambda: init()[0], out_shardings=p_shard),
         init_opt=jax.jit(tx.init, out_shardings=o_shard),
         rest=jax.jit(lambda: init()[1], out_shardings=rep),
-        step_fn=jax.jit(make_train_step(parts.graphdef, tx, accum),
+        step_fn=jax.jit(_under_mesh(make_train_step(parts.graphdef, tx, accum), mesh),
                         in_shardings=(p_shard, o_shard, rep, b_shard),
                         out_shardings=(p_shard, o_shard, rep), donate_argnums=(0, 1)),
-        eval_fn=jax.jit(make_eval_step(parts.graphdef), in_shardings=(p_shard, rep, b_shard)),
+        eval_fn=jax.jit(_under_mesh(make_eval_step(parts.graphdef), mesh), in_shardings=(p_shard, rep, b_shard)),
     )
 
 
@@ -205,6 +235,7 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
     if distributed.is_primary():
         workdir.mkdir(parents=True, exist_ok=True)
     distributed.barrier("linscale_workdir")
+    enable_compilation_cache()
     tr = config.train
     total, seq_len, accum = int(tr.steps), int(tr.seq_len), int(tr.grad_accum)
     model_cfg = ModelConfig.from_config(config.model)

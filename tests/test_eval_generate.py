@@ -11,9 +11,9 @@ from linscale_jax.config import ARCHS
 from linscale_jax.models import ModelConfig, build_model
 
 
-def tiny_model(arch, seed=0):
+def tiny_model(arch, seed=0, max_seq_len=64):
     cfg = ModelConfig(arch=arch, n_layers=2, d_model=32, n_heads=2, ffn_dim=64, vocab_size=64,
-                      max_seq_len=64, init_std=0.2, chunk_size=8)
+                      max_seq_len=max_seq_len, init_std=0.2, chunk_size=8)
     return build_model(cfg, rngs=nnx.Rngs(seed))
 
 
@@ -51,8 +51,22 @@ def test_stop_and_length_errors():
     np.testing.assert_array_equal(gen.generate(prompt, 4, temperature=1.3, top_k=1, seed=3), first)
     stopped = gen.generate(prompt, 10, stop_id=int(first[0, 0]))
     assert stopped.shape == (1, 1)
+    llama = Generator(tiny_model("llama"), chunk_size=8)  # the KV cache keeps its limit
     with pytest.raises(ValueError, match="max_seq_len"):
-        gen.generate(np.zeros((1, 60), np.int32), 10)
+        llama.generate(np.zeros((1, 60), np.int32), 10)
+    state = llama.model.init_state(1, 64)
+    with pytest.raises(ValueError, match="KV cache"):
+        llama.model.extend(jnp.zeros((1, 65), jnp.int32), state)
+
+
+@pytest.mark.parametrize("arch", ["tnl", "hgrn2", "cosformer2"])
+def test_linear_models_decode_past_max_seq_len(arch):
+    """The O(1) state (and LRPE positions) continue past model.max_seq_len = 16: 12 prompt + 13 new
+    tokens equal greedy decoding by full forwards of the same parameters (max_seq_len = 64)."""
+    short = tiny_model(arch, max_seq_len=16)
+    want, _ = greedy_by_full_forward(tiny_model(arch), np.ones((1, 12), np.int32), 14)
+    got = Generator(short, chunk_size=8).generate(np.ones((1, 12), np.int32), max_new_tokens=14)
+    np.testing.assert_array_equal(got, want)
 
 
 def test_chunk_sizes():

@@ -12,10 +12,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from kernels_pallas import RESET_LOG_DECAY, linear_attention, segment_reset_log_decay
+from kernels_pallas import linear_attention
 
 B, T, H, DK, DV = 2, 37, 2, 8, 6  # T = 37 is not a multiple of the chunk
 CHUNK = 32  # data kind: 2 chunks of 5 binary merge levels (the second chunk padded)
+RESET_LOG_DECAY = -60.0  # a decay of exp(-60): wipes the state (an extreme value)
 FP32_TOL = 2e-5  # max |xla - reference| / max(1, max |reference|), values and gradients
 BF16_OUT_TOL = 1.6e-2  # bf16 output rounding (2^-8 relative) plus bf16 input differences
 BF16_GRAD_TOL = 3e-2
@@ -24,13 +25,18 @@ BF16_GRAD_TOL = 3e-2
 def _log_decay(seed, kind, regime, shape=(B, T, H, DK)):
     """None | [h] | [b, t, h, k] log decays. regime: random (moderate), strong (~-20 per step),
     weak (~0 per step), mixed (each token strong or weak at random, within one chunk), or
-    reset-<base kind> (weak decays of the base kind with RESET_LOG_DECAY at segment starts, folded
-    in by segment_reset_log_decay: always the [b, t, h, k] kind). Inputs come from numpy (the
-    threefry PRNG is slow to compile on CPU)."""
+    reset-<base kind> (weak decays of the base kind broadcast to [b, t, h, k], with
+    RESET_LOG_DECAY at a few positions: an extreme data-dependent decay). Inputs come from numpy
+    (the threefry PRNG is slow to compile on CPU). Segment resets proper (segment_ids) are tested
+    in test_kernels_segments."""
     if regime.startswith("reset-"):
         base = _log_decay(seed, regime[len("reset-"):], "weak", shape)
-        seg = np.array([[0] * 5 + [1] * 20 + [2] * 12, [3] * 17 + [4] * 1 + [5] * 19])
-        return segment_reset_log_decay(base, jnp.asarray(seg), shape[2], shape[3])
+        if base is None:
+            base = jnp.zeros(shape, jnp.float32)
+        base = jnp.broadcast_to(base[None, None, :, None] if base.ndim == 1 else base, shape)
+        starts = np.zeros(shape[:2], bool)
+        starts[0, [5, 25]] = starts[1, [17, 18]] = True
+        return jnp.where(jnp.asarray(starts)[:, :, None, None], RESET_LOG_DECAY, base)
     if kind == "none":
         return None
     rng = np.random.default_rng(seed)
@@ -131,36 +137,6 @@ def test_xla_chunk_sizes(chunk_size):
     _check(2, "data", "mixed", chunk_size=chunk_size)
 
 
-@partial(jax.jit, static_argnames=("impl",))
-def _forward(q, k, v, log_decay, s0, *, impl):
-    return linear_attention(q, k, v, log_decay=log_decay, initial_state=s0,
-                            return_final_state=True, impl=impl, chunk_size=CHUNK)
-
-
-@pytest.mark.parametrize("kind", ["none", "head", "data"])
-def test_segment_reset_log_decay_isolates_segments(kind):
-    """A packed sequence (3 segments of 12 tokens, boundaries inside chunks) gives, per segment, the
-    outputs of running that segment alone; the first segment continues from the initial state,
-    later ones start from zero. The separate runs are batched as [3 b, 12, h, *]."""
-    t, n_seg = 36, 3
-    q, k, v, s0 = _inputs(5, t)
-    base = _log_decay(6, kind, "weak", (B, t, H, DK))
-    seg = jnp.broadcast_to(jnp.repeat(jnp.arange(n_seg), t // n_seg), (B, t))
-    ld = segment_reset_log_decay(base, seg, H, DK)
-    assert ld.shape == (B, t, H, DK) and ld.dtype == jnp.float32
-    np.testing.assert_array_equal(np.asarray(ld[:, 12::12]), RESET_LOG_DECAY)
-    packed, final = _forward(q, k, v, ld, s0, impl="xla")
-
-    def split(x):  # [b, t, ...] -> [n_seg * b, t / n_seg, ...], segment-major
-        return jnp.concatenate(jnp.split(x, n_seg, axis=1), axis=0)
-
-    part = None if base is None else (base if base.ndim == 1 else split(base))
-    s0_alone = jnp.concatenate([s0, jnp.zeros((B * (n_seg - 1),) + s0.shape[1:])], axis=0)
-    alone, alone_final = _forward(split(q), split(k), split(v), part, s0_alone, impl="reference")
-    assert _rel_err(split(packed), alone) < FP32_TOL
-    assert _rel_err(final, alone_final[-B:]) < FP32_TOL
-
-
 def test_extreme_decays_give_finite_gradients():
     """Decay exactly 0 (log decay -inf) and RESET_LOG_DECAY mixed with ~0: finite and correct."""
     q, k, v, s0 = _inputs(8)
@@ -219,3 +195,37 @@ def test_bad_chunk_size_raises():
     q, k, v, _ = _inputs(15)
     with pytest.raises(ValueError, match="chunk_size must be a positive int"):
         linear_attention(q, k, v, impl="xla", chunk_size=0)
+
+
+@pytest.mark.parametrize("kind", ["none", "head", "data"])
+def test_xla_blocked_sweep_with_segments(kind):
+    """The outer sweep over blocks (block_len 16 = 2 chunks of 8; t = 37: 2 blocks + a 5-token
+    tail) with packed documents (starts inside a block, on a block edge, in the tail) equals the
+    reference: values and gradients."""
+    from kernels_pallas.linear_attention.api import segment_starts
+    from kernels_pallas.linear_attention.xla import linear_attention_xla
+
+    q, k, v, s0 = _inputs(20)
+    ld = _log_decay(21, kind, "random")
+    ids = np.zeros((B, T), np.int32)
+    ids[0, 7:] = 1
+    ids[0, 16:] = 2
+    ids[0, 34:] = 3
+    ids[1, 32:] = 1
+    starts = segment_starts(jnp.asarray(ids))
+    cot = _cotangent(20, q, v)
+
+    @partial(jax.jit, static_argnames="blocked")
+    def run(q, k, v, ld, s0, blocked):
+        def f(q, k, v, ld, s0):
+            if blocked:
+                return linear_attention_xla(q, k, v, ld, s0, starts, chunk_size=8, block_len=16)
+            return linear_attention(q, k, v, log_decay=ld, segment_ids=jnp.asarray(ids),
+                                    initial_state=s0, return_final_state=True, impl="reference")
+        out, vjp = jax.vjp(f, q, k, v, ld, s0)
+        return out, vjp(cot)
+
+    got = run(q, k, v, ld, s0, blocked=True)
+    want = run(q, k, v, ld, s0, blocked=False)
+    _compare((got[0], [g for g in got[1] if g is not None]),
+             (want[0], [g for g in want[1] if g is not None]), FP32_TOL, f"blocked {kind}")

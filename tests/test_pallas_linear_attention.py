@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 
 from kernels_pallas import linear_attention
-from kernels_pallas.linear_attention.api import RESET_LOG_DECAY
 from kernels_pallas.linear_attention.config import LinearAttentionBlocks, check_tiling
 from kernels_pallas.linear_attention.pallas import default_interpret, linear_attention_pallas
 from kernels_pallas.linear_attention.reference import linear_attention_reference
 from kernels_pallas.linear_attention.xla import linear_attention_xla
 
+RESET_LOG_DECAY = -60.0  # an extreme per-step decay (wipes the state)
 B, T, H, K, V = 2, 40, 2, 8, 16  # T = 40: chunks of 32 leave a partial last chunk
 CHUNK = 32  # two sub-chunks of 16 (the CPU default) per chunk: both intra-chunk paths run
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -134,24 +134,27 @@ def test_bad_inputs_raise_clear_errors():
 
 def test_kernels_lower_to_mosaic_for_tpu():
     """jax.export for platform "tpu" from this CPU host runs the Pallas -> Mosaic lowering of all
-    12 kernels (3 decay kinds x forward, intra, dq sweep, reverse sweep; bf16, head dim 128). The
-    Mosaic compiler itself (libtpu) is not available here; a TPU run is the next step."""
+    24 kernels (3 decay kinds x without / with segment starts x forward, intra, dq sweep, reverse
+    sweep; bf16, head dim 128). The Mosaic compiler itself (libtpu) is not available here; a TPU
+    run is the next step."""
     b, t, h, d = 1, 256, 2, 128
     sds = jax.ShapeDtypeStruct
 
-    def loss(q, k, v, head_decay, data_decay, s0):
+    def loss(q, k, v, head_decay, data_decay, s0, starts):
         total = 0.0
         for decay in (None, head_decay, data_decay):
-            o, s = linear_attention_pallas(q, k, v, decay, s0, chunk_size=128, interpret=False)
-            total = total + jnp.sum(o.astype(jnp.float32)) + jnp.sum(s)
+            for st in (None, starts):
+                o, s = linear_attention_pallas(q, k, v, decay, s0, st, chunk_size=128,
+                                               interpret=False)
+                total = total + jnp.sum(o.astype(jnp.float32)) + jnp.sum(s)
         return total
 
     step = jax.jit(jax.value_and_grad(loss, argnums=range(6)))
     act = sds((b, t, h, d), jnp.bfloat16)
     exported = jax.export.export(step, platforms=["tpu"])(
         act, act, act, sds((h,), jnp.float32), sds((b, t, h, d), jnp.float32),
-        sds((b, h, d, d), jnp.float32))
-    assert exported.mlir_module().count("stablehlo.custom_call @tpu_custom_call") == 12
+        sds((b, h, d, d), jnp.float32), sds((b, t), jnp.bool_))
+    assert exported.mlir_module().count("stablehlo.custom_call @tpu_custom_call") == 24
     with pytest.raises(ValueError, match="multiple of 128"):
         linear_attention_pallas(jnp.zeros((1, 32, 2, 64)), jnp.zeros((1, 32, 2, 64)),
                                 jnp.zeros((1, 32, 2, 64)), interpret=False)

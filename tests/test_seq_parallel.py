@@ -1,7 +1,8 @@
 """Sequence-parallel (LASP-style) linear attention on 8 simulated CPU devices equals the unsharded
 reference: values and gradients (q, k, v, log_decay, initial_state; cotangents on o and the final
-state) for every decay kind, with the sequence on 'seq' and, in one mesh, batch on 'data' and heads
-on 'tensor'. The checks run in a fresh subprocess so XLA_FLAGS takes effect before jax is imported.
+state) for every decay kind, without and with packed documents (segment_ids: starts on a shard
+boundary, inside shards, two in one shard, a repeated id), with the sequence on 'seq' and, in one
+mesh, batch on 'data' and heads on 'tensor'. The checks run in a fresh subprocess so XLA_FLAGS takes effect before jax is imported.
 
 Legend: b batch, t sequence, h heads, k key dim, v value dim."""
 
@@ -22,7 +23,7 @@ SCRIPT = textwrap.dedent(
     import json
     import jax, jax.numpy as jnp, numpy as np
     from jax.sharding import Mesh
-    from kernels_pallas import linear_attention, RESET_LOG_DECAY
+    from kernels_pallas import linear_attention
     from kernels_pallas.linear_attention.seq_parallel import linear_attention_seq_parallel
 
     assert jax.device_count() == 8, jax.devices()
@@ -36,7 +37,11 @@ SCRIPT = textwrap.dedent(
     data = -np.logaddexp(0.0, 1.0 - 4.0 * rng.uniform(size=(b, t, h, dk)))  # log_sigmoid
     data[:, 20:30] = -20.0  # strong decay across a shard boundary (18)
     data[:, 40:52] = -1e-3  # near-0 decay
-    data[:, 45] = RESET_LOG_DECAY  # a segment reset
+    data[:, 45] = -60.0  # an extreme decay
+    seg = np.zeros((b, t), np.int32)
+    seg[0, 18:] = 1; seg[0, 40:] = 2; seg[0, 43:] = 1; seg[0, 70:] = 3  # shard edge 18; 40, 43 in one
+    seg[1, 5:] = 7; seg[1, 63:] = 8  # first shard; shard edge 63
+    seg = jnp.asarray(seg)
     decays = {"none": None, "head": jnp.array([-0.05, -3.0]),
               "data": jnp.asarray(data, jnp.float32)}
     devs = np.array(jax.devices())
@@ -54,20 +59,23 @@ SCRIPT = textwrap.dedent(
         return float(np.max(np.abs(x - ref)) / max(1.0, float(np.max(np.abs(ref)))))
 
     results = {}
-    for kind, ld in decays.items():
+    for (kind, ld), ids in [(kd, ids) for kd in decays.items() for ids in (None, seg)]:
+        tag = kind + ("+segments" if ids is not None else "")
         ref = jax.jit(lambda ld: values_and_grads(
             lambda q, k, v, ld, s0: linear_attention(
-                q, k, v, log_decay=ld, initial_state=s0, return_final_state=True, impl="reference"),
+                q, k, v, log_decay=ld, segment_ids=ids, initial_state=s0,
+                return_final_state=True, impl="reference"),
             ld))(ld)
         for name, (mesh, head_axis) in meshes.items():
             if name != "seq8" and kind != "data":
                 continue  # batch/head sharding: one kind is enough (same code path)
             sp = jax.jit(lambda ld: values_and_grads(
                 lambda q, k, v, ld, s0: linear_attention_seq_parallel(
-                    q, k, v, log_decay=ld, initial_state=s0, return_final_state=True,
-                    mesh=mesh, head_axis=head_axis, impl="xla", chunk_size=4),
+                    q, k, v, log_decay=ld, segment_ids=ids, initial_state=s0,
+                    return_final_state=True, mesh=mesh, head_axis=head_axis, impl="xla",
+                    chunk_size=4),
                 ld))(ld)
-            results[f"{kind}/{name}"] = [rel_err(x, r) for x, r in zip(sp, ref)]
+            results[f"{tag}/{name}"] = [rel_err(x, r) for x, r in zip(sp, ref)]
 
     mesh = meshes["seq8"][0]
     try:
@@ -101,7 +109,9 @@ NAMES = ("o", "final_state", "dq", "dk", "dv", "dlog_decay", "dinitial_state")
 
 
 @pytest.mark.parametrize(
-    "case", ["none/seq8", "head/seq8", "data/seq8", "data/data2-seq2-tensor2"]
+    "case", [f"{kind}{seg}/{mesh}" for seg in ("", "+segments")
+             for kind, mesh in (("none", "seq8"), ("head", "seq8"), ("data", "seq8"),
+                                ("data", "data2-seq2-tensor2"))]
 )
 def test_seq_parallel_matches_unsharded(results, case):
     errs = results[case]

@@ -1,67 +1,58 @@
 """The one linear-attention entry point used by the TNL, HGRN2 and cosFormer2 mixers.
 
-    linear_attention(q, k, v, *, log_decay=None, initial_state=None, return_final_state=False,
-                     impl="auto", chunk_size=64)
+    linear_attention(q, k, v, *, log_decay=None, segment_ids=None, initial_state=None,
+                     return_final_state=False, impl="auto", chunk_size=None)
 
 computes, for every batch row and head,
 
-    S_t = Diag(exp(log_decay_t)) S_{t-1} + k_tᵀ v_t,   o_t = q_t S_t      (S_0 = initial_state)
+    S_t = r_t Diag(exp(log_decay_t)) S_{t-1} + k_tᵀ v_t,   o_t = q_t S_t      (S_0 = initial_state)
+
+with r_t = 0 where a new segment (document) starts at t and 1 elsewhere.
 
 Shapes (legend: b batch, t sequence, h heads, k key dim, v value dim):
     q, k:          [b, t, h, k]      float32 or bfloat16
     v:             [b, t, h, v]
-    log_decay:     None (no decay, cosFormer2)
-                   [h]              per-head, data-independent (TNL)
-                   [b, t, h, k]     per-token, per-key-channel, data-dependent (HGRN2)
+    log_decay:     None (no decay, cosFormer2)                        -> DecayKind.NONE
+                   [h]              per-head, data-independent (TNL)  -> DecayKind.HEAD
+                   [b, t, h, k]     per-token, per-key-channel (HGRN2) -> DecayKind.DATA
                    values are log of the decay, in (-inf, 0]
+    segment_ids:   None or [b, t] int: a change of id between t-1 and t starts a segment (the
+                   state is zeroed before token t's update); t = 0 continues from initial_state.
+                   Every impl handles it next to its own decay kind: no [b, t, h, k] tensor is
+                   built for the none / head kinds.
     initial_state: [b, h, k, v] float32 or None (zeros)
-Returns o [b, t, h, v] (dtype of q), and the final state [b, h, k, v] float32 when
-return_final_state=True.
+Returns o [b, t, h, v] (dtype of q), and the final state [b, h, k, v] float32 (after the last
+token) when return_final_state=True.
 
-impl: "reference" (token-by-token `lax.scan`), "xla" (chunked parallel form), "pallas" (kernels),
-"auto" (pallas on TPU, xla on GPU and CPU; the kernels are TPU-only for now).
+impl: "reference" (token-by-token `lax.scan`; also the one-token decode step), "xla" (chunked
+parallel form), "pallas" (kernels), "auto" (pallas on TPU, xla elsewhere).
+chunk_size: None = the backend's default for the impl (`config.default_chunk_size`, the one place).
+Every impl may be called inside `jax.shard_map` on local shards (no collective inside); the
+sequence-parallel form over a 'seq' mesh axis is `seq_parallel.linear_attention_seq_shard`.
 """
 
 from __future__ import annotations
-
-
 
 import jax
 import jax.numpy as jnp
 
 from kernels_pallas.linear_attention.checks import validate_inputs
+from kernels_pallas.linear_attention.config import default_chunk_size
+from kernels_pallas.linear_attention.kind import DecayKind
 from kernels_pallas.linear_attention.reference import linear_attention_reference
 
 IMPLS = ("auto", "reference", "xla", "pallas")
 
-# Log-decay written at the first token of a packed segment: exp(-60) ~ 1e-26 wipes the carried state,
-# so a document never sees its predecessor. Callers build it with `segment_reset_log_decay`.
-RESET_LOG_DECAY = -60.0
+
+def segment_starts(segment_ids):
+    """[b, t] int ids -> [b, t] bool, True where a segment starts (never at t = 0), or None."""
+    if segment_ids is None:
+        return None
+    first = jnp.zeros_like(segment_ids[:, :1], dtype=bool)
+    return jnp.concatenate([first, segment_ids[:, 1:] != segment_ids[:, :-1]], axis=1)
 
 
-def segment_reset_log_decay(log_decay, segment_ids, num_heads, key_dim):
-    """Fold document-boundary resets into the decay.
-
-    log_decay: None | [h] | [b, t, h, k];  segment_ids: [b, t] int (a change of id starts a segment)
-    Returns [b, t, h, k] float32: log_decay broadcast, with RESET_LOG_DECAY at each segment start
-    (t = 0 included, where the state is the caller's initial state, so t = 0 is left alone).
-    """
-    b, t = segment_ids.shape
-    starts = jnp.concatenate(
-        [jnp.zeros((b, 1), bool), segment_ids[:, 1:] != segment_ids[:, :-1]], axis=1
-    )  # [b, t]
-    if log_decay is None:
-        base = jnp.zeros((b, t, num_heads, key_dim), jnp.float32)
-    elif log_decay.ndim == 1:
-        base = jnp.broadcast_to(
-            log_decay.astype(jnp.float32)[None, None, :, None], (b, t, num_heads, key_dim)
-        )
-    else:
-        base = log_decay.astype(jnp.float32)
-    return jnp.where(starts[:, :, None, None], RESET_LOG_DECAY, base)
-
-
-def _resolve_impl(impl: str) -> str:
+def resolve_impl(impl: str) -> str:
     if impl not in IMPLS:
         raise ValueError(f"linear_attention: unknown impl={impl!r}; choose one of {IMPLS}.")
     if impl == "auto":
@@ -76,22 +67,29 @@ def linear_attention(
     v,
     *,
     log_decay=None,
+    segment_ids=None,
     initial_state=None,
     return_final_state=False,
     impl="auto",
-    chunk_size=64,
+    chunk_size=None,
 ):
     """See the module docstring. Returns o, or (o, final_state) when return_final_state."""
-    validate_inputs(q, k, v, log_decay, initial_state)
-    impl = _resolve_impl(impl)
+    validate_inputs(q, k, v, log_decay, initial_state, segment_ids)
+    impl = resolve_impl(impl)
+    kind = DecayKind.of(log_decay)
+    starts = segment_starts(segment_ids)
+    if chunk_size is None:
+        chunk_size = default_chunk_size(impl)
     if impl == "reference":
-        o, state = linear_attention_reference(q, k, v, log_decay, initial_state)
+        o, state = linear_attention_reference(q, k, v, log_decay, initial_state, starts, kind=kind)
     elif impl == "xla":
         from kernels_pallas.linear_attention.xla import linear_attention_xla
 
-        o, state = linear_attention_xla(q, k, v, log_decay, initial_state, chunk_size=chunk_size)
+        o, state = linear_attention_xla(q, k, v, log_decay, initial_state, starts, kind=kind,
+                                        chunk_size=chunk_size)
     else:
         from kernels_pallas.linear_attention.pallas import linear_attention_pallas
 
-        o, state = linear_attention_pallas(q, k, v, log_decay, initial_state, chunk_size=chunk_size)
+        o, state = linear_attention_pallas(q, k, v, log_decay, initial_state, starts, kind=kind,
+                                           chunk_size=chunk_size)
     return (o, state) if return_final_state else o

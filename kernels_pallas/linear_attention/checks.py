@@ -15,9 +15,10 @@ def _is_float(x):
     return any(x.dtype == d for d in _FLOATS)
 
 
-def validate_inputs(q, k, v, log_decay=None, initial_state=None):
+def validate_inputs(q, k, v, log_decay=None, initial_state=None, segment_ids=None):
     """Raise ValueError unless q, k [b, t, h, k], v [b, t, h, v], log_decay None | [h] |
-    [b, t, h, k], initial_state None | [b, h, k, v] (all floating point)."""
+    [b, t, h, k], initial_state None | [b, h, k, v] (all floating point), segment_ids None |
+    [b, t] integer."""
     for name, x in (("q", q), ("k", k), ("v", v)):
         if getattr(x, "ndim", None) != 4:
             want = "[b, t, h, v]" if name == "v" else "[b, t, h, k]"
@@ -60,4 +61,13 @@ def validate_inputs(q, k, v, log_decay=None, initial_state=None):
                 f"linear_attention: initial_state must be None or a float array [b, h, k, v] = "
                 f"{(b, h, dk, dv)}; got shape {initial_state.shape}, dtype {initial_state.dtype}. "
                 f"Pass the final_state returned by an earlier call (return_final_state=True)."
+            )
+    if segment_ids is not None:
+        if getattr(segment_ids, "shape", None) != (b, t) or not jnp.issubdtype(
+                segment_ids.dtype, jnp.integer):
+            raise ValueError(
+                f"linear_attention: segment_ids must be None or an integer array [b, t] = "
+                f"{(b, t)} (a change of id starts a document); got shape "
+                f"{getattr(segment_ids, 'shape', type(segment_ids))}, dtype "
+                f"{getattr(segment_ids, 'dtype', None)}. Pass e.g. segment_ids.astype(jnp.int32)."
             )

@@ -1,5 +1,10 @@
-"""Block sizes for the Pallas linear-attention kernels, with per-backend defaults.
+"""Per-backend block sizes of linear attention: the one place the defaults live.
 
+`default_chunk_size(impl)` is what `linear_attention(..., chunk_size=None)` uses (the models pass
+None): Pallas -> DEFAULTS[backend].chunk_size (TPU 128), xla -> XLA_CHUNK[backend]; the xla form's
+outer block sweep length is XLA_BLOCK[backend].
+
+Pallas kernels:
 The kernels walk the sequence in chunks of `chunk_size` tokens (one grid step per chunk, the fp32
 state [v, k] carried in scratch). The data-dependent (per key channel) decay splits each chunk into
 sub-chunks of `sub_chunk` rows: pairs of rows in different sub-chunks use the matmul form with a
@@ -48,6 +53,35 @@ DEFAULTS = {
     "gpu": LinearAttentionBlocks(chunk_size=64, sub_chunk=16),
     "cpu": LinearAttentionBlocks(chunk_size=64, sub_chunk=16),  # Pallas interpret mode
 }
+
+
+# Chunk length of the chunked XLA form (impl="xla") per backend. CPU 64: the earlier default, kept
+# (the length scaling on CPU comes from the block sweep below, see /work/notes/issue13_kernels.md).
+XLA_CHUNK = {"tpu": 128, "gpu": 64, "cpu": 64}
+
+
+# Tokens per step of the xla form's outer sequential sweep over blocks (None: the whole sequence
+# at once). On CPU a block keeps one step's arrays in cache, so time grows linearly with length.
+XLA_BLOCK = {"tpu": None, "gpu": None, "cpu": 512}
+
+
+def xla_block_len(chunk_size: int, backend: str | None = None) -> int | None:
+    """Block length of the xla form (a multiple of chunk_size), or None for no blocking."""
+    block = XLA_BLOCK.get(backend or jax.default_backend(), XLA_BLOCK["cpu"])
+    if block is None:
+        return None
+    return max(1, block // chunk_size) * chunk_size
+
+
+def default_chunk_size(impl: str, backend: str | None = None) -> int:
+    """The chunk length used when linear_attention gets chunk_size=None (the one per-backend
+    place): Pallas -> its block default, xla -> XLA_CHUNK, reference -> unused (1)."""
+    backend = backend or jax.default_backend()
+    if impl == "pallas":
+        return default_blocks(backend).chunk_size
+    if impl == "xla":
+        return XLA_CHUNK.get(backend, XLA_CHUNK["cpu"])
+    return 1
 
 
 def default_blocks(backend: str | None = None) -> LinearAttentionBlocks:

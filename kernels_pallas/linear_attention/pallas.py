@@ -1,10 +1,14 @@
 """impl="pallas": chunked linear attention as Pallas TPU (Mosaic) kernels, with a custom VJP.
 
-    linear_attention_pallas(q, k, v, log_decay=None, initial_state=None, chunk_size=None)
+    linear_attention_pallas(q, k, v, log_decay=None, initial_state=None, starts=None, *,
+                            kind=None, chunk_size=None)
         -> (o [b, t, h, v] in q.dtype, final_state [b, h, k, v] float32)
 
 Shapes (legend: b batch, t sequence, h heads, k key dim, v value dim): q, k [b, t, h, k] and v
-[b, t, h, v] in float32 or bfloat16; log_decay None | [h] | [b, t, h, k]; initial_state [b, h, k, v].
+[b, t, h, v] in float32 or bfloat16; log_decay None | [h] | [b, t, h, k]; initial_state [b, h, k, v];
+starts None | [b, t] bool segment starts (api.segment_starts): the kernels take them as one
+[b, t, 1] float operand of in-chunk start counts and mask pairs / carries beside the decay (see
+pallas_chunk), so the decay operand is the same with or without segments.
 
 Forward: pallas_fwd (intra-chunk masked matmul + inter-chunk state sweep). Backward: pallas_bwd
 (parallel intra-chunk part, forward dq sweep, reverse dk/dv/d-state sweep). The log-decay gradient
@@ -35,6 +39,7 @@ from kernels_pallas.linear_attention.config import (
     check_tiling,
     default_blocks,
 )
+from kernels_pallas.linear_attention.kind import DecayKind
 from kernels_pallas.linear_attention.pallas_chunk import F32, Static
 
 _DTYPES = (jnp.float32, jnp.bfloat16)
@@ -73,10 +78,12 @@ def _check(q, k, v, log_decay, initial_state):
                          f"{(b, h, dk, v.shape[-1])}; got {initial_state.shape}.")
 
 
-def linear_attention_pallas(q, k, v, log_decay=None, initial_state=None, chunk_size=None, *,
-                            blocks: LinearAttentionBlocks | None = None, interpret=None):
-    """See the module docstring. `blocks` overrides the backend's default block sizes,
-    `interpret` the backend's default execution mode (True: the generic Pallas interpreter)."""
+def linear_attention_pallas(q, k, v, log_decay=None, initial_state=None, starts=None, *,
+                            kind=None, chunk_size=None, blocks: LinearAttentionBlocks | None = None,
+                            interpret=None):
+    """See the module docstring. `kind`: DecayKind (None: resolved from log_decay). `blocks`
+    overrides the backend's default block sizes, `interpret` the backend's default execution mode
+    (True: the generic Pallas interpreter)."""
     _check(q, k, v, log_decay, initial_state)
     backend = jax.default_backend()
     if interpret is None:
@@ -90,10 +97,15 @@ def linear_attention_pallas(q, k, v, log_decay=None, initial_state=None, chunk_s
     # interpret=False means Mosaic TPU compilation (also when exporting for TPU from a CPU host).
     check_tiling(blocks, dk, dv, h, q.dtype, "tpu" if interpret is False else "cpu")
 
-    kind = "none" if log_decay is None else ("head" if log_decay.ndim == 1 else "data")
+    kind = (DecayKind.of(log_decay) if kind is None else DecayKind(kind)).value
     st = Static(kind=kind, chunk=blocks.chunk_size, sub=blocks.sub_chunk, num_heads=h,
-                key_dim=dk, value_dim=dv, t_real=t, interpret=interpret)
+                key_dim=dk, value_dim=dv, t_real=t, interpret=interpret,
+                segments=starts is not None)
     tp = -(-t // st.chunk) * st.chunk
+    seg = None
+    if starts is not None:  # starts counted from each chunk start, [b, tp, 1] float32
+        padded = jnp.pad(starts, ((0, 0), (0, tp - t))).reshape(b, tp // st.chunk, st.chunk)
+        seg = jnp.cumsum(padded.astype(jnp.int32), axis=-1).astype(F32).reshape(b, tp, 1)
 
     def flat(x):  # [b, t, h, w] -> [b, tp, h*w], zero padded (zero log decay = no decay)
         x = jnp.pad(x, ((0, 0), (0, tp - t), (0, 0), (0, 0)))
@@ -108,25 +120,25 @@ def linear_attention_pallas(q, k, v, log_decay=None, initial_state=None, chunk_s
         s0 = jnp.zeros((b, h, dv, dk), F32)
     else:
         s0 = jnp.swapaxes(initial_state.astype(F32), -1, -2)
-    o, s_final = _core(st, flat(q), flat(k), flat(v), decay, s0)
+    o, s_final = _core(st, flat(q), flat(k), flat(v), decay, s0, seg)
     return o.reshape(b, tp, h, dv)[:, :t], jnp.swapaxes(s_final, -1, -2)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _core(st, q, k, v, decay, s0):
-    return pallas_fwd.forward(st, q, k, v, decay, s0)
+def _core(st, q, k, v, decay, s0, seg):
+    return pallas_fwd.forward(st, q, k, v, decay, s0, seg)
 
 
-def _core_fwd(st, q, k, v, decay, s0):
-    o, s_final = pallas_fwd.forward(st, q, k, v, decay, s0)
-    return (o, s_final), (q, k, v, decay, s0, s_final)
+def _core_fwd(st, q, k, v, decay, s0, seg):
+    o, s_final = pallas_fwd.forward(st, q, k, v, decay, s0, seg)
+    return (o, s_final), (q, k, v, decay, s0, s_final, seg)
 
 
 def _core_bwd(st, res, cts):
-    q, k, v, decay, s0, s_final = res
+    q, k, v, decay, s0, s_final, seg = res
     do, ds_final = cts
     dq, dk, dv, ds0 = pallas_bwd.backward(
-        st, q, k, v, decay, s0, do, ds_final.astype(F32))
+        st, q, k, v, decay, s0, do, ds_final.astype(F32), seg)
     d_decay = None
     if st.kind != "none":
         b, tp, _ = q.shape
@@ -138,7 +150,8 @@ def _core_bwd(st, res, cts):
         else:  # per-head: every real step of every row and key channel shares the decay
             d_decay = jnp.sum(d_step[:, :st.t_real].reshape(b, st.t_real, st.num_heads, -1),
                               axis=(0, 1, 3))
-    return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), d_decay, ds0
+    d_seg = None if seg is None else jnp.zeros_like(seg)  # segment counts are not differentiated
+    return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), d_decay, ds0, d_seg
 
 
 _core.defvjp(_core_fwd, _core_bwd)

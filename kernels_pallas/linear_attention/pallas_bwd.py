@@ -19,10 +19,12 @@ from jax.experimental.pallas import tpu as pltpu
 
 from kernels_pallas.linear_attention import pallas_chunk as pc
 from kernels_pallas.linear_attention.pallas_chunk import F32, mm, mm_nt, mm_tn, scale
+from kernels_pallas.linear_attention.pallas_chunk import scale_mask as masked
 
 
-def _data_intra_bwd(q, k, v, do, g, sub, dq_ref, dk_ref, dv_ref):
-    """Intra-chunk gradients for a data-dependent decay, sub-chunk by sub-chunk of rows."""
+def _data_intra_bwd(q, k, v, do, g, sub, dq_ref, dk_ref, dv_ref, same=None):
+    """Intra-chunk gradients for a data-dependent decay, sub-chunk by sub-chunk of rows.
+    same: None | [C, C] 0/1 segment mask of the pairs."""
     sc = pc.SubChunks(g, sub)
     dk_ref[...] = jnp.zeros(dk_ref.shape, F32)
     dv_ref[...] = jnp.zeros(dv_ref.shape, F32)
@@ -31,6 +33,8 @@ def _data_intra_bwd(q, k, v, do, g, sub, dq_ref, dk_ref, dv_ref):
         rows = slice(i0, i0 + sub)
         qi, ki, doi = q[rows], k[rows], do[rows]
         e = sc.diag(blk)  # [s, s, k], zero above the diagonal
+        if same is not None:
+            e = e * same[rows, rows][:, :, None]
         p_diag = jnp.sum(qi[:, None, :] * ki[None, :, :] * e, axis=-1)
         dp_diag = mm_nt(doi, v[rows])
         dqi = jnp.sum(dp_diag[:, :, None] * ki[None, :, :] * e, axis=1)
@@ -39,30 +43,33 @@ def _data_intra_bwd(q, k, v, do, g, sub, dq_ref, dk_ref, dv_ref):
         if blk:
             fq, fk = sc.off(blk)
             qt, kt = qi * fq, k[:i0] * fk
-            dp_off = mm_nt(doi, v[:i0])  # [s, i0]
+            m_off = None if same is None else same[rows, :i0]
+            dp_off = masked(mm_nt(doi, v[:i0]), m_off)  # [s, i0]
             dqi = dqi + fq * mm(dp_off, kt)
             dk_ref[:i0, :] += fk * mm_tn(dp_off, qt)
-            dv_ref[:i0, :] += mm_tn(mm_nt(qt, kt), doi)
+            dv_ref[:i0, :] += mm_tn(masked(mm_nt(qt, kt), m_off), doi)
         dq_ref[rows, :] = dqi
 
 
 def _intra_kernel(st: pc.Static, *refs):
-    a_ref, g_ref, rest = pc.split_decay_refs(st, refs)
+    a_ref, g_ref, seg_ref, rest = pc.split_decay_refs(st, refs)
     q_ref, k_ref, v_ref, do_ref, dq_ref, dk_ref, dv_ref = rest
     dec = pc.chunk_decay(st, a_ref, g_ref)
+    seg = pc.chunk_segments(seg_ref)
     q, k, v, do = (r[...].astype(F32) for r in (q_ref, k_ref, v_ref, do_ref))
     if st.kind == "data":
-        _data_intra_bwd(q, k, v, do, dec.g, st.sub, dq_ref, dk_ref, dv_ref)
+        _data_intra_bwd(q, k, v, do, dec.g, st.sub, dq_ref, dk_ref, dv_ref, seg.same)
         return
-    p = mm_nt(q, k) * dec.d
-    dp = mm_nt(do, v) * dec.d
+    d = masked(dec.d, seg.same)
+    p = mm_nt(q, k) * d
+    dp = mm_nt(do, v) * d
     dq_ref[...] = mm(dp, k)
     dk_ref[...] = mm_tn(dp, q)
     dv_ref[...] = mm_tn(p, do)
 
 
 def _dq_kernel(st: pc.Static, *refs):
-    a_ref, g_ref, rest = pc.split_decay_refs(st, refs)
+    a_ref, g_ref, seg_ref, rest = pc.split_decay_refs(st, refs)
     k_ref, v_ref, do_ref, s0_ref, dq_ref, s_scr = rest
 
     @pl.when(pl.program_id(2) == 0)
@@ -70,14 +77,15 @@ def _dq_kernel(st: pc.Static, *refs):
         s_scr[...] = s0_ref[...]
 
     dec = pc.chunk_decay(st, a_ref, g_ref)
+    seg = pc.chunk_segments(seg_ref)
     k, v, do = (r[...].astype(F32) for r in (k_ref, v_ref, do_ref))
     s = s_scr[...]
-    dq_ref[...] = scale(mm(do, s), dec.gq)
-    s_scr[...] = scale(s, dec.gs) + mm_tn(v, scale(k, dec.gk))
+    dq_ref[...] = masked(scale(mm(do, s), dec.gq), seg.cont)
+    s_scr[...] = masked(scale(s, dec.gs), seg.alive) + mm_tn(v, masked(scale(k, dec.gk), seg.to_end))
 
 
 def _reverse_kernel(st: pc.Static, *refs):
-    a_ref, g_ref, rest = pc.split_decay_refs(st, refs)
+    a_ref, g_ref, seg_ref, rest = pc.split_decay_refs(st, refs)
     q_ref, k_ref, v_ref, do_ref, ds_ref, dk_ref, dv_ref, ds0_ref, ds_scr = rest
     c = pl.program_id(2)
 
@@ -86,11 +94,12 @@ def _reverse_kernel(st: pc.Static, *refs):
         ds_scr[...] = ds_ref[...]
 
     dec = pc.chunk_decay(st, a_ref, g_ref, reverse=True)
+    seg = pc.chunk_segments(seg_ref)
     q, k, v, do = (r[...].astype(F32) for r in (q_ref, k_ref, v_ref, do_ref))
     ds = ds_scr[...]  # gradient w.r.t. the state after this chunk, [v, k]
-    dk_ref[...] = scale(mm(v, ds), dec.gk)
-    dv_ref[...] = mm_nt(scale(k, dec.gk), ds)
-    ds_new = scale(ds, dec.gs) + mm_tn(do, scale(q, dec.gq))
+    dk_ref[...] = masked(scale(mm(v, ds), dec.gk), seg.to_end)
+    dv_ref[...] = mm_nt(masked(scale(k, dec.gk), seg.to_end), ds)
+    ds_new = masked(scale(ds, dec.gs), seg.alive) + mm_tn(do, masked(scale(q, dec.gq), seg.cont))
     ds_scr[...] = ds_new
 
     @pl.when(c == pl.num_programs(2) - 1)
@@ -98,13 +107,13 @@ def _reverse_kernel(st: pc.Static, *refs):
         ds0_ref[...] = ds_new
 
 
-def backward(st: pc.Static, q, k, v, decay, s0, do, ds_final):
+def backward(st: pc.Static, q, k, v, decay, s0, do, ds_final, seg=None):
     """Gradients (float32) of o and the final state w.r.t. q, k, v and the initial state.
     Shapes as in pallas_fwd.forward; do: [b, t, h*v]; ds_final: [b, h, v, k] float32."""
     b, t, _ = q.shape
     h, dk_, dv_ = st.num_heads, st.key_dim, st.value_dim
     grid = (b, h, t // st.chunk)
-    dec_args = [] if decay is None else [decay]
+    dec_args = ([] if decay is None else [decay]) + ([] if seg is None else [seg])
     f32 = lambda width: ((b, t, h * width), F32)  # noqa: E731
     state = ((b, h, dv_, dk_), F32)
     kspec, vspec, sspec = pc.chunk_spec(st, dk_), pc.chunk_spec(st, dv_), pc.state_spec(st)

@@ -7,6 +7,11 @@ v value dim, n = t / C chunks):
     state:   [b, h, v, k] float32 — stored TRANSPOSED (Sᵀ) so that every matmul is NN, NT or TN
     a:       [h] float32 in SMEM (per-head log decay)
     g:       data-dependent log decay (float32)
+    seg:     [b, t, 1] float32 (segments only): segment starts counted from the chunk start up to
+             and including each position. Pairs (i, j) of a chunk interact iff seg_i == seg_j; a
+             row reads the carried state iff seg_i == 0; a key reaches the chunk-end state iff it
+             is in the chunk's last segment; the carried state crosses the chunk iff it has no
+             start. Masks beside the decay: the decay operands are the same with or without.
 
 Every decay weight is exp of a sum of log decays over a contiguous range of steps (<= 0), formed as
 a DIRECT sum of those steps — never as a difference of two prefix sums (which would lose accuracy
@@ -64,6 +69,31 @@ class Static:
     value_dim: int
     t_real: int  # sequence length before padding (the head kind masks its decay beyond it)
     interpret: object  # False (compile with Mosaic) | pltpu.InterpretParams | True
+    segments: bool = False  # a seg operand follows the decay operand
+
+
+@dataclasses.dataclass
+class ChunkSegments:
+    """Segment masks of one chunk (all float32 0/1): same [C, C], cont [C, 1] (reads the carried
+    state), to_end [C, 1] (reaches the chunk-end state), alive [1, 1] (state crosses the chunk).
+    Without segments every field is None and `masked` is the identity."""
+
+    same: object = None
+    cont: object = None
+    to_end: object = None
+    alive: object = None
+
+
+def chunk_segments(seg_ref) -> ChunkSegments:
+    if seg_ref is None:
+        return ChunkSegments()
+    cnt = seg_ref[...].astype(F32)  # [C, 1]
+    n = cnt.shape[0]
+    wide = jnp.broadcast_to(cnt, (n, n))
+    last = cnt[n - 1:n, :]  # [1, 1]
+    f = lambda x: x.astype(F32)  # noqa: E731
+    return ChunkSegments(same=f(wide == wide.T), cont=f(cnt == 0.0), to_end=f(cnt == last),
+                         alive=f(last == 0.0))
 
 
 @dataclasses.dataclass
@@ -162,8 +192,10 @@ class SubChunks:
 
 def chunk_spec(st: Static, width: int, reverse: bool = False):
     """One chunk of one head of a [b, t, h*width] array."""
+    heads = width != 1  # a [b, t, 1] operand (seg) is shared by the heads
+
     def index(b, h, c):
-        return (b, pl.num_programs(2) - 1 - c if reverse else c, h)
+        return (b, pl.num_programs(2) - 1 - c if reverse else c, h if heads else 0)
 
     return pl.BlockSpec((None, st.chunk, width), index)
 
@@ -177,12 +209,21 @@ def smem_spec():
 
 
 def decay_specs(st: Static, reverse: bool = False):
-    """In-spec of the decay operand: head -> a [h] in SMEM, data -> g chunk, none -> nothing."""
+    """In-specs of the decay operand (head -> a [h] in SMEM, data -> g chunk, none -> nothing),
+    then of the seg operand when st.segments (one chunk of [b, t, 1])."""
+    specs = []
     if st.kind == "head":
-        return [smem_spec()]
-    if st.kind == "data":
-        return [chunk_spec(st, st.key_dim, reverse)]
-    return []
+        specs.append(smem_spec())
+    elif st.kind == "data":
+        specs.append(chunk_spec(st, st.key_dim, reverse))
+    if st.segments:
+        specs.append(chunk_spec(st, 1, reverse))
+    return specs
+
+
+def scale_mask(x, m):
+    """x * m for a segment mask m, or x when there are no segments (m None)."""
+    return x if m is None else x * m
 
 
 def call(kernel, st: Static, grid, in_specs, out_specs, out_shape, scratch, sequential: bool):
@@ -215,9 +256,13 @@ def call(kernel, st: Static, grid, in_specs, out_specs, out_shape, scratch, sequ
 
 
 def split_decay_refs(st: Static, refs):
-    """Kernels receive (decay operand?, *rest); returns (a_ref, g_ref, rest)."""
+    """Kernels receive (decay operand?, seg operand?, *rest); returns (a_ref, g_ref, seg_ref,
+    rest)."""
+    a_ref = g_ref = seg_ref = None
     if st.kind == "head":
-        return refs[0], None, refs[1:]
-    if st.kind == "data":
-        return None, refs[0], refs[1:]
-    return None, None, refs
+        a_ref, refs = refs[0], refs[1:]
+    elif st.kind == "data":
+        g_ref, refs = refs[0], refs[1:]
+    if st.segments:
+        seg_ref, refs = refs[0], refs[1:]
+    return a_ref, g_ref, seg_ref, refs

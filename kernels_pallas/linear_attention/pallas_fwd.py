@@ -15,26 +15,30 @@ from jax.experimental.pallas import tpu as pltpu
 
 from kernels_pallas.linear_attention import pallas_chunk as pc
 from kernels_pallas.linear_attention.pallas_chunk import F32, mm, mm_nt, mm_tn, scale
+from kernels_pallas.linear_attention.pallas_chunk import scale_mask as masked
 
 
-def data_intra(q, k, v, g, sub):
-    """Intra-chunk output for a data-dependent decay, one [sub, v] block per sub-chunk of rows."""
+def data_intra(q, k, v, g, sub, same=None):
+    """Intra-chunk output for a data-dependent decay, one [sub, v] block per sub-chunk of rows.
+    same: None | [C, C] 0/1 segment mask of the pairs."""
     sc = pc.SubChunks(g, sub)
     outs = []
     for blk in range(q.shape[0] // sub):
         i0 = blk * sub
         qi, ki = q[i0:i0 + sub], k[i0:i0 + sub]
         p_diag = jnp.sum(qi[:, None, :] * ki[None, :, :] * sc.diag(blk), axis=-1)  # [s, s]
+        p_diag = masked(p_diag, None if same is None else same[i0:i0 + sub, i0:i0 + sub])
         o = mm(p_diag, v[i0:i0 + sub])
         if blk:
             fq, fk = sc.off(blk)
-            o = o + mm(mm_nt(qi * fq, k[:i0] * fk), v[:i0])
+            p_off = masked(mm_nt(qi * fq, k[:i0] * fk), None if same is None else same[i0:i0 + sub, :i0])
+            o = o + mm(p_off, v[:i0])
         outs.append(o)
     return outs
 
 
 def _forward_kernel(st: pc.Static, *refs):
-    a_ref, g_ref, rest = pc.split_decay_refs(st, refs)
+    a_ref, g_ref, seg_ref, rest = pc.split_decay_refs(st, refs)
     q_ref, k_ref, v_ref, s0_ref, o_ref, s_out_ref, s_scr = rest
     c = pl.program_id(2)
 
@@ -43,16 +47,18 @@ def _forward_kernel(st: pc.Static, *refs):
         s_scr[...] = s0_ref[...]
 
     dec = pc.chunk_decay(st, a_ref, g_ref)
+    seg = pc.chunk_segments(seg_ref)
     q, k, v = (r[...].astype(F32) for r in (q_ref, k_ref, v_ref))
     s = s_scr[...]
-    o_inter = mm_nt(scale(q, dec.gq), s)  # [C, v]
+    o_inter = mm_nt(masked(scale(q, dec.gq), seg.cont), s)  # [C, v]
     if st.kind == "data":
-        for i, o in enumerate(data_intra(q, k, v, dec.g, st.sub)):
+        for i, o in enumerate(data_intra(q, k, v, dec.g, st.sub, seg.same)):
             rows = slice(i * st.sub, (i + 1) * st.sub)
             o_ref[rows, :] = (o + o_inter[rows]).astype(o_ref.dtype)
     else:
-        o_ref[...] = (mm(mm_nt(q, k) * dec.d, v) + o_inter).astype(o_ref.dtype)
-    s_new = scale(s, dec.gs) + mm_tn(v, scale(k, dec.gk))
+        d = masked(dec.d, seg.same)
+        o_ref[...] = (mm(mm_nt(q, k) * d, v) + o_inter).astype(o_ref.dtype)
+    s_new = masked(scale(s, dec.gs), seg.alive) + mm_tn(v, masked(scale(k, dec.gk), seg.to_end))
     s_scr[...] = s_new
 
     @pl.when(c == pl.num_programs(2) - 1)
@@ -60,8 +66,9 @@ def _forward_kernel(st: pc.Static, *refs):
         s_out_ref[...] = s_new
 
 
-def forward(st: pc.Static, q, k, v, decay, s0):
-    """q, k: [b, t, h*k]; v: [b, t, h*v]; decay: None | a [h] | A [b, t, h*k]; s0: [b, h, v, k].
+def forward(st: pc.Static, q, k, v, decay, s0, seg=None):
+    """q, k: [b, t, h*k]; v: [b, t, h*v]; decay: None | a [h] | A [b, t, h*k]; s0: [b, h, v, k];
+    seg: None | [b, t, 1] (pallas_chunk docstring).
     Returns o [b, t, h*v] (q.dtype) and the final state [b, h, v, k] float32."""
     b, t, _ = q.shape
     h, dk, dv = st.num_heads, st.key_dim, st.value_dim
@@ -73,5 +80,5 @@ def forward(st: pc.Static, q, k, v, decay, s0):
                  ((b, h, dv, dk), F32)]
     fn = pc.call(functools.partial(_forward_kernel, st), st, grid, in_specs, out_specs, out_shape,
                  [pltpu.VMEM((dv, dk), F32)], sequential=True)
-    args = ([] if decay is None else [decay]) + [q, k, v, s0]
+    args = ([] if decay is None else [decay]) + ([] if seg is None else [seg]) + [q, k, v, s0]
     return fn(*args)

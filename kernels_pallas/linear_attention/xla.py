@@ -38,6 +38,16 @@ and near-0 decays mixed in one chunk, the weights keep full fp32 relative accura
     stored: the saved residuals are the inputs, A [c, c] per chunk, the chunk-boundary sums and
     the chunk-start states [n, k, v].
 
+Segments (starts [b, t] bool, from segment_ids): masks beside the decay, all [b, n, c(, c)] (see
+`_segment_masks`): pairs of one chunk interact only inside one segment, rows before the chunk's
+first start read the carried state, keys of the chunk's last segment reach the chunk-end state, and
+the carried state crosses a chunk only when no segment starts in it. The decay terms are those of
+the kind itself, so TNL and cosFormer2 keep their own path.
+
+Blocks (CPU): the sequence is swept in blocks of `config.xla_block_len` tokens by an outer
+`lax.scan` carrying the state, each block running the chunked form above; one step's arrays stay in
+cache, so the time grows linearly with t (measured in /work/notes/issue13_kernels.md).
+
 Padding: t is padded to a multiple of the chunk with zero q/k/v and zero log decay (a zero key or
 value adds nothing; a zero log decay keeps the state), so the final state is the one after the last
 real token. Gradients are plain JAX autodiff of this form. Masked entries are selected with
@@ -51,20 +61,65 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from kernels_pallas.linear_attention.config import xla_block_len
+from kernels_pallas.linear_attention.kind import DecayKind
+
 _F32 = jnp.float32
 
 
-def linear_attention_xla(q, k, v, log_decay=None, initial_state=None, *, chunk_size=64):
-    """Returns (o [b, t, h, v] in q.dtype, final_state [b, h, k, v] fp32); see the module doc."""
+def linear_attention_xla(q, k, v, log_decay=None, initial_state=None, starts=None, *, kind=None,
+                         chunk_size=64, block_len="auto"):
+    """Returns (o [b, t, h, v] in q.dtype, final_state [b, h, k, v] fp32); see the module doc.
+    starts: None | [b, t] bool segment starts; kind: DecayKind (None: resolved from log_decay).
+    block_len: tokens per step of the outer sequential sweep ("auto": config.xla_block_len for
+    this backend; None: one block). Blocks keep the working set of one step in cache, so the time
+    grows linearly with t; the last t mod block_len tokens are one more (static) call."""
     if not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
         raise ValueError(
             f"linear_attention_xla: chunk_size must be a positive int; got {chunk_size!r}."
         )
+    kind = DecayKind.of(log_decay) if kind is None else DecayKind(kind)
+    if block_len == "auto":
+        block_len = xla_block_len(chunk_size)
+    t = q.shape[1]
+    if block_len is None or t < 2 * block_len:
+        return _chunked(q, k, v, log_decay, initial_state, starts, kind, int(chunk_size))
+    nb, tail = divmod(t, block_len)
+    main = nb * block_len
+
+    def blocks(x):  # [b, t, ...] -> [nb, b, block_len, ...] (the first nb * block_len tokens)
+        x = x[:, :main]
+        return jnp.moveaxis(x.reshape(x.shape[0], nb, block_len, *x.shape[2:]), 1, 0)
+
+    data = kind == DecayKind.DATA
+    xs = (blocks(q), blocks(k), blocks(v), blocks(log_decay) if data else None,
+          None if starts is None else blocks(starts))
+    b, _, h, dk = q.shape
+    state = jnp.zeros((b, h, dk, v.shape[-1]), _F32) if initial_state is None else initial_state
+    state = state.astype(_F32) + jnp.zeros_like(q[:, 0, :, :, None], dtype=_F32)
+
+    def step(state, x):
+        qb, kb, vb, lb, sb = x
+        o, state = _chunked(qb, kb, vb, lb if data else log_decay, state, sb, kind,
+                            int(chunk_size))
+        return state, o
+
+    state, o = jax.lax.scan(step, state, xs)
+    o = jnp.moveaxis(o, 0, 1).reshape(b, main, h, -1)
+    if tail:
+        o_tail, state = _chunked(
+            q[:, main:], k[:, main:], v[:, main:], log_decay[:, main:] if data else log_decay,
+            state, None if starts is None else starts[:, main:], kind, int(chunk_size))
+        o = jnp.concatenate([o, o_tail], axis=1)
+    return o, state
+
+
+def _chunked(q, k, v, log_decay, initial_state, starts, kind, chunk_size):
+    """One block: the chunked form over all of q's t tokens. Returns (o, final state)."""
     b, t, h, dk = q.shape
     dv = v.shape[-1]
-    kind = "none" if log_decay is None else ("head" if log_decay.ndim == 1 else "data")
 
-    if kind == "data":  # a sequence shorter than one chunk: pad to a power of two (binary merges)
+    if kind == DecayKind.DATA:  # a sequence shorter than one chunk: pad to a power of two
         c = min(int(chunk_size), 1 << (t - 1).bit_length())
     else:
         c = min(int(chunk_size), t)
@@ -76,22 +131,43 @@ def linear_attention_xla(q, k, v, log_decay=None, initial_state=None, *, chunk_s
         return x.reshape(b, n, c, h, x.shape[-1]).transpose(0, 3, 1, 2, 4)
 
     qc, kc, vc = chunked(q), chunked(k), chunked(v)
-    if kind == "none":
+    if kind == DecayKind.NONE:
         a = jnp.einsum("bhnik,bhnjk->bhnij", qc, kc) * jnp.tril(jnp.ones((c, c), _F32))
         q_in, k_out, decay = qc, kc, None
-    elif kind == "head":
+    elif kind == DecayKind.HEAD:
         a, q_in, k_out, decay = _head_decay_terms(qc, kc, log_decay.astype(_F32), t)
+        decay = decay[None, :, :, None]  # [1, h, n, 1]
     else:
         a, lf, lr = _data_decay_terms(qc, kc, chunked(log_decay))
         q_in, k_out, decay = qc * jnp.exp(lf), kc * jnp.exp(lr), jnp.exp(lf[..., -1, :])
+    if starts is not None:
+        a, q_in, k_out, decay = _segment_masks(starts, n, c, a, q_in, k_out, decay)
 
     state0 = (
         jnp.zeros((b, h, dk, dv), _F32) if initial_state is None else initial_state.astype(_F32)
     )
-    starts, final = _carry_states(state0, k_out, vc, decay)  # starts [b, h, n, k, v]
-    o = jnp.einsum("bhnij,bhnjv->bhniv", a, vc) + jnp.einsum("bhnik,bhnkv->bhniv", q_in, starts)
+    starts_s, final = _carry_states(state0, k_out, vc, decay)  # [b, h, n, k, v]
+    o = jnp.einsum("bhnij,bhnjv->bhniv", a, vc) + jnp.einsum("bhnik,bhnkv->bhniv", q_in, starts_s)
     o = o.transpose(0, 2, 3, 1, 4).reshape(b, n * c, h, dv)[:, :t]
     return o.astype(q.dtype), final
+
+
+def _segment_masks(starts, n, c, a, q_in, k_out, decay):
+    """Document resets inside the chunked form, beside any decay kind. starts [b, t] bool.
+    cnt [b, n, c] counts the segment starts in the chunk up to and including each position:
+    pairs (i, j) of one chunk interact iff cnt_i == cnt_j; a row reads the carried state iff no start
+    precedes it in the chunk (cnt_i == 0); a key reaches the chunk-end state iff it is in the chunk's
+    last segment; the carried state crosses the chunk iff the chunk has no start. All masks are
+    [b, n, c(, c)]: nothing of size [b, t, h, k] is added."""
+    b = starts.shape[0]
+    st = jnp.pad(starts, ((0, 0), (0, n * c - starts.shape[1]))).reshape(b, n, c)
+    cnt = jnp.cumsum(st.astype(jnp.int32), axis=-1)
+    same = (cnt[..., :, None] == cnt[..., None, :]).astype(_F32)[:, None]  # [b, 1, n, c, c]
+    cont = (cnt == 0).astype(_F32)[:, None, :, :, None]  # [b, 1, n, c, 1]
+    to_end = (cnt == cnt[..., -1:]).astype(_F32)[:, None, :, :, None]
+    alive = (cnt[..., -1] == 0).astype(_F32)[:, None, :, None]  # [b, 1, n, 1]
+    decay = alive if decay is None else decay * alive
+    return a * same, q_in * cont, k_out * to_end, decay
 
 
 def _sum_after(x, axis):
@@ -105,8 +181,8 @@ def _sum_after(x, axis):
 
 def _carry_states(state0, k_out, v, decay):
     """Inter-chunk sweep. k_out [b, h, n, c, k] (keys decayed to the chunk end), v [b, h, n, c, v],
-    decay [b, h, n, k] | [h, n] | None (whole-chunk decay). Returns (chunk-start states
-    [b, h, n, k, v], final state [b, h, k, v])."""
+    decay None or the whole-chunk decay broadcastable to [b, h, n, k] (e.g. [1, h, n, 1] per head).
+    Returns (chunk-start states [b, h, n, k, v], final state [b, h, k, v])."""
     n = k_out.shape[2]
     updates = jnp.einsum("bhnck,bhncv->nbhkv", k_out, v)  # parallel over chunks
     # inside shard_map the carry must vary over the mesh axes the inputs vary over (zeros_like keeps
@@ -118,10 +194,7 @@ def _carry_states(state0, k_out, v, decay):
             return s + u, s
         xs = updates
     else:
-        if decay.ndim == 2:  # per head: [h, n] -> [n, 1, h, 1, 1]
-            decay = decay.T[:, None, :, None, None]
-        else:  # [b, h, n, k] -> [n, b, h, k, 1]
-            decay = jnp.moveaxis(decay, 2, 0)[..., None]
+        decay = jnp.moveaxis(decay, 2, 0)[..., None]  # [n, b|1, h|1, k|1, 1]
 
         def step(s, x):
             u, d = x

@@ -40,7 +40,7 @@ class ModelConfig:
     norm_eps: float = 1e-6
     rope_theta: float = 10000.0
     impl: str = "auto"
-    chunk_size: int = 64
+    chunk_size: int | None = None  # None: kernels_pallas.default_chunk_size (per backend)
     tnl_decay_rule: str = "alibi_layer"
     tpe: str = "lightnet"
     remat: str = "none"
@@ -62,6 +62,17 @@ class ModelConfig:
     def head_dim(self) -> int:
         """e = d / h."""
         return self.d_model // self.n_heads
+
+    @property
+    def resolved_chunk_size(self) -> int:
+        """The chunk length the linear-attention kernel uses (chunk_size, or the backend's
+        default for impl when None)."""
+        if self.chunk_size is not None:
+            return self.chunk_size
+        from kernels_pallas import default_chunk_size
+        from kernels_pallas.linear_attention.api import resolve_impl
+
+        return default_chunk_size(resolve_impl(self.impl))
 
     @property
     def kv_heads(self) -> int:
@@ -131,6 +142,8 @@ class ModelConfig:
         for name in ("n_layers", "d_model", "n_heads", "ffn_dim", "vocab_size", "max_seq_len",
                      "chunk_size"):
             value = getattr(self, name)
+            if name == "chunk_size" and value is None:  # the backend's default
+                continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"model.{name}={value!r} must be a positive integer.")
         if self.d_model % self.n_heads:

@@ -211,13 +211,18 @@ class Decoder(nnx.Module):
     def init_state(self, batch_size: int, max_len: int | None = None):
         """Decoding state for `extend`: {'pos': int32 [], 'embed': ..., 'layers': per-layer caches
         (a list, or one pytree stacked [l, ...] with scan_layers)}.
-        max_len (default model.max_seq_len) bounds the total tokens fed through `extend`."""
-        max_len = self.cfg.max_seq_len if max_len is None else int(max_len)
-        if not 1 <= max_len <= self.cfg.max_seq_len:
-            raise ValueError(
-                f"init_state: max_len={max_len} must be in [1, model.max_seq_len="
-                f"{self.cfg.max_seq_len}]; raise --config.model.max_seq_len for longer decoding."
-            )
+        max_len (default model.max_seq_len) sizes LLaMA's KV cache, which bounds the tokens fed
+        through `extend`; the linear models keep an O(1) state and decode without a length limit
+        (max_len is ignored there)."""
+        if self.cfg.is_linear:
+            max_len = 1
+        else:
+            max_len = self.cfg.max_seq_len if max_len is None else int(max_len)
+            if not 1 <= max_len <= self.cfg.max_seq_len:
+                raise ValueError(
+                    f"init_state: max_len={max_len} must be in [1, model.max_seq_len="
+                    f"{self.cfg.max_seq_len}] (LLaMA's KV cache); raise "
+                    "--config.model.max_seq_len for longer decoding.")
         if self.cfg.scan_layers:  # one cache with a leading [l] axis
             one = self.layers.mixer.init_cache(batch_size, max_len)
             layers = jax.tree.map(lambda a: jnp.broadcast_to(a, (self.cfg.n_layers,) + a.shape), one)
@@ -228,15 +233,19 @@ class Decoder(nnx.Module):
 
     def extend(self, tokens, state):
         """Continue from `state` with tokens [b,t] (prefill t>1 or one step t=1).
-        Returns (logits [b,t,v] float32, new state)."""
-        b, t = check_tokens(tokens, self.cfg.max_seq_len)
-        pos = state["pos"]
-        if not isinstance(pos, jax.core.Tracer):
-            end = int(np.asarray(pos)) + t
-            if end > self.cfg.max_seq_len:
-                raise ValueError(
-                    f"extend: position {end} would exceed model.max_seq_len={self.cfg.max_seq_len}; "
-                    "start a new state or raise --config.model.max_seq_len."
-                )
-        positions = pos + jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32)[None], (b, t))
+        Returns (logits [b,t,v] float32, new state). The linear models continue past
+        model.max_seq_len (positions are int32; LRPE angles are formed in float32)."""
+        if self.cfg.is_linear:
+            b, t = check_tokens(tokens, np.iinfo(np.int32).max)
+        else:
+            b, t = check_tokens(tokens, self.cfg.max_seq_len)
+            pos = state["pos"]
+            if not isinstance(pos, jax.core.Tracer):
+                end = int(np.asarray(pos)) + t
+                if end > self.cfg.max_seq_len:
+                    raise ValueError(
+                        f"extend: position {end} would exceed model.max_seq_len="
+                        f"{self.cfg.max_seq_len} (LLaMA's KV cache and RoPE range); start a new "
+                        "state or raise --config.model.max_seq_len.")
+        positions = state["pos"] + jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32)[None], (b, t))
         return self._run(tokens, positions, None, state)

@@ -5,31 +5,103 @@ Legend: b batch, t sequence, h heads, k key dim, v value dim.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import PartitionSpec as P
 
-from kernels_pallas import linear_attention, segment_reset_log_decay
+from kernels_pallas import linear_attention
+from kernels_pallas.linear_attention import seq_parallel
 from linscale_jax.models.config import ModelConfig
+
+# logical names of the kernel's operands (linscale_jax.sharding.RULES maps them to mesh axes):
+# q, k, v [b, t, h, k]: batch over ('data', 'fsdp'), t over 'seq', heads over 'tensor'.
+_ACT_NAMES = ("batch", "length", "heads", "kv")
+
+
+def kernel_mesh():
+    """The mesh the model is traced under (`jax.set_mesh` / `jax.sharding.use_abstract_mesh`, set
+    by the trainer), or None when there is none or it has a single device."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh is None or mesh.empty or mesh.size == 1:
+        return None
+    return mesh
+
+
+def _local_attention(cfg: ModelConfig, q, k, v, log_decay, segment_ids, cache, seq_axis):
+    """One device's share (or the whole arrays without a mesh) -> (o, final state). seq_axis: the
+    mesh axis the sequence is split over (LASP carry across its shards), or None."""
+    kw = dict(log_decay=log_decay, segment_ids=segment_ids, initial_state=cache,
+              return_final_state=True, chunk_size=cfg.chunk_size)
+    if seq_axis is not None:
+        return seq_parallel.linear_attention_seq_shard(q, k, v, axis_name=seq_axis, impl=cfg.impl, **kw)
+    impl = "reference" if cache is not None and q.shape[1] == 1 else cfg.impl
+    return linear_attention(q, k, v, impl=impl, **kw)
+
+
+def _varying_axes(x):
+    aval = jax.typeof(x)
+    mat = getattr(aval, "manual_axis_type", None)
+    return set(mat.varying) if mat is not None else set(getattr(aval, "vma", ()))
+
+
+def _vary(x, axes):
+    missing = tuple(sorted(set(axes) - _varying_axes(x)))
+    return jax.lax.pcast(x, missing, to="varying") if missing else x
 
 
 def run_linear_attention(cfg: ModelConfig, q, k, v, log_decay, segment_ids, cache):
     """q,k [b,t,h,k]; v [b,t,h,v]; log_decay None | [h] | [b,t,h,k]; segment_ids [b,t] | None;
     cache None (training forward) or the state [b,h,k,v] float32 to continue from.
 
-    Returns (o [b,t,h,v], new state or None). Packed documents: the decay is set to
-    RESET_LOG_DECAY at every change of segment id so the state never crosses documents.
-    One-token steps use the exact recurrence (impl="reference")."""
+    Returns (o [b,t,h,v], new state or None). Packed documents: segment_ids go to the kernel, which
+    zeroes the state at every change of id next to its own decay kind (no [b,t,h,k] decay tensor
+    for TNL or cosFormer2). One-token steps use the exact recurrence (impl="reference").
+
+    Under a mesh (see `kernel_mesh`) the kernel runs inside `jax.shard_map`: batch over ('data',
+    'fsdp'), heads over 'tensor', so every device runs it on its own shard (XLA cannot partition a
+    Pallas/Mosaic call); when the sequence is split over 'seq' the shards are joined by the LASP
+    carry (each shard's final state is all-gathered and prefix-combined). An axis whose size does
+    not divide its dimension is left unsplit."""
+    from linscale_jax.sharding import logical_to_spec
+
+    mesh = kernel_mesh()
+    if mesh is None:
+        o, state = _local_attention(cfg, q, k, v, log_decay, segment_ids, cache, None)
+        return o, (None if cache is None else state)
+    act = logical_to_spec(_ACT_NAMES, q.shape, mesh, where="linear_attention q")
+    b_ax, t_ax, h_ax = act[0], act[1], act[2]
+    state_spec = P(b_ax, h_ax, None, None)
+    args, specs = [q, k, v], [act, act, P(b_ax, t_ax, h_ax, None)]
+    kind = "none" if log_decay is None else ("head" if log_decay.ndim == 1 else "data")
+    if kind != "none":
+        args.append(log_decay)
+        specs.append(P(h_ax) if kind == "head" else act)
     if segment_ids is not None:
-        log_decay = segment_reset_log_decay(log_decay, segment_ids, q.shape[2], q.shape[3])
-    if cache is None:
-        o = linear_attention(q, k, v, log_decay=log_decay, impl=cfg.impl, chunk_size=cfg.chunk_size)
-        return o, None
-    impl = "reference" if q.shape[1] == 1 else cfg.impl
-    o, state = linear_attention(
-        q, k, v, log_decay=log_decay, initial_state=cache, return_final_state=True,
-        impl=impl, chunk_size=cfg.chunk_size,
-    )
-    return o, state
+        args.append(segment_ids)
+        specs.append(P(b_ax, t_ax))
+    if cache is not None:
+        args.append(cache)
+        specs.append(state_spec)
+
+    manual = {a for spec in specs for ax in spec for a in ((ax,) if isinstance(ax, str) else ax or ())}
+
+    def local(*xs):
+        # every operand varies over every manual axis, as the kernels' custom VJPs expect (a
+        # no-op in the forward; the backward sums a replicated operand's cotangent over the axis)
+        xs = [_vary(x, manual) for x in xs]
+        q, k, v = xs[:3]
+        rest = xs[3:]
+        ld = rest.pop(0) if kind != "none" else None
+        seg = rest.pop(0) if segment_ids is not None else None
+        c = rest.pop(0) if cache is not None else None
+        o, state = _local_attention(cfg, q, k, v, ld, seg, c, t_ax)
+        return o if cache is None else (o, state)
+
+    o_spec = P(b_ax, t_ax, h_ax, None)
+    out = jax.shard_map(local, mesh=mesh, in_specs=tuple(specs),
+                        out_specs=o_spec if cache is None else (o_spec, state_spec))(*args)
+    return (out, None) if cache is None else out
 
 
 def zero_state(batch_size: int, n_heads: int, key_dim: int, value_dim: int):
