@@ -14,46 +14,16 @@ field on the command line (`--config.train.steps=100`).
 
 from __future__ import annotations
 
+import dataclasses
+
 import ml_collections
 
-ARCHS = ("llama", "tnl", "hgrn2", "cosformer2")
-
+from linscale_jax.models.config import ARCHS, ModelConfig  # noqa: F401  (ARCHS re-exported)
 
 def model_defaults() -> ml_collections.ConfigDict:
-    """Model section with the documented defaults for every choice the paper leaves open."""
-    return ml_collections.ConfigDict(
-        dict(
-            arch="llama",  # llama | tnl | hgrn2 | cosformer2
-            size="custom",  # label only: 70m, 160m, ... or a ladder name such as d128
-            n_layers=2,
-            d_model=128,
-            n_heads=1,  # head dim = d_model // n_heads (128 at every paper size)
-            ffn_dim=256,  # g; paper rule 256 * ceil(int(8d/3) / 256)
-            vocab_size=256,
-            max_seq_len=8192,  # longest sequence the model accepts (RoPE/LRPE tables, caches)
-            dtype="float32",  # compute dtype: float32 | bfloat16 (parameters stay float32)
-            param_dtype="float32",
-            init_std=0.02,  # normal init of every weight matrix and the embedding
-            norm_eps=1e-6,  # RMSNorm / SimpleRMSNorm epsilon
-            rope_theta=10000.0,  # llama
-            impl="auto",  # linear attention: auto | reference | xla | pallas
-            chunk_size=None,  # chunk length of the chunked forms; None = the backend's default
-            tnl_decay_rule="alibi_layer",  # alibi_layer (released TNL) | fla
-            tpe="lightnet",  # cosformer2 Toeplitz positional encoding: lightnet (paper) | xmixers | none
-            remat="none",  # none | block | dots  (activation checkpointing per block)
-            scan_layers=False,  # scan over a stacked layer axis (faster compiles for deep models)
-            # --- variants of released checkpoints (interop); the defaults are the paper's blocks ---
-            n_kv_heads=0,  # llama grouped-query attention: key/value heads (0 = n_heads)
-            tie_embeddings=True,  # False: separate LM head `lm_head` [d, vocab]
-            embed_scale="none",  # none | sqrt_d (embedding output multiplied by sqrt(d))
-            norm_scale=False,  # linear models: learnable scale in every RMSNorm (llama always has it)
-            mixer_norm_eps=0.0,  # eps of the mixer output norm (0 = norm_eps)
-            glu_act="none",  # linear models' GLU activation: none (paper) | silu (llama: always silu)
-            hgrn2_q_scale="one",  # one (paper) | rsqrt_k (fla: q scaled by (d/h)^-1/2)
-            tnl_gate="lowrank",  # lowrank (paper: sigmoid(X W_gdown W_gup)) | linear (released: X W_u)
-            tnl_lrpe=False,  # released TransNormerLLM: LRPE on TNL's q, k (θ [h, d/h] per layer)
-        )
-    )
+    """Model section: the fields of ModelConfig with their defaults (the one source; see its
+    field comments for every choice the paper leaves open)."""
+    return ml_collections.ConfigDict(dataclasses.asdict(ModelConfig()))
 
 
 def base_config() -> ml_collections.ConfigDict:

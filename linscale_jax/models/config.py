@@ -11,10 +11,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
-from linscale_jax.config import ARCHS, model_defaults
+from kernels_pallas.linear_attention.api import IMPLS
+
+ARCHS = ("llama", "tnl", "hgrn2", "cosformer2")
 
 DTYPES = ("float32", "bfloat16")
-IMPLS = ("auto", "reference", "xla", "pallas")
 REMATS = ("none", "block", "dots")
 TNL_DECAY_RULES = ("alibi_layer", "fla")
 TPES = ("lightnet", "xmixers", "none")
@@ -26,34 +27,35 @@ TNL_GATES = ("lowrank", "linear")
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    arch: str = "llama"
-    size: str = "custom"
+    arch: str = "llama"  # llama | tnl | hgrn2 | cosformer2
+    size: str = "custom"  # label only: 70m, 160m, ... or a ladder name such as d128
     n_layers: int = 2
     d_model: int = 128
-    n_heads: int = 1
-    ffn_dim: int = 256
+    n_heads: int = 1  # head dim = d_model // n_heads (128 at every paper size)
+    ffn_dim: int = 256  # g; paper rule 256 * ceil(int(8d/3) / 256)
     vocab_size: int = 256
-    max_seq_len: int = 8192
-    dtype: str = "float32"
+    max_seq_len: int = 8192  # longest sequence the model accepts (RoPE/LRPE tables, caches)
+    dtype: str = "float32"  # compute dtype: float32 | bfloat16 (parameters stay float32)
     param_dtype: str = "float32"
-    init_std: float = 0.02
-    norm_eps: float = 1e-6
-    rope_theta: float = 10000.0
-    impl: str = "auto"
+    init_std: float = 0.02  # normal init of every weight matrix and the embedding
+    norm_eps: float = 1e-6  # RMSNorm / SimpleRMSNorm epsilon
+    rope_theta: float = 10000.0  # llama
+    impl: str = "auto"  # linear attention: auto | reference | xla | pallas
     chunk_size: int | None = None  # None: kernels_pallas.default_chunk_size (per backend)
-    tnl_decay_rule: str = "alibi_layer"
-    tpe: str = "lightnet"
-    remat: str = "none"
-    scan_layers: bool = False
-    n_kv_heads: int = 0
-    tie_embeddings: bool = True
-    embed_scale: str = "none"
-    norm_scale: bool = False
-    mixer_norm_eps: float = 0.0
-    glu_act: str = "none"
-    hgrn2_q_scale: str = "one"
-    tnl_gate: str = "lowrank"
-    tnl_lrpe: bool = False
+    tnl_decay_rule: str = "alibi_layer"  # alibi_layer (released TNL) | fla
+    tpe: str = "lightnet"  # cosformer2 Toeplitz positional encoding: lightnet (paper) | xmixers | none
+    remat: str = "none"  # none | block | dots  (activation checkpointing per block)
+    scan_layers: bool = False  # scan over a stacked layer axis (faster compiles for deep models)
+    # --- variants of released checkpoints (interop); the defaults are the paper's blocks ---
+    n_kv_heads: int = 0  # llama grouped-query attention: key/value heads (0 = n_heads)
+    tie_embeddings: bool = True  # False: separate LM head `lm_head` [d, vocab]
+    embed_scale: str = "none"  # none | sqrt_d (embedding output multiplied by sqrt(d))
+    norm_scale: bool = False  # linear models: learnable scale in every RMSNorm (llama always has it)
+    mixer_norm_eps: float = 0.0  # eps of the mixer output norm (0 = norm_eps)
+    glu_act: str = "none"  # linear models' GLU activation: none (paper) | silu (llama: always silu)
+    hgrn2_q_scale: str = "one"  # one (paper) | rsqrt_k (fla: q scaled by (d/h)^-1/2)
+    tnl_gate: str = "lowrank"  # lowrank (paper: sigmoid(X W_gdown W_gup)) | linear (released: X W_u)
+    tnl_lrpe: bool = False  # released TransNormerLLM: LRPE on TNL's q, k (θ [h, d/h] per layer)
 
     def __post_init__(self):
         self.validate()
@@ -95,11 +97,9 @@ class ModelConfig:
         if unknown:
             raise ValueError(
                 f"model config: unknown field(s) {unknown}; valid fields are {sorted(names)} "
-                "(see linscale_jax.config.model_defaults)."
+                "(see the fields of linscale_jax.models.config.ModelConfig)."
             )
-        defaults = model_defaults().to_dict()
-        merged = {k: section.get(k, defaults.get(k)) for k in names if k in section or k in defaults}
-        return cls(**merged)
+        return cls(**section)  # missing fields take the dataclass defaults
 
     def replace(self, **changes) -> "ModelConfig":
         return dataclasses.replace(self, **changes)

@@ -12,9 +12,10 @@ from jax.sharding import PartitionSpec as P
 
 from kernels_pallas import linear_attention
 from kernels_pallas.linear_attention import seq_parallel
+from linscale_jax.axes import logical_to_spec
 from linscale_jax.models.config import ModelConfig
 
-# logical names of the kernel's operands (linscale_jax.sharding.RULES maps them to mesh axes):
+# logical names of the kernel's operands (linscale_jax.axes.RULES maps them to mesh axes):
 # q, k, v [b, t, h, k]: batch over ('data', 'fsdp'), t over 'seq', heads over 'tensor'.
 _ACT_NAMES = ("batch", "length", "heads", "kv")
 
@@ -63,8 +64,6 @@ def run_linear_attention(cfg: ModelConfig, q, k, v, log_decay, segment_ids, cach
     Pallas/Mosaic call); when the sequence is split over 'seq' the shards are joined by the LASP
     carry (each shard's final state is all-gathered and prefix-combined). An axis whose size does
     not divide its dimension is left unsplit."""
-    from linscale_jax.sharding import logical_to_spec
-
     mesh = kernel_mesh()
     if mesh is None:
         o, state = _local_attention(cfg, q, k, v, log_decay, segment_ids, cache, None)
