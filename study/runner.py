@@ -28,11 +28,13 @@ import time
 import numpy as np
 
 from study import plan as plan_lib
-from linscale_jax import contract
+from linscale_jax import contract, distributed
 
 
 def _print(msg: str) -> None:
-    print(msg, flush=True)
+    """Status lines come from process 0 only (every process runs the same study)."""
+    if distributed.is_primary():
+        print(msg, flush=True)
 
 
 def _fmt(s: float) -> str:
@@ -170,9 +172,10 @@ def run_study(study, workdir: str, shard_spec: str | None = None, approach: int 
     runs = plan_lib.build_plan(study, workdir)
     mine = [] if join_only else plan_lib.shard(runs, shard_spec)
     approach = int(approach or study.fit.approach)
-    os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, "plan.txt"), "w") as f:
-        f.write(plan_lib.dry_run_text(runs) + "\n")
+    if distributed.is_primary():  # shared files: process 0 writes, the others read
+        os.makedirs(workdir, exist_ok=True)
+        with open(os.path.join(workdir, "plan.txt"), "w") as f:
+            f.write(plan_lib.dry_run_text(runs) + "\n")
     t0, processed, timed = time.time(), 0, []  # timed: (exact FLOPs, seconds) of runs trained here
     largest = {}
     for r in runs:
@@ -195,6 +198,8 @@ def run_study(study, workdir: str, shard_spec: str | None = None, approach: int 
     log(f"[study] {len(mine)} run(s) processed in {_fmt(time.time() - t0)}")
     if shard_spec and plan_lib.parse_shard(shard_spec)[1] > 1:
         log("[study] sharded invocation: run without --shard to join the results, fit and report")
+        return {"stopped": False, "runs": len(runs), "processed": processed}
+    if not distributed.is_primary():  # the table, fits and report are written by process 0 alone
         return {"stopped": False, "runs": len(runs), "processed": processed}
     out = join(study, runs, workdir, approach, log)
     return {"stopped": False, "runs": len(runs), "processed": processed, "seconds": time.time() - t0, **out}
