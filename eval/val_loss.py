@@ -89,7 +89,7 @@ def _params_of(workdir: str, step: int, model=None):
     """The parameter state of checkpoint `step` (cached; `model` is that step's model if loaded)."""
     from linscale_jax import checkpoint as ckpt
 
-    key = (str(workdir), int(step), (ckpt.ckpt_dir(workdir) / str(step)).stat().st_mtime_ns)
+    key = (str(workdir), int(step), (ckpt.ckpt_dir(workdir) / str(step)).stat().mtime)
     if key not in _PARAMS_CACHE:
         m = model if model is not None else ckpt.load_model(workdir, step)[0]
         _PARAMS_CACHE[key] = nnx.state(m, nnx.Param)
