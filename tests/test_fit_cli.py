@@ -44,7 +44,7 @@ def test_cli_approach1_subprocess(table_csv, tmp_path):
     out = tmp_path / "a1"
     proc = subprocess.run(
         [sys.executable, "-m", "fit", "--table", str(table_csv), "--approach", "1", "--out",
-         str(out), "--compute-unit", "pf-days", "--bootstrap", "8", "--seed", "3"],
+         str(out), "--compute_unit=pf-days", "--bootstrap", "8", "--seed", "3"],
         cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "N_opt_C" in proc.stdout and "excluded C in" in proc.stdout
