@@ -1,7 +1,7 @@
 """Evaluation of a run's Orbax checkpoints (see eval/README.md).
 
   python -m eval --workdir=DIR [--steps=all|last|S1,S2] [--tasks=val_loss,niah,niah_easy,probe,...]
-  python -m eval.export --workdirs DIR1 DIR2 ... --out table.csv      # the table fit/ reads
+  python -m eval.export --workdir=DIR1 --workdir=DIR2 ... --out=table.csv      # the table fit/ reads
   python -m eval.generate --workdir=DIR --prompt="..."                # greedy / sampled decoding
   python -m eval.lm_eval --model linscale --model_args workdir=DIR,step=S --tasks ...
 

@@ -1,9 +1,10 @@
-"""python -m eval.export --workdirs DIR1 DIR2 ... --out table.csv   (globs allowed: 'runs/*')
+"""python -m eval.export --workdir=DIR1 --workdir=DIR2 ... --out=table.csv   (or --workdir='runs/*')
 
 One table from the results.jsonl of many runs, one line per (run, step), for fit/:
   arch, run, step, n_params, tokens, flops, loss, flops_exact, then every other metric.
 loss = val_loss (the validation task); other tasks' fields are named <task>.<field> (val_loss
 task fields keep their names: val_ppl, val_bpb, ...). Steps without a val_loss row have an empty loss.
+--workdir is repeatable and each value may be a glob (quote it so the shell leaves it alone).
 """
 
 from __future__ import annotations
@@ -45,12 +46,13 @@ def write_csv(lines: list[dict], out: str) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m eval.export", description=__doc__.split("\n")[0])
-    p.add_argument("--workdirs", nargs="+", required=True)
+    p.add_argument("--workdir", action="append", required=True,
+                   help="a run directory or a glob of them (repeatable)")
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
-    dirs = sorted({d for pat in a.workdirs for d in (glob.glob(pat) or [pat]) if os.path.isdir(d)})
+    dirs = sorted({d for pat in a.workdir for d in (glob.glob(pat) or [pat]) if os.path.isdir(d)})
     if not dirs:
-        print(f"error: no run directories match {a.workdirs}", file=sys.stderr)
+        print(f"error: no run directories match --workdir={' --workdir='.join(a.workdir)}", file=sys.stderr)
         return 2
     try:
         lines = collect(dirs)

@@ -12,8 +12,8 @@ then top-p nucleus (1.0 = off), then a categorical draw with jax.random (seeded)
 Prefill chunks have `chunk_size` tokens; the remainder is split into powers of two down to 16 tokens
 and then single tokens (see chunk_sizes), so a sweep over many prompt lengths compiles few shapes.
 
-CLI:  python -m eval.generate --workdir=DIR --prompt="Once upon" [--step=S] [--max-new-tokens=64]
-      [--temperature=0.8 --top-k=40 --top-p=0.95 --seed=0]
+CLI:  python -m eval.generate --workdir=DIR --prompt="Once upon" [--step=S] [--max_new_tokens=64]
+      [--temperature=0.8 --top_k=40 --top_p=0.95 --seed=0]
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ class Generator:
         if total > max_len or max_len > self.cfg.max_seq_len:
             raise ValueError(f"decoding needs {total} positions but the state holds {max_len} (model "
                              f"max_seq_len {self.cfg.max_seq_len}); shorten the prompt, lower "
-                             "--max-new-tokens, or evaluate a model trained with a longer "
+                             "--max_new_tokens, or evaluate a model trained with a longer "
                              "model.max_seq_len")
 
     def prefill(self, prompt, max_len: int | None = None, state=None, return_logits: bool = True):
@@ -155,10 +155,10 @@ def main(argv=None) -> int:
     p.add_argument("--workdir", required=True)
     p.add_argument("--prompt", required=True)
     p.add_argument("--step", type=int, default=None, help="checkpoint step (default: the latest)")
-    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--max_new_tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top_k", type=int, default=0)
+    p.add_argument("--top_p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
     from eval.loading import EvalError, load_run

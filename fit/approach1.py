@@ -116,7 +116,7 @@ def fit(table: Table, *, irreducible: bool = False, include_clamped: bool = Fals
         raise FitError(
             f"{arch}: after excluding clamped compute ranges only {len(sizes)} model size(s) are "
             "ever optimal; N_opt(C) needs at least 2. Train runs whose sizes bracket the optimum "
-            "(smaller and larger than the winners) or pass --include-clamped")
+            "(smaller and larger than the winners) or pass --include_clamped")
     fit_loss = fit_power_law_with_floor if irreducible else fit_power_law
     laws = {"L_C": fit_loss(env.compute[use], env.loss[use], what=f"{arch}: L(C)")}
     laws["N_opt_C"] = fit_power_law(env.compute[use], env.n_params[use], what=f"{arch}: N_opt(C)")

@@ -1,10 +1,10 @@
 """Convert released checkpoints to linscale_jax checkpoints, and LLaMA back to Hugging Face.
 
-    python -m linscale_jax.convert --from=FORMAT --src=HF_DIR --out=WORKDIR
+    python -m linscale_jax.convert --from=FORMAT --src=HF_DIR --workdir=WORKDIR
         FORMAT: hf-llama | transnormerllm | hgrn2-fla | hgrn2-official
         -> WORKDIR/checkpoints/0/ (Orbax, via checkpoint.save_model; accepted by train --init_from
            and eval) and WORKDIR/config.json (the full experiment config)
-    python -m linscale_jax.convert --to=hf-llama --src=WORKDIR [--step=N] --out=HF_DIR
+    python -m linscale_jax.convert --to=hf-llama --workdir=WORKDIR [--step=N] --out=HF_DIR
         -> HF_DIR/config.json + model.safetensors, loadable by transformers.LlamaForCausalLM
 """
 
@@ -21,14 +21,21 @@ from linscale_jax.interop import FORMATS
 def _parse(argv):
     p = argparse.ArgumentParser(prog="python -m linscale_jax.convert", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--from", dest="src_format", choices=FORMATS, help="format of --src")
-    p.add_argument("--to", dest="dst_format", choices=("hf-llama",), help="export a llama workdir")
-    p.add_argument("--src", required=True, help="HF checkpoint directory, or (with --to) our workdir")
-    p.add_argument("--out", required=True, help="output directory")
-    p.add_argument("--step", type=int, default=None, help="with --to: checkpoint step (default latest)")
+    p.add_argument("--from", dest="src_format", choices=FORMATS, help="import: format of --src")
+    p.add_argument("--to", dest="dst_format", choices=("hf-llama",), help="export a llama --workdir")
+    p.add_argument("--src", help="import: the released checkpoint directory")
+    p.add_argument("--workdir", required=True, help="our run directory (import: created; export: read)")
+    p.add_argument("--out", help="export: the Hugging Face directory to write")
+    p.add_argument("--step", type=int, default=None, help="export: checkpoint step (default latest)")
     args = p.parse_args(argv)
     if (args.src_format is None) == (args.dst_format is None):
         p.error("give exactly one of --from=FORMAT (import) or --to=hf-llama (export).")
+    if args.src_format and (args.src is None or args.out is not None):
+        p.error("import: --from=FORMAT --src=DIR --workdir=NEW_RUN (no --out).")
+    if args.dst_format and (args.out is None or args.src is not None):
+        p.error("export: --to=hf-llama --workdir=RUN --out=NEW_DIR (no --src).")
+    args.target, args.target_flag = ((args.workdir, "--workdir") if args.src_format
+                                     else (args.out, "--out"))
     return args
 
 
@@ -64,23 +71,24 @@ def export_llama(src: str, out: str, step=None) -> str:
 
 def main(argv=None) -> int:
     args = _parse(sys.argv[1:] if argv is None else argv)
-    if os.path.isdir(args.out) and os.listdir(args.out):
-        print(f"ERROR: --out={args.out} is not empty (it holds {sorted(os.listdir(args.out))[:4]}); "
+    out, flag = args.target, args.target_flag  # the directory this command creates
+    if os.path.isdir(out) and os.listdir(out):
+        print(f"ERROR: {flag}={out} is not empty (it holds {sorted(os.listdir(out))[:4]}); "
               "pass a new or empty directory: convert never writes into an existing run.",
               file=sys.stderr)
         return 1
-    if os.path.exists(args.out) and not os.path.isdir(args.out):
-        print(f"ERROR: --out={args.out} is a file; pass a new or empty directory.", file=sys.stderr)
+    if os.path.exists(out) and not os.path.isdir(out):
+        print(f"ERROR: {flag}={out} is a file; pass a new or empty directory.", file=sys.stderr)
         return 1
     from linscale_jax import cli_errors
 
-    def convert():  # errors: one line, traceback in a log; a failed conversion leaves no --out
+    def convert():  # errors: one line, traceback in a log; a failed conversion leaves no directory
         if args.src_format:
-            import_checkpoint(args.src_format, args.src, args.out)
+            import_checkpoint(args.src_format, args.src, args.workdir)
         else:
-            export_llama(args.src, args.out, args.step)
+            export_llama(args.workdir, args.out, args.step)
 
-    return cli_errors.run(convert, workdir=args.out, command="convert")
+    return cli_errors.run(convert, workdir=out, command="convert")
 
 
 if __name__ == "__main__":

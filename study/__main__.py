@@ -1,8 +1,8 @@
 """python -m study --config=configs/study/<preset>.py --workdir=DIR
-       [--dry-run] [--shard=i/n] [--approach=1|2|3]   (+ --config.<field>=... overrides)
+       [--dry_run] [--join_only] [--shard=i/n] [--approach=1|2|3]   (+ --config.<field>=... overrides)
 
 Trains every run of the preset (archs × sizes on one token budget), evaluates every checkpoint,
-fits the laws and writes DIR/report.md. Re-running resumes. --dry-run prints each run's command,
+fits the laws and writes DIR/report.md. Re-running resumes. --dry_run prints each run's command,
 steps and compute in PF-days, and the totals. --shard=i/n processes runs with index % n == i only
 (one invocation per host or TPU slice); a later invocation without --shard trains what is
 missing and joins the results; --join_only joins, fits and reports what exists without training.
@@ -58,11 +58,5 @@ def main(argv) -> None:
         sys.exit(1)
 
 
-def _dashed_aliases(argv: list[str]) -> list[str]:
-    """Accept --dry-run / --join-only as spelled in the docs (absl flags use underscores)."""
-    alias = {"--dry-run": "--dry_run", "--join-only": "--join_only"}
-    return [alias.get(a, a) for a in argv]
-
-
 if __name__ == "__main__":
-    app.run(main, argv=_dashed_aliases(sys.argv))
+    app.run(main)

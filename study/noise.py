@@ -1,6 +1,6 @@
 """Measure the noise sources of a study's loss points on one small size.
 
-    python -m study.noise --workdir=DIR [--preset=configs/study/cpu.py] [--arch=llama]
+    python -m study.noise --workdir=DIR [--config=configs/study/cpu.py] [--arch=llama]
         [--size=d16] [--steps=384] [--every=32] [--seeds=3] [--val=2,8,32] [--cooldown=0.2]
         [--cooldowns=3] [--average=0.25]
 
@@ -167,7 +167,7 @@ def main(argv=None) -> None:
 
     p = argparse.ArgumentParser(prog="python -m study.noise", description=__doc__.split("\n")[0])
     p.add_argument("--workdir", required=True)
-    p.add_argument("--preset", default="configs/study/cpu.py")
+    p.add_argument("--config", default="configs/study/cpu.py", help="study preset (its model/data/train)")
     p.add_argument("--arch", default="llama")
     p.add_argument("--size", default="d16")
     p.add_argument("--steps", type=int, default=384)
@@ -179,7 +179,7 @@ def main(argv=None) -> None:
     p.add_argument("--average", type=float, default=0.25,
                    help="avg@v averages the checkpoints in this last fraction of the steps")
     a = p.parse_args(argv)
-    out = measure(a.workdir, a.preset, a.arch, a.size, a.steps, a.every, a.seeds,
+    out = measure(a.workdir, a.config, a.arch, a.size, a.steps, a.every, a.seeds,
                   [int(x) for x in a.val.split(",")], a.cooldown, a.cooldowns, a.average)
     print(table_md(out))
 

@@ -21,12 +21,14 @@ are still training). max_runs stops after that many runs were processed here (a 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
 
 import numpy as np
 
+import fit
 from study import plan as plan_lib
 from linscale_jax import contract, distributed
 
@@ -139,31 +141,35 @@ def join(study, runs, workdir: str, approach: int, log=_print) -> dict:
 
 
 def fit_laws(study, table_path: str, out: str, approach: int, log=_print) -> dict:
-    """Fit every arch that can be fitted; returns {arch: error} for those that cannot."""
-    from fit import cli
-    from fit.table import FitError, load
-
-    opts = dict(approach=int(approach), include_clamped=bool(study.fit.include_clamped))
-    table = load(table_path).with_compute_unit("pf-days")
+    """Fit every arch that can be fitted (fit.fit_table, written to ``out``); returns {arch: error}
+    for those that cannot."""
+    options = fit.FitOptions(approach=int(approach), compute_unit="pf-days",
+                             bootstrap=int(study.fit.bootstrap), seed=int(study.fit.seed),
+                             include_clamped=bool(study.fit.include_clamped))
+    table = fit.load(table_path)
+    in_unit = table.with_compute_unit("pf-days")
     errors, good = {}, []
     for arch in table.archs:
         try:
-            cli.fit_arch(table.select(arch), **opts)
+            fit.fit_arch(in_unit.select(arch), options)
             good.append(arch)
-        except FitError as e:
+        except fit.FitError as e:
             errors[arch] = str(e)
             log(f"[study] fit {arch}: {e}")
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "errors.json"), "w") as f:
         json.dump(errors, f, indent=2)
     if good:
-        fit = dict(compute_unit="pf-days", seed=int(study.fit.seed), archs=good, log=log, **opts)
+        options = dataclasses.replace(options, archs=tuple(good))
         try:
-            cli.fit_table(table_path, out, bootstrap_n=int(study.fit.bootstrap), **fit)
-        except FitError as e:  # e.g. too many failed bootstrap resamples
+            result = fit.fit_table(table, options, log=log)
+        except fit.FitError as e:  # e.g. too many failed bootstrap resamples
             log(f"[study] fit with bootstrap failed ({e}); refitting without intervals")
-            cli.fit_table(table_path, out, bootstrap_n=0, **fit)
+            result = fit.fit_table(table, dataclasses.replace(options, bootstrap=0), log=log)
             errors["bootstrap"] = str(e)
+        fits_json, *pngs = result.write(out)
+        log(result.summary())
+        log(f"[study] wrote {fits_json} and {', '.join(p.name for p in pngs)}")
     return errors
 
 

@@ -132,7 +132,7 @@ def test_train_spm_command_and_sentencepiece_vocab(tmp_path):
     corpus = tmp_path / "code.txt"
     corpus.write_text("\n\n".join(f"def f{i}(x):\n    return x * {i}  # {p}" for i, p in enumerate(PARAGRAPHS * 5)))
     out = tmp_path / "spm" / "tiny.model"
-    train_spm.main([f"--corpus={corpus}", "--vocab-size=320", f"--out={out}"])
+    train_spm.main([f"--corpus={corpus}", "--vocab_size=320", f"--out={out}"])
     assert out.exists()
     c = files_config(str(corpus), vocab=f"sentencepiece:{out}")
     with pytest.raises(data.DataError, match="model.vocab_size=259 is smaller.*vocab_size=320"):

@@ -91,7 +91,7 @@ def test_val_loss_row_per_checkpoint_and_rerun_adds_nothing(run_dir, tmp_path):
     assert open(runner.results_path(run_dir)).read().splitlines() == lines
 
     out = tmp_path / "table.csv"
-    assert export_main(["--workdirs", run_dir, "--out", str(out)]) == 0
+    assert export_main([f"--workdir={run_dir}", f"--out={out}"]) == 0
     table = list(csv.DictReader(open(out)))
     assert list(table[0])[:7] == ["arch", "run", "step", "n_params", "tokens", "flops", "loss"]
     assert [float(t["loss"]) for t in table] == pytest.approx([r["val_loss"] for r in rows])
@@ -174,7 +174,7 @@ def test_corrupt_checkpoint_is_skipped_by_eval_and_refused_by_generate(run_dir, 
     printed an empty continuation with rc 0; generate now also names the step it loaded."""
     from eval.generate import main as generate_main
 
-    assert generate_main(["--workdir", run_dir, "--prompt", "a", "--max-new-tokens=2"]) == 0
+    assert generate_main([f"--workdir={run_dir}", "--prompt=a", "--max_new_tokens=2"]) == 0
     assert f"[{run_dir} step 8]" in capsys.readouterr().err
     wd = tmp_path / "run"
     shutil.copytree(run_dir, wd)
@@ -189,5 +189,5 @@ def test_corrupt_checkpoint_is_skipped_by_eval_and_refused_by_generate(run_dir, 
     rows = runner.evaluate(str(wd), tasks="val_loss", ctx_kwargs=dict(val_batches=1), log=logs.append)
     assert [r["step"] for r in rows] == [s for s in STEPS if s != 4]
     assert sum("WARNING: skipping step 4" in line for line in logs) == 1
-    assert generate_main(["--workdir", str(wd), "--step=4", "--prompt", "a"]) == 2
+    assert generate_main([f"--workdir={wd}", "--step=4", "--prompt=a"]) == 2
     assert "checksum mismatch" in capsys.readouterr().err

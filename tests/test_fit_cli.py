@@ -43,8 +43,8 @@ def _pngs(out: Path, names):
 def test_cli_approach1_subprocess(table_csv, tmp_path):
     out = tmp_path / "a1"
     proc = subprocess.run(
-        [sys.executable, "-m", "fit", "--table", str(table_csv), "--approach", "1", "--out",
-         str(out), "--compute-unit", "pf-days", "--bootstrap", "8", "--seed", "3"],
+        [sys.executable, "-m", "fit", f"--table={table_csv}", "--approach=1", f"--out={out}",
+         "--compute_unit=pf-days", "--bootstrap=8", "--seed=3"],
         cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "N_opt_C" in proc.stdout and "excluded C in" in proc.stdout
@@ -65,8 +65,8 @@ def test_cli_approach1_subprocess(table_csv, tmp_path):
 
 def test_cli_approach2_and_3_in_process(table_csv, tmp_path, capsys):
     out2 = tmp_path / "a2"
-    assert cli.main(["--table", str(table_csv), "--approach", "2", "--out", str(out2),
-                     "--bootstrap", "6", "--irreducible", "--arch", "tnl"]) == 0
+    assert cli.main([f"--table={table_csv}", "--approach=2", f"--out={out2}",
+                     "--bootstrap=6", "--irreducible", "--arch=tnl"]) == 0
     fits2 = json.loads((out2 / "fits.json").read_text())
     assert set(fits2) == {"tnl"}
     entry = fits2["tnl"]
@@ -77,8 +77,8 @@ def test_cli_approach2_and_3_in_process(table_csv, tmp_path, capsys):
     _pngs(out2, ("curves.png", "allocation.png", "paper_overlay.png", "isoflop.png"))
 
     out3 = tmp_path / "a3"
-    assert cli.main(["--table", str(table_csv), "--approach", "3", "--out", str(out3),
-                     "--bootstrap", "4"]) == 0
+    assert cli.main([f"--table={table_csv}", "--approach=3", f"--out={out3}",
+                     "--bootstrap=4"]) == 0
     fits3 = json.loads((out3 / "fits.json").read_text())
     for entry in fits3.values():
         assert set(entry) == {"E", "A", "B", "alpha", "beta", "a", "ci95", "huber_loss", "L_C",
@@ -94,11 +94,11 @@ def test_cli_approach2_and_3_in_process(table_csv, tmp_path, capsys):
 def test_cli_reports_errors(tmp_path, capsys):
     bad = tmp_path / "bad.csv"
     bad.write_text("arch,run,step,n_params,tokens,loss\ntnl,a,1,1,1,1\n")
-    assert cli.main(["--table", str(bad), "--approach", "1", "--out", str(tmp_path / "o")]) == 2
+    assert cli.main([f"--table={bad}", "--approach=1", f"--out={tmp_path / 'o'}"]) == 2
     assert "missing column(s) flops" in capsys.readouterr().err
     good = tmp_path / "good.csv"
     table.write_csv(synthetic.planted_table(arch="tnl", sizes=[1e6, 2e6, 4e6], points_per_run=5),
                     good)
-    assert cli.main(["--table", str(good), "--approach", "1", "--out", str(tmp_path / "o"),
-                     "--arch", "llama"]) == 2
+    assert cli.main([f"--table={good}", "--approach=1", f"--out={tmp_path / 'o'}",
+                     "--arch=llama"]) == 2
     assert "not in" in capsys.readouterr().err

@@ -1,12 +1,14 @@
 """Held-out prediction on planted laws: the interval covers the truth, a wrong law is flagged, the
-library call (fit.cli.fit_table) works without argparse, and the files are written."""
+library call (fit.fit_table) works without argparse, and the files are written."""
 
 import csv
+import json
 
 import numpy as np
 import pytest
 
-from fit import cli, holdout
+import fit
+from fit import holdout
 from fit.synthetic import Law, planted_table
 from fit.table import FitError, from_columns
 
@@ -63,7 +65,10 @@ def test_files_and_library_fit(tmp_path):
     assert list(rows[0]) == list(holdout.CSV_COLUMNS) and len(rows) == 1
     assert float(rows[0]["ci_low"]) <= float(rows[0]["predicted"]) <= float(rows[0]["ci_high"])
     assert (tmp_path / "holdout.png").stat().st_size > 1000
-    fits = cli.fit_table(t, tmp_path / "fit", approach=1, bootstrap_n=0, log=lambda s: None)
-    assert set(fits) == {"planted"} and (tmp_path / "fit" / "fits.json").exists()
+    result = fit.fit_table(t, fit.FitOptions(approach=1, bootstrap=0))
+    assert set(result.fits) == {"planted"} and not (tmp_path / "fit").exists()  # writes nothing
+    paths = result.write(tmp_path / "fit")
+    assert paths[0] == tmp_path / "fit" / "fits.json" and json.loads(paths[0].read_text()) == result.fits
+    assert all(p.exists() for p in paths[1:]) and "N_opt_C" in result.summary()
     with pytest.raises(FitError, match="approach must be"):
-        cli.fit_table(t, tmp_path / "fit", approach=4)
+        fit.FitOptions(approach=4)

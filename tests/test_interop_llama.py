@@ -110,14 +110,14 @@ def test_cli_round_trip_and_bin_weights(tmp_path):
     (src / "config.json").write_text(json.dumps(hf.config.to_dict()))
     torch.save(hf.state_dict(), src / "pytorch_model.bin")
     work, back = tmp_path / "work", tmp_path / "hf_back"
-    convert.main(["--from=hf-llama", f"--src={src}", f"--out={work}"])
+    convert.main(["--from=hf-llama", f"--src={src}", f"--workdir={work}"])
     assert ckpt.list_steps(str(work)) == [0]
     assert json.loads((work / "config.json").read_text())["model"]["arch"] == "llama"
     model, config, meta = ckpt.load_model(str(work))
     assert meta["source_format"] == "hf-llama"
     ref = hf_logits(hf, TOKENS)
     assert np.abs(np.asarray(model(jnp.asarray(TOKENS))) - ref).max() < ATOL
-    convert.main(["--to=hf-llama", f"--src={work}", f"--out={back}"])
+    convert.main(["--to=hf-llama", f"--workdir={work}", f"--out={back}"])
     assert os.path.isfile(back / "model.safetensors")
     hf2 = transformers.LlamaForCausalLM.from_pretrained(str(back), attn_implementation="eager").float().eval()
     assert np.abs(hf_logits(hf2, TOKENS) - ref).max() < ATOL

@@ -92,7 +92,7 @@ def test_cli_writes_a_checkpoint_eval_can_load(tmp_path):
     config, state, tokens, ref = read_fixture(CASES["hgrn2-fla"])
     src = tmp_path / "hf"
     hf_io.write_checkpoint(str(src), config, state)
-    cli.main(["--from=hgrn2-fla", f"--src={src}", f"--out={tmp_path / 'work'}"])
+    cli.main(["--from=hgrn2-fla", f"--src={src}", f"--workdir={tmp_path / 'work'}"])
     model, cfg, meta = ckpt.load_model(str(tmp_path / "work"))
     assert cfg.model.arch == "hgrn2" and cfg.model.hgrn2_q_scale == "rsqrt_k"
     assert meta["n_params"] > 0

@@ -320,7 +320,7 @@ def test_convert_refuses_a_non_empty_out(run, capsys):
     from linscale_jax import convert
 
     before = snapshot(run)
-    assert convert.main(["--from=hf-llama", "--src=/nonexistent", f"--out={run}"]) == 1
+    assert convert.main(["--from=hf-llama", "--src=/nonexistent", f"--workdir={run}"]) == 1
     assert "not empty" in capsys.readouterr().err and snapshot(run) == before
 
 

@@ -105,7 +105,7 @@ def table1_flops_per_token(arch, l, d, h, n=8192):
 def test_paper_dry_run_prints_24_runs_with_table1_compute(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "study", "--config=configs/study/paper.py",
-         f"--workdir={tmp_path}", "--dry-run"], cwd=ROOT, capture_output=True, text=True, timeout=600,
+         f"--workdir={tmp_path}", "--dry_run"], cwd=ROOT, capture_output=True, text=True, timeout=600,
         env={**os.environ, "JAX_PLATFORMS": "cpu"})
     assert out.returncode == 0, out.stderr[-2000:]
     lines = re.findall(r"^\[\s*\d+\] (\S+)\s+N=\S+ steps=(\d+) tokens=\S+ C=(\S+) PF-days", out.stdout, re.M)

@@ -106,3 +106,26 @@ def test_study_holdout_files_and_report_section(tmp_path):
     assert (tmp_path / "report" / "holdout.png").is_file()
     text = "\n".join(holdout.report_section(str(tmp_path)))
     assert "| llama |" in text and "**yes**" in text and "reports no extrapolation accuracy" in text
+
+
+def test_study_fit_laws_calls_the_fit_library_and_lists_unfittable_archs(tmp_path):
+    import json
+
+    import ml_collections
+
+    from fit.table import write_csv
+    from study import runner
+
+    good = planted_table(Law(), arch="llama", sizes=np.geomspace(1e6, 1e8, 6), seed=0)
+    tiny = planted_table(Law(), arch="tnl", sizes=np.geomspace(1e6, 1e7, 2), seed=1)  # 2 runs: no envelope
+    write_csv(from_columns("t", **{c: np.concatenate([getattr(good, c), getattr(tiny, c)]) for c in COLS}),
+              tmp_path / "table.csv")
+    study = ml_collections.ConfigDict(dict(fit=dict(bootstrap=4, seed=0, include_clamped=False)))
+    lines = []
+    errors = runner.fit_laws(study, str(tmp_path / "table.csv"), str(tmp_path / "fit"), 1, log=lines.append)
+    assert set(errors) == {"tnl"}
+    fits = json.loads((tmp_path / "fit" / "fits.json").read_text())
+    assert set(fits) == {"llama"} and fits["llama"]["info"]["compute_unit"] == "pf-days"
+    assert fits["llama"]["info"]["bootstrap"]["resamples"] == 4
+    assert json.loads((tmp_path / "fit" / "errors.json").read_text()) == errors
+    assert (tmp_path / "fit" / "curves.png").is_file() and any("N_opt_C" in line for line in lines)

@@ -1,6 +1,6 @@
 """The paper's study for TPU pods (not run here): six sizes × 4 archs, 300B tokens each.
 
-    python -m study --config=configs/study/paper.py --workdir=DIR --dry-run
+    python -m study --config=configs/study/paper.py --workdir=DIR --dry_run
     python -m study --config=configs/study/paper.py --workdir=DIR --shard=i/n  (per slice)
 Model shapes and training settings come from configs/paper.py (context 8192, batch 480 × 8192,
 lr 3e-4, cl100k_base padded to 100,280). 76,294 steps per run; a checkpoint every 1,000 steps

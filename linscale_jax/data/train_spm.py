@@ -1,7 +1,7 @@
 """Train a SentencePiece model on a corpus, for `data.vocab=sentencepiece:<FILE.model>`.
 
-  python -m linscale_jax.data.train_spm --corpus=stdlib --vocab-size=8000 --out=/tmp/stdlib8k.model
-  python -m linscale_jax.data.train_spm --corpus=/data/a.jsonl,/data/b.txt --vocab-size=32000 --out=m.model
+  python -m linscale_jax.data.train_spm --corpus=stdlib --vocab_size=8000 --out=/tmp/stdlib8k.model
+  python -m linscale_jax.data.train_spm --corpus=/data/a.jsonl,/data/b.txt --vocab_size=32000 --out=m.model
 
 The model uses the seqio id layout (pad 0, eos 1, unk 2, no bos), byte fallback (every text
 round-trips), no normalisation and kept whitespace (code indentation survives). It is trained on the
@@ -65,11 +65,11 @@ def train(corpus: str, vocab_size: int, out: str, *, max_bytes: int = 50_000_000
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", default="stdlib", help="stdlib, or comma-separated .txt/.jsonl files/dirs/globs")
-    parser.add_argument("--vocab-size", type=int, required=True, help="pieces incl. 259 special+byte pieces")
+    parser.add_argument("--vocab_size", type=int, required=True, help="pieces incl. 259 special+byte pieces")
     parser.add_argument("--out", required=True, help="output FILE.model (FILE.vocab is written next to it)")
-    parser.add_argument("--model-type", default="bpe", choices=["bpe", "unigram"])
-    parser.add_argument("--max-bytes", type=int, default=50_000_000, help="train on at most this much text")
-    parser.add_argument("--text-key", default="text", help="jsonl text field")
+    parser.add_argument("--model_type", default="bpe", choices=["bpe", "unigram"])
+    parser.add_argument("--max_bytes", type=int, default=50_000_000, help="train on at most this much text")
+    parser.add_argument("--text_key", default="text", help="jsonl text field")
     args = parser.parse_args(argv)
     start = time.time()
     out = train(args.corpus, args.vocab_size, args.out, max_bytes=args.max_bytes, model_type=args.model_type,

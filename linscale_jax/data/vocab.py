@@ -145,6 +145,6 @@ def _vocabulary(vocab: str, tiktoken_file: str) -> seqio.Vocabulary:
     if not os.path.isfile(path):
         raise DataError(
             f"SentencePiece model {path!r} (data.vocab={vocab!r}) does not exist. Train one with "
-            f"`python -m linscale_jax.data.train_spm --corpus=stdlib --vocab-size=8000 --out={path}`."
+            f"`python -m linscale_jax.data.train_spm --corpus=stdlib --vocab_size=8000 --out={path}`."
         )
     return seqio.SentencePieceVocabulary(path)

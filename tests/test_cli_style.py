@@ -1,0 +1,73 @@
+"""One CLI style: every entry point's flags are snake_case, the README's command reference lists
+each of them, and every documented `python -m ...` invocation (README, eval/README, the notebook,
+docstrings) uses only flags its command defines. Read from the sources; nothing is imported."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LAUNCH = ["linscale_jax/distributed.py"]
+ENTRY = {  # command -> the files that define its flags
+    "linscale_jax.train": ["linscale_jax/train.py", *LAUNCH],
+    "linscale_jax.describe": ["linscale_jax/describe.py"],
+    "linscale_jax.convert": ["linscale_jax/convert.py"],
+    "linscale_jax.data.train_spm": ["linscale_jax/data/train_spm.py"],
+    "eval": ["eval/__main__.py"],
+    "eval.export": ["eval/export.py"],
+    "eval.generate": ["eval/generate.py"],
+    "fit": ["fit/cli.py"],
+    "study": ["study/__main__.py", *LAUNCH],
+    "study.noise": ["study/noise.py"],
+}
+ABSL = {"help", "helpfull", "helpshort", "verbosity", "flagfile"}
+FLAG_DEF = re.compile(r'(?:add_argument|DEFINE_\w+)\(\s*"(-{0,2}[\w-]+)"')
+
+
+def flags_of(command: str) -> set[str]:
+    names = set()
+    for f in ENTRY[command]:
+        names |= {n.lstrip("-") for n in FLAG_DEF.findall((ROOT / f).read_text())}
+    assert names, command
+    return names
+
+
+def reference_rows() -> dict[str, str]:
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Command reference", 1)[1].split("\n## ", 1)[0]
+    return {m.group(1): m.group(2) for m in re.finditer(r"^\| `python -m ([\w.]+)` \|(.*)\|$", section, re.M)}
+
+
+@pytest.mark.parametrize("command", sorted(ENTRY))
+def test_flags_are_snake_case_and_in_the_reference(command):
+    names = flags_of(command)
+    assert not [n for n in names if "-" in n], f"{command}: use underscores in flag names"
+    row = reference_rows().get(command)
+    assert row is not None, f"README command reference has no row for python -m {command}"
+    missing = sorted(n for n in names if f"--{n}" not in row
+                     and not (n in {"coordinator_address", "num_processes", "process_id"}
+                              and "launch flags" in row))
+    assert not missing, f"README reference row for {command} lacks {missing}"
+
+
+def _documents():
+    yield from (ROOT / p for p in ("README.md", "eval/README.md", "notebooks/explore.ipynb"))
+    for pkg in ("configs", "eval", "fit", "study", "linscale_jax"):
+        yield from (ROOT / pkg).rglob("*.py")
+
+
+def test_documented_invocations_use_defined_flags():
+    known = {c: flags_of(c) | ABSL for c in ENTRY}
+    bad = []
+    for path in _documents():
+        for lineno, line in enumerate(path.read_text().splitlines(), 1):
+            parts = re.split(r"python -m ([\w.]+)", line)
+            for command, rest in zip(parts[1::2], parts[2::2]):
+                if command not in known:
+                    continue
+                for flag in re.findall(r"(?<![\w-])--([\w.-]+)", rest):
+                    name = flag[2:] if flag.startswith("no") and flag[2:] in known[command] else flag
+                    if not name.startswith("config.") and name not in known[command]:
+                        bad.append(f"{path.relative_to(ROOT)}:{lineno}: python -m {command} --{flag}")
+    assert not bad, "unknown or old-style flags:\n" + "\n".join(bad)
