@@ -216,7 +216,7 @@ class Decoder(nnx.Module):
         max_len (default model.max_seq_len) sizes LLaMA's KV cache, which bounds the tokens fed
         through `extend`; the linear models keep an O(1) state and decode without a length limit
         (max_len is ignored there)."""
-        if self.cfg.is_linear:
+        if not registry.get(self.cfg.arch).softmax_block:  # a recurrent state: no length to size
             max_len = 1
         else:
             max_len = self.cfg.max_seq_len if max_len is None else int(max_len)
@@ -237,7 +237,7 @@ class Decoder(nnx.Module):
         """Continue from `state` with tokens [b,t] (prefill t>1 or one step t=1).
         Returns (logits [b,t,v] float32, new state). The linear models continue past
         model.max_seq_len (positions are int32; LRPE angles are formed in float32)."""
-        if self.cfg.is_linear:
+        if not registry.get(self.cfg.arch).softmax_block:  # O(1) recurrent state
             b, t = check_tokens(tokens, np.iinfo(np.int32).max)
         else:
             b, t = check_tokens(tokens, self.cfg.max_seq_len)

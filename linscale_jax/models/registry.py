@@ -44,8 +44,9 @@ class ArchSpec:
                        beyond the LM head 2dv (e.g. cosFormer2's TPE); default 0
     model              Decoder subclass (None: the plain Decoder, which builds `mixer`)
     paper_layers       {paper size: l} overriding the size table's layer count (TNL's 410M: 25)
-    softmax_block      the LLaMA block: learnable RMSNorm scales and a SwiGLU channel mixer
-                       (False: the linear models' SimpleRMSNorm and identity-GLU, notes §2)
+    softmax_block      the LLaMA block: softmax attention decoding from a KV cache of max_len
+                       tokens, learnable RMSNorm scales and a SwiGLU channel mixer (False: the
+                       linear models' O(1) recurrent state, SimpleRMSNorm and identity-GLU, notes §2)
     describe_extras    cfg -> extra columns for `describe` (TNL: decay_per_layer)
     """
 
