@@ -27,6 +27,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from linscale_jax.models import registry
+
 
 def sample_logits(logits, key, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0):
     """logits [b, v] float -> token ids [b] int32 (see the module docstring for the order)."""
@@ -89,7 +91,7 @@ class Generator:
         self._sample = _sample
 
     def _check_len(self, total: int, max_len: int):
-        if self.cfg.is_linear:  # O(1) recurrent state: no length limit
+        if not registry.get(self.cfg.arch).softmax_block:  # O(1) recurrent state: no length limit
             return
         if total > max_len or max_len > self.cfg.max_seq_len:
             raise ValueError(f"decoding needs {total} positions but the state holds {max_len} (model "

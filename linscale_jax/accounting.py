@@ -10,7 +10,8 @@ Two definitions, kept separate on purpose:
       N:  llama 12ld² | tnl 12ld² + 2ld²/h | hgrn2 12ld² + ld | cosformer2 12ld² + 2ld²/h + d²/h
       C/D = 72·l·d²·(1 + x) with x = llama n/(6d) + 5/(18d) | tnl 1/(2h) + 5/(18d)
             | hgrn2 1/(3h) + 29/(72d) | cosformer2 3/(4h) + 23/(72d)
-  `paper_params`, `paper_flops_per_token`; C in PFLOP/s-days is C / PF_DAY.
+  `paper_params`, `paper_flops_per_token`; C in PFLOP/s-days is C / PF_DAY. Each architecture's
+  terms (N beyond 12ld², x) come from its registry entry (linscale_jax.models.registry).
 
 * exact -- `flops_per_token_exact`: training FLOPs per token of the real model = 3 × forward
   (backward = 2 × forward), 2 FLOPs per multiply-add, matmuls only (norms, activations, decays,
@@ -28,6 +29,8 @@ Two definitions, kept separate on purpose:
                   cosformer2 TPE (model.tpe): lightnet 2·2de (up- and down-projection; the
                                       per-channel recurrence is elementwise), the paper's 4nde;
                                       xmixers: the linear recurrence with k = e plus 2de
+  The shared terms (projections, GLU, LM head) are counted here; each architecture's own terms
+  (mixer, gate, GQA, TPE) come from its registry entry (`layer_flops`, `once_flops`) in its module.
   The tied embedding (and an untied `lm_head`, model.tie_embeddings=False) counts as "embedding" in
   `param_counts`, everything else as non-embedding. The released-checkpoint switches are counted too:
   grouped-query llama (k, v projections d·n_kv_heads·e), tnl_gate=linear (2d² instead of 2·2de),
@@ -47,14 +50,17 @@ import numpy as np
 from flax import nnx
 
 from linscale_jax import contract
+from linscale_jax.models import ModelConfig, build_model, registry
 
 PF_DAY = contract.PF_DAY  # FLOPs in one PFLOP/s-day
 
 
 def _model_config(cfg):
-    from linscale_jax.models import ModelConfig
-
     return cfg if isinstance(cfg, ModelConfig) else ModelConfig.from_config(cfg)
+
+
+def _spec(cfg):
+    return registry.get(cfg.arch)
 
 
 def param_counts(cfg) -> dict:
@@ -65,8 +71,6 @@ def param_counts(cfg) -> dict:
 
 @functools.lru_cache(maxsize=256)
 def _param_counts(cfg) -> tuple:
-    from linscale_jax.models import build_model
-
     abstract = nnx.eval_shape(lambda: build_model(cfg, nnx.Rngs(0)))
     params = nnx.state(abstract, nnx.Param)
     total = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
@@ -80,60 +84,25 @@ def paper_params(cfg) -> int:
     """Table-1 N (non-embedding, leading terms)."""
     cfg = _model_config(cfg)
     l, d, h = cfg.n_layers, cfg.d_model, cfg.n_heads
-    base = 12 * l * d * d
-    extra = {
-        "llama": 0,
-        "tnl": 2 * l * d * d // h,
-        "hgrn2": l * d,
-        "cosformer2": 2 * l * d * d // h + d * d // h,
-    }[cfg.arch]
-    return base + extra
+    return 12 * l * d * d + _spec(cfg).paper_params_extra(l, d, h)
 
 
 def paper_flops_per_token(cfg, seq_len: int) -> float:
     """Table-1 C / D at sequence length n = seq_len."""
     cfg = _model_config(cfg)
     l, d, h, n = cfg.n_layers, cfg.d_model, cfg.n_heads, seq_len
-    x = {
-        "llama": n / (6 * d) + 5 / (18 * d),
-        "tnl": 1 / (2 * h) + 5 / (18 * d),
-        "hgrn2": 1 / (3 * h) + 29 / (72 * d),
-        "cosformer2": 3 / (4 * h) + 23 / (72 * d),
-    }[cfg.arch]
+    x = _spec(cfg).paper_flops_x(d, h, n)
     return 72.0 * l * d * d * (1.0 + x)
-
-
-def _linear_attention_flops(n_heads: int, key_dim: int, value_dim: int, chunk: int) -> int:
-    """Forward FLOPs per token of the chunked linear attention (see module doc)."""
-    return n_heads * (2 * chunk * (key_dim + value_dim) + 4 * key_dim * value_dim)
 
 
 def forward_flops_per_token(cfg, seq_len: int) -> float:
     """Exact forward FLOPs per token (matmuls, 2 per multiply-add)."""
     cfg = _model_config(cfg)
-    l, d, h, e, g, v = (cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.head_dim, cfg.ffn_dim,
-                        cfg.vocab_size)
-    n = seq_len
-    chunk = min(cfg.resolved_chunk_size, n)
-    layer = 2 * 4 * d * d + 2 * 3 * d * g
-    if cfg.arch == "llama":
-        layer -= 2 * 2 * d * (h - cfg.kv_heads) * e  # grouped-query k, v projections
-        layer += 2 * 2 * d * (n + 1) / 2
-    elif cfg.arch == "hgrn2":
-        layer += _linear_attention_flops(h, e, e, chunk)
-    elif cfg.arch == "tnl":
-        layer += _linear_attention_flops(h, 2 * e if cfg.tnl_lrpe else e, e, chunk)
-    else:  # cosformer2
-        layer += _linear_attention_flops(h, 2 * e, e, chunk)
-    if cfg.arch == "cosformer2" or (cfg.arch == "tnl" and cfg.tnl_gate == "lowrank"):
-        layer += 2 * 2 * d * e
-    elif cfg.arch == "tnl":  # tnl_gate = linear: u = X W_u
-        layer += 2 * d * d
-    once = 2 * d * v
-    if cfg.arch == "cosformer2" and cfg.tpe == "lightnet":
-        once += 2 * 2 * d * e
-    elif cfg.arch == "cosformer2" and cfg.tpe == "xmixers":
-        once += _linear_attention_flops(h, e, e, chunk) + 2 * d * e
+    l, d, g, v = cfg.n_layers, cfg.d_model, cfg.ffn_dim, cfg.vocab_size
+    spec = _spec(cfg)
+    chunk = min(cfg.resolved_chunk_size, seq_len)
+    layer = 2 * 4 * d * d + 2 * 3 * d * g + spec.layer_flops(cfg, seq_len, chunk)
+    once = 2 * d * v + spec.once_flops(cfg, seq_len, chunk)
     return float(l * layer + once)
 
 

@@ -18,6 +18,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from linscale_jax import accounting
+from linscale_jax.models import ModelConfig, registry, sizes
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/paper.py:tnl-410m.")
 _PAPER = flags.DEFINE_bool("paper", False, "Describe the 24 paper configs (4 archs x 6 sizes).")
@@ -34,35 +35,18 @@ COLUMNS = [  # (key, header, format)
 ]
 
 
-def decay_per_layer(cfg) -> list[list[float]]:
-    """TNL's per-head decay rates λ = exp(log λ) per layer, [l][h] (rounded to 6 digits)."""
-    import numpy as np
-
-    from linscale_jax.models.tnl import tnl_log_decay
-
-    return [[round(float(x), 6) for x in np.exp(tnl_log_decay(cfg.tnl_decay_rule, cfg.n_heads, j,
-                                                                cfg.n_layers).astype(np.float64))]
-            for j in range(cfg.n_layers)]
-
-
 def describe_row(model_cfg, seq_len: int) -> dict:
-    """accounting.summary(...) plus TNL's decay_per_layer."""
-    from linscale_jax.models import ModelConfig
-
+    """accounting.summary(...) plus the architecture's describe extras (TNL's decay_per_layer)."""
     cfg = model_cfg if isinstance(model_cfg, ModelConfig) else ModelConfig.from_config(model_cfg)
     row = accounting.summary(cfg, seq_len)
-    if cfg.arch == "tnl":
-        row["decay_per_layer"] = decay_per_layer(cfg)
+    row.update(registry.get(cfg.arch).describe_extras(cfg))
     return row
 
 
 def paper_rows(seq_len: int = 8192) -> list[dict]:
-    """One row per paper config (arch-major order)."""
-    from linscale_jax.config import ARCHS
-    from linscale_jax.models import sizes
-
+    """One row per paper size of every registered architecture (arch-major order)."""
     return [describe_row(sizes.paper_model(arch, size), seq_len)
-            for arch in ARCHS for size in sizes.PAPER_SIZES]
+            for arch in registry.ARCHS for size in sizes.PAPER_SIZES]
 
 
 def format_table(rows: list[dict]) -> str:

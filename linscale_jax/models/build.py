@@ -4,19 +4,15 @@ from __future__ import annotations
 
 from flax import nnx
 
+from linscale_jax.models import registry
 from linscale_jax.models.config import ModelConfig
+from linscale_jax.models.decoder import Decoder
+from linscale_jax.models.layers import KeyGen
 
 
 def model_class(arch: str):
-    from linscale_jax.models.cosformer2 import Cosformer2
-    from linscale_jax.models.hgrn2 import HGRN2
-    from linscale_jax.models.llama import Llama
-    from linscale_jax.models.tnl import TNL
-
-    classes = {"llama": Llama, "tnl": TNL, "hgrn2": HGRN2, "cosformer2": Cosformer2}
-    if arch not in classes:
-        raise ValueError(f"unknown architecture {arch!r}; choose one of {tuple(classes)}.")
-    return classes[arch]
+    """The registered architecture's Decoder class (the plain Decoder when it registers none)."""
+    return registry.get(arch).model or Decoder
 
 
 def build_model(cfg: ModelConfig, rngs: nnx.Rngs | None = None, *, seed: int = 0) -> nnx.Module:
@@ -25,6 +21,4 @@ def build_model(cfg: ModelConfig, rngs: nnx.Rngs | None = None, *, seed: int = 0
         cfg = ModelConfig.from_config(cfg)
     if rngs is None:
         rngs = nnx.Rngs(seed)
-    from linscale_jax.models.layers import KeyGen
-
     return model_class(cfg.arch)(cfg, keys=KeyGen(rngs.params()))

@@ -12,8 +12,9 @@ import dataclasses
 from typing import Any, Mapping
 
 from kernels_pallas.linear_attention.api import IMPLS
+from linscale_jax.models import registry
 
-ARCHS = ("llama", "tnl", "hgrn2", "cosformer2")
+ARCHS = registry.ARCHS  # the registered architectures (live view; the paper's four first)
 
 DTYPES = ("float32", "bfloat16")
 REMATS = ("none", "block", "dots")
@@ -27,7 +28,7 @@ TNL_GATES = ("lowrank", "linear")
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    arch: str = "llama"  # llama | tnl | hgrn2 | cosformer2
+    arch: str = "llama"  # a registered architecture: llama | tnl | hgrn2 | cosformer2 | ...
     size: str = "custom"  # label only: 70m, 160m, ... or a ladder name such as d128
     n_layers: int = 2
     d_model: int = 128

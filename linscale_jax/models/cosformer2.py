@@ -22,11 +22,12 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from linscale_jax.models import registry
 from linscale_jax.models.config import ModelConfig
 from linscale_jax.models.decoder import Decoder
 from linscale_jax.models.layers import KeyGen, Linear, LowRankGate, make_norm, merge_heads, split_heads
-from linscale_jax.models.linear_common import (lrpe, lrpe_theta_init, run_linear_attention,
-                                               zero_state)
+from linscale_jax.models.linear_common import (linear_attention_flops, lrpe, lrpe_theta_init,
+                                               run_linear_attention, zero_state)
 from linscale_jax.models.tpe import make_tpe
 
 
@@ -62,9 +63,6 @@ class Cosformer2(Decoder):
         super().__init__(cfg, keys=keys)
         self.tpe = make_tpe(cfg, keys)
 
-    def make_mixer(self, cfg, keys):
-        return Cosformer2Attention(cfg, keys=keys)
-
     def embed_tokens(self, tokens, positions, segment_ids, cache):
         x = self.lookup(tokens)
         if self.tpe is None:
@@ -73,3 +71,26 @@ class Cosformer2(Decoder):
 
     def init_embed_cache(self, batch_size: int):
         return None if self.tpe is None else self.tpe.init_cache(batch_size)
+
+
+def _layer_flops(cfg, seq_len: int, chunk: int) -> float:
+    """Linear attention with key dim 2e (LRPE) and the low-rank output gate 2·2de."""
+    d, h, e = cfg.d_model, cfg.n_heads, cfg.head_dim
+    return linear_attention_flops(h, 2 * e, e, chunk) + 2 * 2 * d * e
+
+
+def _once_flops(cfg, seq_len: int, chunk: int) -> float:
+    """The TPE: lightnet 2·2de; xmixers the linear recurrence with k = e plus 2de; none 0."""
+    d, h, e = cfg.d_model, cfg.n_heads, cfg.head_dim
+    if cfg.tpe == "lightnet":
+        return 2 * 2 * d * e
+    if cfg.tpe == "xmixers":
+        return linear_attention_flops(h, e, e, chunk) + 2 * d * e
+    return 0
+
+
+registry.register(registry.ArchSpec(
+    name="cosformer2", mixer=Cosformer2Attention, model=Cosformer2,
+    paper_params_extra=lambda l, d, h: 2 * l * d * d // h + d * d // h,
+    paper_flops_x=lambda d, h, n: 3 / (4 * h) + 23 / (72 * d),
+    layer_flops=_layer_flops, once_flops=_once_flops, paper_layers={"410m": 25}))

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from linscale_jax.models import registry
 from linscale_jax.models.config import ModelConfig
 from linscale_jax.models.layers import GLU, Embed, KeyGen, Linear, make_norm
 
@@ -73,7 +74,7 @@ class Block(nnx.Module):
         self.norm1, self.norm2 = make_norm(cfg), make_norm(cfg)
         self.mixer = mixer
         self.mlp = GLU(cfg.d_model, cfg.ffn_dim, keys=keys, std=cfg.init_std,
-                       activation=cfg.arch == "llama" or cfg.glu_act == "silu")
+                       activation=registry.get(cfg.arch).softmax_block or cfg.glu_act == "silu")
 
     def __call__(self, x, positions, segment_ids, cache, extra):
         y, cache = self.mixer(self.norm1(x), positions=positions, segment_ids=segment_ids,
@@ -104,7 +105,7 @@ def stack_modules(modules):
 
 
 class Decoder(nnx.Module):
-    """Base model; subclasses define `make_mixer(cfg, keys)`.
+    """Base model; builds the registered mixer of cfg.arch (subclasses add parameters and hooks).
 
     model.scan_layers=False: `layers` is an nnx.List of l Blocks (parameters layers/<j>/...).
     model.scan_layers=True: `layers` is one Block whose parameters are stacked [l, ...] (logical
@@ -123,7 +124,8 @@ class Decoder(nnx.Module):
 
     # --- hooks -------------------------------------------------------------------------------
     def make_mixer(self, cfg: ModelConfig, keys: KeyGen) -> nnx.Module:
-        raise NotImplementedError
+        """The registered architecture's mixer (registry.get(cfg.arch).mixer)."""
+        return registry.get(cfg.arch).mixer(cfg, keys=keys)
 
     def layer_extras(self):
         """Per-layer extra mixer inputs as a pytree stacked over layers (leading axis l), or None."""
@@ -214,7 +216,7 @@ class Decoder(nnx.Module):
         max_len (default model.max_seq_len) sizes LLaMA's KV cache, which bounds the tokens fed
         through `extend`; the linear models keep an O(1) state and decode without a length limit
         (max_len is ignored there)."""
-        if self.cfg.is_linear:
+        if not registry.get(self.cfg.arch).softmax_block:  # a recurrent state: no length to size
             max_len = 1
         else:
             max_len = self.cfg.max_seq_len if max_len is None else int(max_len)
@@ -235,7 +237,7 @@ class Decoder(nnx.Module):
         """Continue from `state` with tokens [b,t] (prefill t>1 or one step t=1).
         Returns (logits [b,t,v] float32, new state). The linear models continue past
         model.max_seq_len (positions are int32; LRPE angles are formed in float32)."""
-        if self.cfg.is_linear:
+        if not registry.get(self.cfg.arch).softmax_block:  # O(1) recurrent state
             b, t = check_tokens(tokens, np.iinfo(np.int32).max)
         else:
             b, t = check_tokens(tokens, self.cfg.max_seq_len)

@@ -23,10 +23,11 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from linscale_jax.models import registry
 from linscale_jax.models.config import ModelConfig
 from linscale_jax.models.decoder import Decoder
 from linscale_jax.models.layers import KeyGen, Linear, make_norm, merge_heads, split_heads
-from linscale_jax.models.linear_common import run_linear_attention, zero_state
+from linscale_jax.models.linear_common import linear_attention_flops, run_linear_attention, zero_state
 
 
 def lower_bounds_log(gamma):
@@ -97,9 +98,14 @@ class HGRN2(Decoder):
         self.lower_bounds = nnx.Param(jnp.ones((cfg.n_layers, cfg.d_model), jnp.float32),
                                       axes=("layers", "embed"))
 
-    def make_mixer(self, cfg, keys):
-        return HGRN2Mixer(cfg, keys=keys)
-
     def layer_extras(self):
         log_beta, log_one_minus = lower_bounds_log(self.lower_bounds[...])
         return (log_beta, log_one_minus)  # stacked over layers [l, d]
+
+
+registry.register(registry.ArchSpec(
+    name="hgrn2", mixer=HGRN2Mixer, model=HGRN2,
+    paper_params_extra=lambda l, d, h: l * d,
+    paper_flops_x=lambda d, h, n: 1 / (3 * h) + 29 / (72 * d),
+    layer_flops=lambda cfg, n, chunk: linear_attention_flops(cfg.n_heads, cfg.head_dim, cfg.head_dim,
+                                                             chunk)))

@@ -11,6 +11,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from linscale_jax.models import registry
+
 
 class KeyGen:
     """Deterministic stream of PRNG keys from one base key: keys() -> fold_in(base, i), i = 0, 1, ...
@@ -86,7 +88,7 @@ class SimpleRMSNorm(nnx.Module):
 def make_norm(cfg, eps: float | None = None):
     """RMSNorm with a learnable scale (llama, or model.norm_scale) or parameter-free SimpleRMSNorm."""
     eps = cfg.norm_eps if eps is None else eps
-    if cfg.arch == "llama" or cfg.norm_scale:
+    if registry.get(cfg.arch).softmax_block or cfg.norm_scale:
         return RMSNorm(cfg.d_model, eps)
     return SimpleRMSNorm(eps)
 

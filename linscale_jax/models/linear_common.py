@@ -20,6 +20,12 @@ from linscale_jax.models.config import ModelConfig
 _ACT_NAMES = ("batch", "length", "heads", "kv")
 
 
+def linear_attention_flops(n_heads: int, key_dim: int, value_dim: int, chunk: int) -> int:
+    """Forward FLOPs per token of the chunked linear attention, chunk c (linscale_jax.accounting):
+    intra-chunk QKᵀ and PV over the full c×c block 2c(k + v), inter-chunk q S and kᵀv 2·2kv."""
+    return n_heads * (2 * chunk * (key_dim + value_dim) + 4 * key_dim * value_dim)
+
+
 def kernel_mesh():
     """The mesh the model is traced under (`jax.set_mesh` / `jax.sharding.use_abstract_mesh`, set
     by the trainer), or None when there is none or it has a single device."""

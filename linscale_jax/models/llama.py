@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from linscale_jax.models import registry
 from linscale_jax.models.config import ModelConfig
 from linscale_jax.models.decoder import Decoder
 from linscale_jax.models.layers import KeyGen, Linear, merge_heads, split_heads
@@ -87,9 +88,6 @@ class LlamaAttention(nnx.Module):
 
 
 class Llama(Decoder):
-    def make_mixer(self, cfg, keys):
-        return LlamaAttention(cfg, keys=keys)
-
     def extend(self, tokens, state):
         cache = state["layers"] if self.cfg.scan_layers else state["layers"][0]
         cap = cache["k"].shape[-3]
@@ -100,3 +98,17 @@ class Llama(Decoder):
                 f"{tokens.shape[-1]} new tokens exceeds it; call init_state with a larger max_len."
             )
         return super().extend(tokens, state)
+
+
+def _layer_flops(cfg, seq_len: int, chunk: int) -> float:
+    """Grouped-query k, v projections (fewer than 2·2d²) and causal softmax QKᵀ, PV over the
+    (n+1)/2 keys a token sees on average."""
+    d, h, e = cfg.d_model, cfg.n_heads, cfg.head_dim
+    return -2 * 2 * d * (h - cfg.kv_heads) * e + 2 * 2 * d * (seq_len + 1) / 2
+
+
+registry.register(registry.ArchSpec(
+    name="llama", mixer=LlamaAttention, model=Llama,
+    paper_params_extra=lambda l, d, h: 0,
+    paper_flops_x=lambda d, h, n: n / (6 * d) + 5 / (18 * d),
+    layer_flops=_layer_flops, softmax_block=True))

@@ -6,7 +6,8 @@
     parse_name("tnl-410m")    -> ("tnl", "410m")
 
 Paper rule: h = d/128, g = 256·ceil(int(8d/3)/256), vocab 100,280, context 8192; 410M has 25 layers
-for tnl and cosformer2 (26 otherwise). Aspect-ratio variants keep h = d/128 and the g rule.
+for tnl and cosformer2 (26 otherwise; an architecture's registry entry sets such overrides,
+ArchSpec.paper_layers). Aspect-ratio variants keep h = d/128 and the g rule.
 Ladder (CPU miniature studies; the reasons are in configs/ladder.py): one head dim, 8, at every
 size (h = d/8: 4 heads at d32 up to 64 at d512, the paper's 4..32 range), so the output gate keeps
 rank d/h = 8 (low rank) and Table 1's head terms stay small; g = 8·ceil(int(8d/3)/8) (the paper rule
@@ -19,7 +20,8 @@ from __future__ import annotations
 
 import math
 
-from linscale_jax.config import ARCHS
+from linscale_jax.models import registry
+from linscale_jax.models.registry import ARCHS
 
 PAPER_VOCAB = 100_280
 PAPER_CONTEXT = 8192
@@ -61,12 +63,10 @@ def parse_name(name: str) -> tuple[str, str]:
 
 
 def paper_model(arch: str, size: str) -> dict:
-    if arch not in ARCHS:
-        raise ValueError(f"unknown architecture {arch!r}; choose one of {ARCHS}.")
+    spec = registry.get(arch)
     if size in PAPER_SIZES:
         l, d = PAPER_SIZES[size]
-        if size == "410m" and arch in ("tnl", "cosformer2"):
-            l = 25
+        l = spec.paper_layers.get(size, l)
     elif size in ASPECT_VARIANTS:
         l, d = ASPECT_VARIANTS[size]
     else:
@@ -78,8 +78,7 @@ def paper_model(arch: str, size: str) -> dict:
 
 
 def ladder_model(arch: str, name: str) -> dict:
-    if arch not in ARCHS:
-        raise ValueError(f"unknown architecture {arch!r}; choose one of {ARCHS}.")
+    registry.get(arch)  # an unknown arch is an error listing the registered ones
     if name not in LADDER:
         raise ValueError(f"unknown ladder size {name!r}; choose one of {list(LADDER)}.")
     l, d = LADDER[name]

@@ -27,12 +27,13 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from linscale_jax.models import registry
 from linscale_jax.models.config import ModelConfig
 from linscale_jax.models.decoder import Decoder
 from linscale_jax.models.layers import (KeyGen, Linear, LowRankGate, make_norm, merge_heads,
                                         split_heads)
-from linscale_jax.models.linear_common import (lrpe, lrpe_theta_init, run_linear_attention,
-                                               zero_state)
+from linscale_jax.models.linear_common import (linear_attention_flops, lrpe, lrpe_theta_init,
+                                               run_linear_attention, zero_state)
 
 
 def alibi_slopes(n_heads: int) -> np.ndarray:
@@ -94,11 +95,31 @@ class TNLAttention(nnx.Module):
 
 
 class TNL(Decoder):
-    def make_mixer(self, cfg, keys):
-        return TNLAttention(cfg, keys=keys)
-
     def layer_extras(self):
         """Per-layer log decay, stacked [l, h] (constants from the config's decay rule)."""
         c = self.cfg
         return jnp.asarray(np.stack([tnl_log_decay(c.tnl_decay_rule, c.n_heads, j, c.n_layers)
                                      for j in range(c.n_layers)]))
+
+
+def decay_per_layer(cfg) -> list[list[float]]:
+    """TNL's per-head decay rates λ = exp(log λ) per layer, [l][h] (rounded to 6 digits)."""
+    return [[round(float(x), 6) for x in np.exp(tnl_log_decay(cfg.tnl_decay_rule, cfg.n_heads, j,
+                                                                cfg.n_layers).astype(np.float64))]
+            for j in range(cfg.n_layers)]
+
+
+def _layer_flops(cfg, seq_len: int, chunk: int) -> float:
+    """Linear attention (key dim 2e with LRPE) and the output gate: low rank e (2·2de) or the
+    released full-rank multiplier (2d²)."""
+    d, h, e = cfg.d_model, cfg.n_heads, cfg.head_dim
+    mixer = linear_attention_flops(h, 2 * e if cfg.tnl_lrpe else e, e, chunk)
+    return mixer + (2 * 2 * d * e if cfg.tnl_gate == "lowrank" else 2 * d * d)
+
+
+registry.register(registry.ArchSpec(
+    name="tnl", mixer=TNLAttention, model=TNL,
+    paper_params_extra=lambda l, d, h: 2 * l * d * d // h,
+    paper_flops_x=lambda d, h, n: 1 / (2 * h) + 5 / (18 * d),
+    layer_flops=_layer_flops, paper_layers={"410m": 25},
+    describe_extras=lambda cfg: {"decay_per_layer": decay_per_layer(cfg)}))

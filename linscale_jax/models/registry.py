@@ -1,0 +1,118 @@
+"""The architecture registry: each architecture's module registers one ArchSpec, and the rest of
+the project (build_model, accounting, sizes, describe, config validation) looks it up by name.
+
+    from linscale_jax.models import registry
+    registry.register(registry.ArchSpec(name="mylin", mixer=MyMixer, ...))   # in models/mylin.py
+    registry.get("mylin").mixer                                              # the token mixer
+    registry.ARCHS                                                           # live tuple-like view
+
+Legend: l layers, d width, h heads, e = d/h head dim, n sequence length, c chunk length of the
+chunked linear attention (min(C, n)). The shared terms live in linscale_jax.accounting:
+Table 1's N = 12·l·d² + `paper_params_extra`, C/D = 72·l·d²·(1 + `paper_flops_x`); the exact
+forward FLOPs per token = l·(2·4d² + 2·3dg + `layer_flops`) + 2dv + `once_flops` (see its doc).
+
+The paper's four register when `linscale_jax.models` is imported (llama, tnl, hgrn2, cosformer2,
+in that order). A new architecture is one module that defines its mixer and calls `register`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any, Callable
+
+
+def _no_flops(cfg, seq_len: int, chunk: int) -> float:
+    return 0
+
+
+def _no_extras(cfg) -> dict:
+    return {}
+
+
+@dataclasses.dataclass(frozen=True)
+class ArchSpec:
+    """One architecture.
+
+    name               config name (model.arch), e.g. "tnl"
+    mixer              token-mixer class: mixer(cfg, keys=KeyGen) with the Decoder mixer interface
+    paper_params_extra (l, d, h) -> int: Table-1 N beyond 12·l·d²
+    paper_flops_x      (d, h, n) -> float: x of Table-1 C/D = 72·l·d²·(1 + x)
+    layer_flops        (cfg, seq_len, chunk) -> exact forward FLOPs per token and layer beyond the
+                       shared projections 2·4d² and GLU 2·3dg (the mixer, gates, GQA corrections)
+    once_flops         (cfg, seq_len, chunk) -> exact forward FLOPs per token outside the layers
+                       beyond the LM head 2dv (e.g. cosFormer2's TPE); default 0
+    model              Decoder subclass (None: the plain Decoder, which builds `mixer`)
+    paper_layers       {paper size: l} overriding the size table's layer count (TNL's 410M: 25)
+    softmax_block      the LLaMA block: softmax attention decoding from a KV cache of max_len
+                       tokens, learnable RMSNorm scales and a SwiGLU channel mixer (False: the
+                       linear models' O(1) recurrent state, SimpleRMSNorm and identity-GLU, notes §2)
+    describe_extras    cfg -> extra columns for `describe` (TNL: decay_per_layer)
+    """
+
+    name: str
+    mixer: type
+    paper_params_extra: Callable[[int, int, int], int]
+    paper_flops_x: Callable[[int, int, int], float]
+    layer_flops: Callable[[Any, int, int], float]
+    once_flops: Callable[[Any, int, int], float] = _no_flops
+    model: type | None = None
+    paper_layers: dict = dataclasses.field(default_factory=dict)
+    softmax_block: bool = False
+    describe_extras: Callable[[Any], dict] = _no_extras
+
+
+_REGISTRY: dict[str, ArchSpec] = {}
+
+
+def register(spec: ArchSpec, *, replace: bool = False) -> ArchSpec:
+    """Add `spec` under spec.name (registering the same name twice is an error unless replace)."""
+    if not isinstance(spec, ArchSpec):
+        raise TypeError(f"register takes an ArchSpec, got {type(spec).__name__}.")
+    if not spec.name or "-" in spec.name:
+        raise ValueError(f"architecture name {spec.name!r} must be non-empty without '-' "
+                         "(config names are '<arch>-<size>').")
+    if spec.name in _REGISTRY and not replace and _REGISTRY[spec.name] is not spec:
+        raise ValueError(f"architecture {spec.name!r} is already registered; pick another name "
+                         "or pass replace=True.")
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def unregister(name: str) -> None:
+    """Remove a registered architecture (tests that register a temporary one)."""
+    _REGISTRY.pop(name, None)
+
+
+def get(name: str) -> ArchSpec:
+    """The ArchSpec registered as `name`; an unknown name is an error listing the known ones."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown architecture {name!r}; choose one of {tuple(_REGISTRY)} "
+                         "(a new one registers with linscale_jax.models.registry.register).") from None
+
+
+class _Names(Sequence):
+    """The registered names, in registration order, as a live read-only tuple-like view."""
+
+    def __getitem__(self, i):
+        return tuple(_REGISTRY)[i]
+
+    def __len__(self):
+        return len(_REGISTRY)
+
+    def __contains__(self, name):
+        return name in _REGISTRY
+
+    def __eq__(self, other):
+        return tuple(self) == (tuple(other) if isinstance(other, (tuple, list, _Names)) else other)
+
+    def __hash__(self):
+        return hash(tuple(self))
+
+    def __repr__(self):
+        return repr(tuple(self))
+
+
+ARCHS = _Names()
