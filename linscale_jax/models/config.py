@@ -78,11 +78,6 @@ class ModelConfig:
         return default_chunk_size(resolve_impl(self.impl))
 
     @property
-    def is_linear(self) -> bool:
-        """True for the linear-complexity models (O(1) recurrent state, no length limit)."""
-        return self.arch != "llama"
-
-    @property
     def kv_heads(self) -> int:
         """Key/value heads of llama attention (n_kv_heads, 0 meaning n_heads)."""
         return self.n_kv_heads or self.n_heads
