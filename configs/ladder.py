@@ -18,7 +18,7 @@ Why these shapes (a miniature keeps the paper's structure; `python -m linscale_j
 * Depth. At least 3 layers: the ALiBi-per-layer rule leaves the last layer undecayed, so 1 layer
   in 3 (a minority) instead of 1 in 2. Every non-final layer then has a fast head (memory
   1/(1-λ) <= 16 tokens: layer 1 of 3 at d32 has 8.5) and slow heads (>= 256 tokens).
-  tests/test_ladder.py checks all of this for every ladder size.
+  tests/models/test_ladder.py checks all of this for every ladder size.
 * g. The paper rounds 8d/3 up to a multiple of 256, < 10 % above 8d/3 at its sizes; here a
   multiple of 8 (g = 88 at d32, 256 at d96), not 32 (which gave 4d at d16).
 * Cost. The cpu preset trains d32 d40 d48 d64 d96 (N 3.8e4 .. 3.3e5 non-embedding, 0.9 decades)

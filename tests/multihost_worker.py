@@ -1,4 +1,4 @@
-"""`python -m linscale_jax.train` with a test hook, for tests/test_multihost.py (not a test module).
+"""`python -m linscale_jax.train` with a test hook, for tests/train/test_multihost.py (not a test module).
 
     python tests/multihost_worker.py HOOK [train flags...]
 

@@ -28,7 +28,7 @@ counts it: an up-projection d -> e, a recurrence, a projection back e -> d, "d·
   count (accounting.param_counts) reads the real tree. Forward FLOPs per token 4·d·e (the two
   projections; the elementwise recurrence is not counted), the paper's 4nde per sequence.
   impl: model.impl = "reference" runs the recurrence as a sequential lax.scan; any other value a
-  parallel associative scan (the same numbers to float32 rounding, tests/test_tpe.py).
+  parallel associative scan (the same numbers to float32 rounding, tests/models/test_tpe.py).
 
 model.tpe = "xmixers" (the module of a later rewrite, Doraemonzzz/xmixers `pes/tpe.py`): per head
 i, learnable vectors q_i, k_i ∈ R^e and a decay λ_i = sigmoid(a_i):

@@ -22,7 +22,7 @@ from kernels_pallas.linear_attention.xla import linear_attention_xla
 RESET_LOG_DECAY = -60.0  # an extreme per-step decay (wipes the state)
 B, T, H, K, V = 2, 40, 2, 8, 16  # T = 40: chunks of 32 leave a partial last chunk
 CHUNK = 32  # two sub-chunks of 16 (the CPU default) per chunk: both intra-chunk paths run
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def adversarial_log_decay(key, shape):

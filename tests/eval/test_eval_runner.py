@@ -28,7 +28,7 @@ STEPS = (0, 4, 8)
 
 def tiny_config(arch="tnl"):
     spec = importlib.util.spec_from_file_location("tiny_cfg", os.path.join(
-        os.path.dirname(__file__), "..", "configs", "tiny.py"))
+        os.path.dirname(__file__), "..", "..", "configs", "tiny.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     c = mod.get_config(f"{arch}-d64")

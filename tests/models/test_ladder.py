@@ -11,7 +11,7 @@ import pytest
 from linscale_jax.models import ModelConfig, sizes
 from linscale_jax.models.tnl import tnl_log_decay
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FAST, SLOW, UNDECAYED = 16.0, 256.0, 1e4  # memories 1/(1-λ) in tokens
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from fit import cli, synthetic, table
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LAW_KEYS = {"coefficient", "exponent", "ci95"}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -13,7 +13,7 @@ import pytest
 from linscale_jax.data import DataError, make_iterator, mqar
 from study import recall
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_sequences_layout_and_answer_only_weights():

@@ -11,7 +11,7 @@ import pytest
 from linscale_jax.config import ARCHS
 from linscale_jax.models import ModelConfig, sizes
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KEYS = {"arch", "size", "n_layers", "d_model", "n_heads", "head_dim", "ffn_dim", "vocab_size", "params_total",
         "params_embedding", "params_non_embedding", "paper_params", "paper_flops_per_token",
         "flops_per_token_exact"}

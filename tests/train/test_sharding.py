@@ -15,7 +15,7 @@ from jax.sharding import AbstractMesh, PartitionSpec as P
 
 from linscale_jax import sharding
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def mesh_cfg(**kw):

@@ -18,7 +18,7 @@ from linscale_jax.config import ARCHS
 from linscale_jax.models import ModelConfig, build_model
 
 HAS_XLA = os.path.exists(
-    os.path.join(os.path.dirname(__file__), "..", "kernels_pallas", "linear_attention", "xla.py")
+    os.path.join(os.path.dirname(__file__), "..", "..", "kernels_pallas", "linear_attention", "xla.py")
 )
 IMPL = "xla" if HAS_XLA else "reference"  # the chunked form; test_models_arch covers "reference"
 B, T, V = 2, 16, 48

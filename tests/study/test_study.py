@@ -13,7 +13,7 @@ import pytest
 
 from study import plan, runner
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PF_DAY = 8.64e19
 
 

@@ -16,7 +16,7 @@ from flax import nnx
 from linscale_jax.interop import hf_io
 from linscale_jax.interop.loading import convert
 
-FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "fixtures")
 ATOL = 1e-4
 CASES = {
     "transnormerllm": "transnormerllm_tiny.npz",

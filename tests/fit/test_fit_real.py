@@ -25,7 +25,7 @@ from fit.table import FitError, from_columns
 
 
 def _data_dir() -> Path | None:
-    repo_root = Path(__file__).resolve().parents[1]
+    repo_root = Path(__file__).resolve().parents[2]
     for d in (repo_root.parent / "shared" / "data", Path("/work/shared/data")):
         if d.is_dir():
             return d
