@@ -3,7 +3,7 @@
   vocab = data.get_vocabulary(config.data)                 # seqio.Vocabulary; vocab.vocab_size
   it = data.make_iterator(config, split="train")            # the global batches (what training reads)
   batch = next(it)   # numpy [b, t] with b = train.batch_size // host_count, t = train.seq_len:
-                     #   inputs, targets, segment_ids (0 = padding), positions (int32), weights (float32)
+                     #   inputs, targets, segment_ids (0 = padding), weights (float32)
   state = it.get_state(); it.set_state(state)              # JSON-serialisable, exact resume
   data.eval_batches(config, split="validation", num_batches=N)   # fixed list of batches
   data.corpus_documents(config.data, split)                # raw document strings

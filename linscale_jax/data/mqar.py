@@ -10,7 +10,7 @@ One sequence x of seq_len + 1 tokens (Zoology's layout):
 Keys are distinct ids in [1, 1 + n_keys), values ids in [1 + n_keys, 1 + n_keys + n_values)
 (values may repeat). inputs = x[:-1], targets = x[1:]; weights are 1 exactly where the input is a
 query key, so the loss (and accuracy) counts only the recalled values. segment_ids are 1 (one
-sequence per row), positions 0..t-1. Needs 4·P <= seq_len + 1.
+sequence per row). Needs 4·P <= seq_len + 1.
 
 Training rows draw P uniformly from the n_pairs list (a mixture, as Zoology trains); evaluation
 uses one P at a time (`batch`). Batch i of a split is a pure function of (data.seed, split, i),
@@ -83,7 +83,6 @@ def to_batch(x: np.ndarray, query: np.ndarray) -> dict:
     b, t = x.shape[0], x.shape[1] - 1
     return dict(inputs=x[:, :-1].copy(), targets=x[:, 1:].copy(),
                 segment_ids=np.ones((b, t), np.int32),
-                positions=np.broadcast_to(np.arange(t, dtype=np.int32), (b, t)).copy(),
                 weights=query[:, :-1].astype(np.float32))
 
 

@@ -11,11 +11,10 @@ host_count-th document), so the union over hosts is the whole split with no over
 Packing. Each host concatenates its documents (tokens + EOS) and cuts the stream into rows of t
 tokens; a document that does not fit is continued at the start of the next row as a new segment.
 Segment ids number the pieces of a row from 1 (0 = padding, only at the end of a finite eval pass);
-positions count from 0 inside each segment; the input at a segment's first position is
-vocab.pad_id (the T5/seqio shifted convention), so every segment is self-contained.
+the input at a segment's first position is vocab.pad_id (the T5/seqio shifted convention), so every segment is self-contained.
 
 Batch (numpy, per host, b = train.batch_size // host_count, t = train.seq_len):
-  inputs [b,t] int32, targets [b,t] int32, segment_ids [b,t] int32, positions [b,t] int32,
+  inputs [b,t] int32, targets [b,t] int32, segment_ids [b,t] int32,
   weights [b,t] float32 (1 where segment_ids > 0).
 
 Tokens. Documents come raw from the Task's source; the Task's tokenize + append-EOS steps run here
@@ -172,7 +171,7 @@ class DataIterator:
         b, t = self.batch_size, self.seq_len
         targets = np.full((b, t), self.pad_id, np.int32)
         segment_ids = np.zeros((b, t), np.int32)
-        positions = np.zeros((b, t), np.int32)
+        starts = np.zeros((b, t), bool)  # first position of each segment
         filled = 0
         for row in range(b):
             col, segment = 0, 0
@@ -184,7 +183,7 @@ class DataIterator:
                 segment += 1
                 targets[row, col:col + n] = tokens[:n]
                 segment_ids[row, col:col + n] = segment
-                positions[row, col:col + n] = np.arange(n)
+                starts[row, col] = True
                 self._consume(n)
                 col += n
                 filled += n
@@ -192,9 +191,9 @@ class DataIterator:
             raise StopIteration
         inputs = np.empty_like(targets)
         inputs[:, 1:] = targets[:, :-1]
-        inputs[positions == 0] = self.pad_id
+        inputs[starts] = self.pad_id
         self._batches += 1
-        return dict(inputs=inputs, targets=targets, segment_ids=segment_ids, positions=positions,
+        return dict(inputs=inputs, targets=targets, segment_ids=segment_ids,
                     weights=(segment_ids > 0).astype(np.float32))
 
 

@@ -50,7 +50,7 @@ def test_local_txt_and_jsonl_files(tmp_path):
     assert 0 < len(list(data.corpus_documents(both.data, "validation"))) < 20
     batch = next(data.make_iterator(both))
     assert batch["targets"].shape == (2, 32)
-    text = data.get_vocabulary(both.data).decode(batch["targets"][0][batch["positions"][0] >= 0].tolist())
+    text = data.get_vocabulary(both.data).decode(batch["targets"][0][batch["segment_ids"][0] > 0].tolist())
     assert any(text.startswith(p[:20]) for p in PARAGRAPHS)
 
 
@@ -179,7 +179,9 @@ def test_cl100k_wrapper_with_a_local_bpe_file(tmp_path, monkeypatch):
     assert vocab.decode(ids) == text
     c.model.vocab_size = 100_280
     batch = next(data.make_iterator(c))
-    assert (batch["inputs"][batch["positions"] == 0] == 100_277).all()
+    seg = batch["segment_ids"]
+    starts = np.concatenate([np.ones_like(seg[:, :1], bool), seg[:, 1:] != seg[:, :-1]], axis=1)
+    assert (batch["inputs"][starts] == 100_277).all()
     doc = list(data.corpus_documents(c.data, "validation"))[0]
     example = next(data.get_task(c.data).get_dataset(sequence_length=None, split="validation",
                                                    shuffle=False).as_numpy_iterator())
