@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from fit import approach1, approach2, approach3, plots, report
+from fit import approach1, approach2, approach3, report
 from fit.bootstrap import bootstrap
 from fit.table import FitError, Table, compute_scale, load
 
@@ -63,6 +63,9 @@ class FitResult:
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
         (out / "fits.json").write_text(json.dumps(self.fits, indent=2) + "\n")
+        from fit import plots  # matplotlib (Agg) only when PNGs are written: importing fit
+        #                        leaves a notebook's inline backend alone
+
         pngs = plots.write_all(out, self.tables, self.results, self.options.compute_unit)
         return [out / "fits.json", *pngs]
 
