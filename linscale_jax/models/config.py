@@ -42,7 +42,7 @@ class ModelConfig:
     norm_eps: float = 1e-6  # RMSNorm / SimpleRMSNorm epsilon
     rope_theta: float = 10000.0  # llama
     impl: str = "auto"  # linear attention: auto | reference | xla | pallas
-    chunk_size: int | None = None  # None: kernels_pallas.default_chunk_size (per backend)
+    chunk_size: int = 0  # 0: kernels_pallas.default_chunk_size (per backend); an int for CLI overrides
     tnl_decay_rule: str = "alibi_layer"  # alibi_layer (released TNL) | fla
     tpe: str = "lightnet"  # cosformer2 Toeplitz positional encoding: lightnet (paper) | xmixers | none
     remat: str = "none"  # none | block | dots  (activation checkpointing per block)
@@ -70,7 +70,7 @@ class ModelConfig:
     def resolved_chunk_size(self) -> int:
         """The chunk length the linear-attention kernel uses (chunk_size, or the backend's
         default for impl when None)."""
-        if self.chunk_size is not None:
+        if self.chunk_size:
             return self.chunk_size
         from kernels_pallas import default_chunk_size
         from kernels_pallas.linear_attention.api import resolve_impl
@@ -143,7 +143,7 @@ class ModelConfig:
         for name in ("n_layers", "d_model", "n_heads", "ffn_dim", "vocab_size", "max_seq_len",
                      "chunk_size"):
             value = getattr(self, name)
-            if name == "chunk_size" and value is None:  # the backend's default
+            if name == "chunk_size" and value == 0:  # the backend's default
                 continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"model.{name}={value!r} must be a positive integer.")

@@ -39,7 +39,7 @@ def _local_attention(cfg: ModelConfig, q, k, v, log_decay, segment_ids, cache, s
     """One device's share (or the whole arrays without a mesh) -> (o, final state). seq_axis: the
     mesh axis the sequence is split over (LASP carry across its shards), or None."""
     kw = dict(log_decay=log_decay, segment_ids=segment_ids, initial_state=cache,
-              return_final_state=True, chunk_size=cfg.chunk_size)
+              return_final_state=True, chunk_size=cfg.chunk_size or None)
     if seq_axis is not None:
         return seq_parallel.linear_attention_seq_shard(q, k, v, axis_name=seq_axis, impl=cfg.impl, **kw)
     impl = "reference" if cache is not None and q.shape[1] == 1 else cfg.impl
