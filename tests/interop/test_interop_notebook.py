@@ -7,6 +7,8 @@ import os
 
 import pytest
 
+pytestmark = pytest.mark.slow  # over 30 s on 2 CPU cores: deselect with -m "not slow"
+
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 

@@ -4,6 +4,9 @@ subprocess with 8 simulated CPU devices)."""
 import os
 import subprocess
 import sys
+import pytest
+
+pytestmark = pytest.mark.slow  # over 30 s on 2 CPU cores: deselect with -m "not slow"
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

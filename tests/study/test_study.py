@@ -34,6 +34,7 @@ def _snapshot(run):
             (Path(run.workdir) / "metrics.jsonl").read_text())
 
 
+@pytest.mark.slow  # the real quick preset, about 5 minutes on 2 cores
 def test_quick_study_stops_resumes_and_reports(tmp_path):
     study, wd = preset("quick"), str(tmp_path / "study")  # the real preset (~4-5 min on 2 cores)
     first = runner.run_study(study, wd, max_runs=1)

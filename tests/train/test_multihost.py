@@ -27,6 +27,8 @@ from train_helpers import ROOT, cli_overrides, tiny_config
 from linscale_jax import checkpoint as ckpt
 from linscale_jax import distributed
 
+pytestmark = pytest.mark.slow  # over 30 s on 2 CPU cores: deselect with -m "not slow"
+
 STEPS = 8
 WORKER = str(ROOT / "tests" / "multihost_worker.py")
 TIMEOUT = 240
