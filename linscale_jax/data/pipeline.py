@@ -191,7 +191,7 @@ class DataIterator:
             raise StopIteration
         inputs = np.empty_like(targets)
         inputs[:, 1:] = targets[:, :-1]
-        inputs[starts] = self.pad_id
+        inputs[starts | (segment_ids == 0)] = self.pad_id  # segment starts and padding
         self._batches += 1
         return dict(inputs=inputs, targets=targets, segment_ids=segment_ids,
                     weights=(segment_ids > 0).astype(np.float32))

@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import time
-import types
 
 import orbax.checkpoint as ocp
 import pytest
@@ -267,20 +266,26 @@ def test_divergence_names_a_really_good_checkpoint_and_the_advice_works(referenc
     assert out["step"] == STEPS and all(abs(v) < 10 for v in out["losses"].values())
 
 
-def test_divergence_cli_prints_one_line_with_the_command(monkeypatch, tmp_path, capsys):
-    def boom():
-        raise divergence.DivergenceError("training diverged at step 5: loss is nan", 5, 3, 1e-3)
+_DIVERGENCE_CLI = """
+import sys, types
+from linscale_jax import cli_errors, divergence, trainer, train
+def boom(*a, **k):
+    raise divergence.DivergenceError("training diverged at step 5: loss is nan", 5, 3, 1e-3)
+for name in ("_CONFIG", "_WORKDIR", "_INIT_FROM", "_RESUME_STEP", "_ALLOW_CHANGE"):
+    setattr(train, name, types.SimpleNamespace(value=None))
+train._INITIALIZE = lambda: None  # no launch flags parsed here
+trainer.train = boom
+sys.argv = ["linscale_jax/train.py", "--workdir=" + sys.argv[1]]
+sys.exit(cli_errors.run(train._train, workdir=sys.argv[1].split("=", 1)[1], command="train"))
+"""
 
-    monkeypatch.setattr(sys, "argv", ["linscale_jax/train.py", f"--workdir={tmp_path}"])
-    from linscale_jax import train
 
-    for name in ("_CONFIG", "_WORKDIR", "_INIT_FROM", "_RESUME_STEP", "_ALLOW_CHANGE"):
-        monkeypatch.setattr(train, name, types.SimpleNamespace(value=None))
-    monkeypatch.setattr(train, "_INITIALIZE", lambda: None)  # no launch flags parsed here
-    monkeypatch.setattr(trainer, "train", lambda *a, **k: boom())
-    rc = cli_errors.run(train._train, workdir=tmp_path, command="train")
-    err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 1 and len(err) == 1
+def test_divergence_cli_prints_one_line_with_the_command(tmp_path):
+    # A fresh process: the train CLI's absl flags must not meet another CLI module's in one process.
+    p = subprocess.run([sys.executable, "-c", _DIVERGENCE_CLI, str(tmp_path)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    err = p.stderr.strip().splitlines()
+    assert p.returncode == 1 and len(err) == 1, p.stderr
     assert "python -m linscale_jax.train" in err[0] and "--resume_step=3" in err[0]
 
 
