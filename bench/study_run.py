@@ -40,7 +40,7 @@ def main():
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
     from linscale_jax import trainer
-    from linscale_jax.study import plan, runner
+    from study import plan, runner
 
     jax.monitoring.register_event_duration_secs_listener(_listener)
     spec = importlib.util.spec_from_file_location("_study_preset", a.config)

@@ -62,9 +62,10 @@ def peak_flops_per_device(config=None) -> float:
     return measure_matmul_peak()
 
 
-def _fmt_time(s: float) -> str:
+def fmt_time(s: float) -> str:
+    """Seconds as 1h02m03s / 4m05s (progress lines and ETAs)."""
     s = int(max(s, 0))
-    return f"{s // 3600}h{s // 60 % 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s // 60 % 60:02d}m{s % 60:02d}s" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
 class MetricsLogger:
@@ -123,7 +124,7 @@ class MetricsLogger:
         self.stream.write(
             f"[{bar}] step {step}/{self.total} loss {row['loss']:.4f}{extra} lr {row['lr']:.2e} "
             f"|g| {row['grad_norm']:.3f} {row['tokens_per_sec']:.0f} tok/s mfu {row['mfu']:.1%} "
-            f"elapsed {_fmt_time(elapsed)} ETA {_fmt_time(eta)}\n")
+            f"elapsed {fmt_time(elapsed)} ETA {fmt_time(eta)}\n")
         self.stream.flush()
 
     def close(self) -> None:

@@ -18,6 +18,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from linscale_jax import distributed
+from study import workers
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/study/cpu.py", "Study preset.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Study directory (runs/, table.csv, fit/, report.md).")
@@ -53,7 +54,7 @@ def main(argv) -> None:
             raise ValueError(f"--approach must be 1, 2 or 3, got {_APPROACH.value}")
         runner.run_study(_CONFIG.value, _WORKDIR.value, _SHARD.value, _APPROACH.value,
                          join_only=_JOIN.value)
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, FileNotFoundError, workers.RunsFailed) as e:
         print(f"ERROR: {e}", file=sys.stderr, flush=True)
         sys.exit(1)
 

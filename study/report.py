@@ -13,6 +13,7 @@ import os
 
 import numpy as np
 
+from linscale_jax import contract
 from study import compare, holdout, plan
 
 LAWS = (("L_C", "L(C)"), ("N_opt_C", "N_opt(C)"), ("D_opt_C", "D_opt(C)"))
@@ -132,7 +133,10 @@ def _envelope_section(table, include_clamped: bool) -> list[str]:
     return L
 
 
-def write_report(study, runs, workdir: str, approach: int, fit_errors: dict | None = None) -> str:
+def write_report(study, runs, workdir: str, approach: int, fit_errors: dict | None = None,
+                 wall: dict | None = None) -> str:
+    """DIR/report.md; `wall` ({runs_s, workers, fit_s}: this invocation's runs phase and the fits
+    so far) adds the wall-time section."""
     from fit import paper
     from fit.table import load
 
@@ -174,6 +178,7 @@ def write_report(study, runs, workdir: str, approach: int, fit_errors: dict | No
                       compare.noise_sd(table, seed_sd))
     L += _niah_section(runs, workdir)
     L += _runs_table(runs)
+    L += _wall_section(runs, wall)
     path = os.path.join(workdir, "report.md")
     with open(path, "w") as f:
         f.write("\n".join(L) + "\n")
@@ -296,4 +301,41 @@ def _runs_table(runs) -> list[str]:
         f = (lambda x: "—" if x is None else f"{x:.4g}")  # noqa: E731
         L.append(f"| {r.name} | {r.n_params:.3g} | {r.steps} | {r.tokens:.3g} | {r.pf_days:.3g} | {f(vl)} | "
                  f"{f(pa)} | {f(na)} |")
+    return L + [""]
+
+
+def _timing(run) -> dict:
+    """The sums over a run's invocations in <run>/timing.jsonl (train, eval and their compile)."""
+    path = os.path.join(run.workdir, contract.TIMING)
+    keys = ("train_s", "train_compile_s", "eval_s", "eval_compile_s")
+    tot = dict.fromkeys(keys, 0.0)
+    if os.path.exists(path):
+        for line in open(path):
+            row = json.loads(line)
+            for k in keys:
+                tot[k] += float(row.get(k, 0.0))
+    return tot
+
+
+def _wall_section(runs, wall: dict | None) -> list[str]:
+    """Where the time went: per-run sums of compile, train and eval (process seconds, all
+    invocations), and this invocation's wall time of the runs phase and of the fits."""
+    per = {r.name: _timing(r) for r in runs}
+    tot = {k: sum(t[k] for t in per.values()) for k in ("train_s", "train_compile_s", "eval_s",
+                                                       "eval_compile_s")}
+    L = ["## Wall time", ""]
+    if wall is not None:
+        L += [f"This invocation: runs phase {wall['runs_s'] / 60:.1f} min on {wall['workers']} "
+              f"worker process(es), join + fits + report {wall['fit_s'] / 60:.1f} min (before this "
+              "report was written).", ""]
+    busy = tot["train_s"] + tot["eval_s"]
+    if busy > 0:
+        L += ["Summed over the runs (seconds of one worker each, every invocation; compile = XLA "
+              "compilation or persistent-cache reads):", "",
+              "| phase | total | compile | compile share |", "|---|---|---|---|"]
+        for label, a, c in (("train", "train_s", "train_compile_s"), ("eval", "eval_s", "eval_compile_s")):
+            L.append(f"| {label} | {tot[a] / 60:.1f} min | {tot[c] / 60:.1f} min | "
+                     f"{tot[c] / max(tot[a], 1e-9):.0%} |")
+        L.append(f"| all runs | {busy / 60:.1f} min | {(tot['train_compile_s'] + tot['eval_compile_s']) / 60:.1f} min | "
+                 f"{(tot['train_compile_s'] + tot['eval_compile_s']) / busy:.0%} |")
     return L + [""]

@@ -26,22 +26,20 @@ import json
 import os
 import time
 
+import jax
 import numpy as np
 
 import fit
 from study import plan as plan_lib
+from study import workers
 from linscale_jax import contract, distributed
+from linscale_jax.metrics import fmt_time
 
 
 def _print(msg: str) -> None:
     """Status lines come from process 0 only (every process runs the same study)."""
     if distributed.is_primary():
         print(msg, flush=True)
-
-
-def _fmt(s: float) -> str:
-    s = int(max(s, 0))
-    return f"{s // 3600}h{s // 60 % 60:02d}m{s % 60:02d}s" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
 def trained(run) -> bool:
@@ -78,42 +76,77 @@ def loss_tasks(study) -> tuple[str, ...]:
     return ("val_loss",) if fit_loss(study) == "val_loss" else ("val_loss", "val_loss_avg")
 
 
-def eta(timed: list, todo: list) -> str:
-    """ETA of the runs still to train from t = a + b·FLOPs fitted to the runs trained so far."""
-    if not todo:
-        return "ETA 0m00s (evaluation only)"
-    if not timed:
-        return "ETA after the first run"
+def eta_seconds(timed: list, todo: list) -> float:
+    """Seconds the runs `todo` (their exact FLOPs) will take, from t = a + b·FLOPs fitted to the
+    runs `timed` so far ((FLOPs, seconds) pairs; at least one)."""
     f, t = (np.array(x, float) for x in zip(*timed))
     if len(timed) >= 2 and np.ptp(f) > 0:
         b = max(float(np.polyfit(f, t, 1)[0]), 0.0)
         a = max(float(np.mean(t - b * f)), 0.0)
     else:
         a, b = float(t.mean()), 0.0  # one run: every run assumed to cost as much
-    return f"ETA {_fmt(sum(a + b * x for x in todo))}"
+    return sum(a + b * x for x in todo)
+
+
+def eta(timed: list, todo: list) -> str:
+    """'ETA 4m05s' of the runs still to train (eta_seconds)."""
+    if not todo:
+        return "ETA 0m00s (evaluation only)"
+    if not timed:
+        return "ETA after the first run"
+    return f"ETA {fmt_time(eta_seconds(timed, todo))}"
+
+
+_COMPILE_S = [0.0]  # seconds XLA spent compiling (or reading the persistent cache) in this process
+
+
+def _on_event(event: str, duration: float, **_) -> None:
+    if event in ("/jax/core/compile/backend_compile_duration",
+                 "/jax/compilation_cache/cache_retrieval_time_sec"):
+        _COMPILE_S[0] += duration
+
+
+def _compile_clock() -> float:
+    if not getattr(_compile_clock, "registered", False):
+        jax.monitoring.register_event_duration_secs_listener(_on_event)
+        _compile_clock.registered = True
+    return _COMPILE_S[0]
 
 
 def process_run(study, run, log=_print, final: bool = True) -> None:
     """Train (or resume) one run, evaluate every checkpoint (val_loss) and, when `final`, run the
-    final-checkpoint tasks (NIAH, the corpus probe)."""
+    final-checkpoint tasks (NIAH, the corpus probe). Appends this invocation's wall time (train,
+    eval, and the compile share of each) to <run>/timing.jsonl."""
     from eval.runner import evaluate
     from linscale_jax import trainer
 
-    if not trained(run):
+    c0, t0 = _compile_clock(), time.time()
+    trained_here = not trained(run)
+    if trained_here:
         summary = trainer.train(run.config, run.workdir)
         if summary.get("stopped"):
             raise KeyboardInterrupt(f"{run.name} stopped by {summary['stopped']}; re-run to resume")
     else:
         log(f"[study] {run.name}: trained already ({run.steps} steps), skipping training")
+    c1, t1 = _compile_clock(), time.time()
     ctx = eval_context(study)
     evaluate(run.workdir, "all", loss_tasks(study), ctx_kwargs=ctx, log=log)
     if final:
         evaluate(run.workdir, "last", final_tasks(study), ctx_kwargs=ctx, log=log)
+    c2, t2 = _compile_clock(), time.time()
+    if distributed.is_primary():
+        with open(os.path.join(run.workdir, contract.TIMING), "a") as f:
+            f.write(json.dumps(dict(trained=trained_here, train_s=round(t1 - t0, 2),
+                                    train_compile_s=round(c1 - c0, 2), eval_s=round(t2 - t1, 2),
+                                    eval_compile_s=round(c2 - c1, 2), end=round(t2, 1))) + "\n")
 
 
-def join(study, runs, workdir: str, approach: int, log=_print) -> dict:
+def join(study, runs, workdir: str, approach: int, log=_print, runs_wall_s: float | None = None,
+         workers: int = 1) -> dict:
     """DIR/table.csv from every run's eval rows, DIR/fit/table.csv (the rows after the warmup, which
-    the fits, plots and comparisons use), fits (DIR/fit/) and report.md."""
+    the fits, plots and comparisons use), fits (DIR/fit/) and report.md (with the wall time of this
+    invocation's runs phase, runs_wall_s, when given)."""
+    t0 = time.time()
     from eval.export import collect, write_csv
     from study import holdout, report
 
@@ -135,7 +168,9 @@ def join(study, runs, workdir: str, approach: int, log=_print) -> dict:
     write_csv(after, fit_table)
     errors = fit_laws(study, fit_table, fit_dir, approach, log)
     holdout.write(study, fit_table, workdir, log)
-    path = report.write_report(study, runs, workdir, approach, fit_errors=errors)
+    wall = None if runs_wall_s is None else dict(runs_s=runs_wall_s, workers=workers,
+                                                  fit_s=time.time() - t0)
+    path = report.write_report(study, runs, workdir, approach, fit_errors=errors, wall=wall)
     log(f"[study] wrote {path}")
     return {"table": table, "fit_dir": fit_dir, "report": path, "fit_errors": errors}
 
@@ -173,6 +208,18 @@ def fit_laws(study, table_path: str, out: str, approach: int, log=_print) -> dic
     return errors
 
 
+def workers_for(study, n_runs: int, max_runs: int | None) -> int:
+    """How many runs train at once (study.workers, at most one per run; one under a multi-process
+    launch, where every run spans all hosts, and with max_runs)."""
+    n = int(study.get("workers", 1))
+    if n < 1:
+        raise ValueError(f"study.workers must be >= 1, got {n}")
+    if n > 1 and jax.process_count() > 1:
+        raise ValueError(f"study.workers={n} trains several runs in local processes; a multi-process "
+                         "launch trains one run at a time over every host: set --config.workers=1")
+    return 1 if max_runs is not None else max(1, min(n, n_runs))
+
+
 def run_study(study, workdir: str, shard_spec: str | None = None, approach: int | None = None,
               max_runs: int | None = None, join_only: bool = False, log=_print) -> dict:
     runs = plan_lib.build_plan(study, workdir)
@@ -186,26 +233,39 @@ def run_study(study, workdir: str, shard_spec: str | None = None, approach: int 
     largest = {}
     for r in runs:
         largest[r.arch] = max(largest.get(r.arch, 0), r.n_params)
-    for k, run in enumerate(mine):
+    finals = {r.name: str(study.eval.final_runs) == "all" or r.n_params == largest[r.arch]
+              for r in runs}
+    n_workers = workers_for(study, len(mine), max_runs)
+    if n_workers > 1:
+        out = workers.run_parallel(study, mine, finals, n_workers, process_run, log, eta_seconds)
+        processed = len(mine)
+        if out["stopped"]:
+            raise KeyboardInterrupt(f"{', '.join(out['stopped'])} stopped by a signal; re-run to resume")
+        if out["failed"]:
+            raise workers.RunsFailed(f"{len(out['failed'])} run(s) failed, the others finished; fix and "
+                               "re-run to resume: " + "; ".join(f"{k}: {v}" for k, v in out["failed"].items()))
+    for k, run in enumerate(mine if n_workers == 1 else []):
         done = sum(trained(r) for r in runs)
         todo = [r.flops_exact for r in mine[k:] if not trained(r)]
         log(f"[study] run {k + 1}/{len(mine)}{' of shard ' + shard_spec if shard_spec else ''}: {run.name} "
             f"(N={run.n_params:.3g}, {run.steps} steps, C={run.pf_days:.3g} PF-days) | study runs "
-            f"trained {done}/{len(runs)} | elapsed {_fmt(time.time() - t0)} | {eta(timed, todo)}")
+            f"trained {done}/{len(runs)} | elapsed {fmt_time(time.time() - t0)} | {eta(timed, todo)}")
         was_trained, t_run = trained(run), time.time()
-        process_run(study, run, log, final=str(study.eval.final_runs) == "all"
-                    or run.n_params == largest[run.arch])
+        process_run(study, run, log, final=finals[run.name])
         if not was_trained:
             timed.append((run.flops_exact, time.time() - t_run))
         processed += 1
         if max_runs is not None and processed >= max_runs and k + 1 < len(mine):
             log(f"[study] stopping after {processed} run(s) (max_runs); re-run to continue")
             return {"stopped": True, "runs": len(runs), "processed": processed}
-    log(f"[study] {len(mine)} run(s) processed in {_fmt(time.time() - t0)}")
+    log(f"[study] {len(mine)} run(s) processed in {fmt_time(time.time() - t0)}")
     if shard_spec and plan_lib.parse_shard(shard_spec)[1] > 1:
         log("[study] sharded invocation: run without --shard to join the results, fit and report")
         return {"stopped": False, "runs": len(runs), "processed": processed}
     if not distributed.is_primary():  # the table, fits and report are written by process 0 alone
         return {"stopped": False, "runs": len(runs), "processed": processed}
-    out = join(study, runs, workdir, approach, log)
+    t_join = time.time()
+    out = join(study, runs, workdir, approach, log, runs_wall_s=t_join - t0, workers=n_workers)
+    log(f"[study] runs {fmt_time(t_join - t0)} on {n_workers} worker(s), join + fits + report "
+        f"{fmt_time(time.time() - t_join)}, total {fmt_time(time.time() - t0)}")
     return {"stopped": False, "runs": len(runs), "processed": processed, "seconds": time.time() - t0, **out}

@@ -1,4 +1,4 @@
-"""The default miniature study (the README's main job): <= 60 minutes on 2 CPU cores.
+"""The default miniature study (the README's main job): two runs at a time on 2 CPU cores (workers).
 
     python -m study --config=configs/study/cpu.py --workdir=/tmp/study_cpu
 4 archs × 5 ladder sizes d32 d40 d48 d64 d96 (3 layers, 4..12 heads of dim 8; non-embedding N
@@ -18,6 +18,8 @@ larger validation sample (32 batches = 32,768 tokens instead of 8,192), and the 
 held-out prediction add the measured seed-to-seed sd (noise.seed_sd) to their intervals. Cost: two
 evaluations of 32 batches per checkpoint instead of one of 8, no extra training (cooldowns and seed
 replicates cost more than the budget allows; README "Noise sources" says what each would buy).
+Time: runs train two at a time (workers = 2, one process pinned to each core, study.workers); NIAH
+and the corpus probe run on each arch's largest model only (every smaller one was at chance).
 """
 
 from study.presets import study_defaults
@@ -28,9 +30,12 @@ def get_config():
     c.sizes = "d32,d40,d48,d64,d96"
     c.tokens = 2048 * 8 * 128.0
     c.checkpoints = 16
+    c.workers = 2  # two runs at once, one per core (study.workers)
     c.overrides.optim.update(lr=3e-3, warmup_steps=64, schedule="constant")
     c.overrides.checkpoint.log_spaced = 0
     c.eval.update(val_batches=32, fit_loss="val_loss_avg")
+    c.eval.final_runs = "largest"  # NIAH + probe at chance below d96 (README); the recall preset
+    # measures retrieval with signal
     c.noise.seed_sd = 0.05  # nats; pooled over the 32-batch estimators (study.noise, llama-d32, 3 seeds)
     c.fit.include_clamped = True
     return c

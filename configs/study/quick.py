@@ -15,6 +15,7 @@ def get_config():
     c.sizes = "d32,d48,d64"
     c.tokens = 48 * 8 * 128.0
     c.checkpoints = 4
+    c.workers = 2  # two runs at once, one per core (study.workers)
     c.overrides.train.log_every = 8
     c.overrides.optim.warmup_steps = 8
     c.overrides.checkpoint.log_spaced = 2

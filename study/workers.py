@@ -1,0 +1,188 @@
+"""Several runs of a study at once on one machine: N worker processes, each pinned to its own cores.
+
+    out = run_parallel(study, runs, finals, workers=2, process=runner.process_run, log=print)
+
+A miniature run (d32..d96, batch 8 × 128) cannot keep two CPU cores busy: XLA's intra-op threads
+wait on each other in every small op. N single-core processes that each train whole runs finish the
+same work in less wall time (`bench/study_run.py --workers`; README "The main job"). Scheduling is
+longest-first (the runs' exact FLOPs), pulled from one queue, so the last runs to finish are the
+small ones. Every run is still one `runner.process_run` (train or resume, evaluate), and each run's
+output goes to DIR/runs/<run>/study.log; this process prints one line per started and finished run
+with the study's ETA.
+
+Stopping: Ctrl-C reaches every worker (one process group); SIGTERM to this process is forwarded to
+the workers. Each trainer saves a checkpoint and stops; re-running the study resumes every run.
+A run that fails (divergence, bad data) does not stop the others: its error is returned, named with
+its log file, and the study stops before joining.
+Only for a single-process launch: a multi-host study trains one run at a time over every host.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue as queue_lib
+import signal
+import sys
+import time
+import traceback
+
+from linscale_jax import contract
+from linscale_jax.metrics import fmt_time
+
+_SINGLE_THREAD = "--xla_cpu_multi_thread_eigen=false"
+# glibc malloc: keep freed memory instead of unmapping it. XLA:CPU allocates each step's buffers
+# afresh; with the defaults, buffers over the mmap threshold are mapped and unmapped every step and
+# every touched page faults again (llama-d48 single-core: 564k page faults in 40 steps, 156k with
+# these; bench/study_run.py --workers measures the wall time). Inherited by the spawned workers;
+# a value already set in the environment wins.
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "1000000000", "MALLOC_TRIM_THRESHOLD_": "1000000000",
+              "MALLOC_TOP_PAD_": "536870912"}
+
+
+def core_sets(workers: int, cores: list[int] | None = None) -> list[list[int]]:
+    """Worker i's CPU cores: an even split of this process's cores (all of them when fewer cores
+    than workers)."""
+    cores = sorted(os.sched_getaffinity(0)) if cores is None else list(cores)
+    if len(cores) < workers:
+        return [cores] * workers
+    return [cores[i::workers] for i in range(workers)]
+
+
+class RunsFailed(RuntimeError):
+    """Some runs of a parallel study failed; the others finished (message: each run and its log)."""
+
+
+def _stop(signum, _frame):
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def _redirect(out: int, err: int | None = None) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(out, 1)
+    os.dup2(out if err is None else err, 2)
+
+
+def _worker(index: int, cores: list[int], study, runs: dict, finals: dict, process, todo,
+            events) -> None:
+    """Child process: pin to `cores`, then `process` runs named by `todo` until it yields None.
+    SIGTERM outside training stops the worker like Ctrl-C (the trainer installs its own handler,
+    which saves a checkpoint first)."""
+    os.sched_setaffinity(0, cores)
+    signal.signal(signal.SIGTERM, _stop)
+    saved = os.dup(1), os.dup(2)
+    name = None
+    try:
+        while (name := todo.get()) is not None:
+            run = runs[name]
+            events.put(("start", index, name, time.time()))
+            os.makedirs(run.workdir, exist_ok=True)
+            log_path = os.path.join(run.workdir, contract.STUDY_LOG)
+            try:
+                with open(log_path, "a", buffering=1) as f:
+                    _redirect(f.fileno())  # file descriptors: progress bars, absl and XLA too
+                    try:
+                        process(study, run, log=lambda m: print(m, flush=True), final=finals[name])
+                    except Exception:
+                        traceback.print_exc()
+                        raise
+                    finally:
+                        _redirect(*saved)
+                events.put(("done", index, name, time.time()))
+            except Exception as e:  # noqa: BLE001 (reported to the parent with the run's log file)
+                events.put(("failed", index, name, f"{type(e).__name__}: {e} (log: {log_path})"))
+    except KeyboardInterrupt as e:  # the trainer saved a checkpoint (or none was under way)
+        if name is not None:
+            events.put(("stopped", index, name, str(e) or "interrupted"))
+
+
+def run_parallel(study, runs: list, finals: dict, workers: int, process, log=print,
+                 eta=None) -> dict:
+    """Process `runs` (plan.Run) in `workers` pinned processes, longest first.
+
+    `process(study, run, log=, final=)` is runner.process_run (a module-level function: the spawned
+    workers import it by name); finals[run.name] says whether the run gets the final-checkpoint
+    tasks. `eta(timed, todo)` (runner.eta_seconds) turns the finished runs' (FLOPs, seconds) into
+    one worker's remaining seconds; it is divided by the number of workers.
+    Returns {"failed": {run: error}, "stopped": [runs a signal stopped]}; the caller raises
+    RunsFailed for failures."""
+    order = sorted(runs, key=lambda r: -r.flops_exact)
+    by_name = {r.name: r for r in runs}
+    ctx = mp.get_context("spawn")  # a fresh interpreter: jax is not fork-safe
+    todo, events = ctx.Queue(), ctx.Queue()
+    for r in order:
+        todo.put(r.name)
+    for _ in range(workers):
+        todo.put(None)
+    cores = core_sets(workers)
+    saved = {k: os.environ.get(k) for k in ("XLA_FLAGS", *MALLOC_ENV)}
+    os.environ["XLA_FLAGS"] = f"{saved['XLA_FLAGS'] or ''} {_SINGLE_THREAD}".strip()
+    for k, v in MALLOC_ENV.items():  # the spawned workers inherit the environment at start
+        os.environ.setdefault(k, v)
+    try:
+        procs = [ctx.Process(target=_worker, name=f"study-worker-{i}",
+                             args=(i, c, study, by_name, finals, process, todo, events))
+                 for i, c in enumerate(cores)]
+        for p in procs:
+            p.start()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    log(f"[study] {len(runs)} run(s) on {workers} worker processes (cores {cores}), longest first; "
+        f"each run's output: <run workdir>/study.log")
+
+    def forward(signum, _frame):
+        for p in procs:
+            if p.is_alive():
+                os.kill(p.pid, signum)
+
+    previous = signal.signal(signal.SIGTERM, forward)
+    started, timed, failed, stopped, done = {}, [], {}, [], set()
+    t0 = time.time()
+    try:
+        while any(p.is_alive() for p in procs) or not events.empty():
+            try:
+                kind, w, name, info = events.get(timeout=1.0)
+            except queue_lib.Empty:
+                continue
+            run = by_name[name]
+            if kind == "start":
+                started[name] = info
+                log(f"[study] worker {w}: {name} started (N={run.n_params:.3g}, {run.steps} steps) "
+                    f"| elapsed {fmt_time(time.time() - t0)}")
+                continue
+            if kind == "done":
+                done.add(name)
+                timed.append((run.flops_exact, info - started[name]))
+                what = f"done in {fmt_time(info - started[name])}"
+            elif kind == "failed":
+                failed[name], what = info, f"FAILED: {info}"
+            else:
+                stopped.append(name)
+                what = f"stopped: {info}"
+            finished = set(done) | set(failed) | set(stopped)
+            rest = ""
+            if eta is not None and timed:
+                left = [r.flops_exact for r in runs if r.name not in started]
+                running = [r.flops_exact / 2 for r in runs  # under way: half left, on average
+                           if r.name in started and r.name not in finished]
+                rest = f" | ETA {fmt_time(eta(timed, left + running) / workers)}"
+            log(f"[study] worker {w}: {name} {what} | finished {len(finished)}/{len(runs)} | "
+                f"elapsed {fmt_time(time.time() - t0)}{rest}")
+    except KeyboardInterrupt:  # Ctrl-C reached the workers too; SIGTERM makes sure (the trainer
+        forward(signal.SIGTERM, None)  # treats a second SIGINT as "stop at once, unsaved")
+        raise
+    finally:
+        for p in procs:
+            p.join()
+        signal.signal(signal.SIGTERM, previous)
+    for p in procs:
+        if p.exitcode != 0:
+            for name in started:
+                if name not in done and name not in failed and name not in stopped:
+                    failed[name] = f"{p.name} exited with code {p.exitcode} (see the run's study.log)"
+    return {"failed": failed, "stopped": stopped}

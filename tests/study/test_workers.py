@@ -1,0 +1,116 @@
+"""study.workers: runs of a study in pinned worker processes (longest first, failures isolated,
+SIGTERM forwarded). The real trainer under workers is covered by the quick study's resume
+(tests/study/test_study.py, slow), whose preset has workers = 2."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from study import workers
+
+
+@dataclasses.dataclass
+class FakeRun:
+    name: str
+    workdir: str
+    flops_exact: float
+    n_params: int = 1000
+    steps: int = 10
+
+
+def record(study, run, log, final):
+    """A stand-in for runner.process_run: records where and how it ran."""
+    log(f"processing {run.name}")
+    Path(run.workdir, "ran.json").write_text(json.dumps(dict(
+        pid=os.getpid(), cores=sorted(os.sched_getaffinity(0)), final=final, t=time.time(),
+        xla_flags=os.environ.get("XLA_FLAGS", ""), study=study,
+        malloc={k: os.environ.get(k) for k in workers.MALLOC_ENV})))
+    if run.name == "bad":
+        raise ValueError("this run's data is empty")
+    time.sleep(0.3)
+
+
+def wait_for_term(study, run, log, final):
+    Path(run.workdir, "ready").write_text("")
+    time.sleep(60)
+
+
+def _runs(tmp_path, names_flops):
+    return [FakeRun(n, str(tmp_path / n), f) for n, f in names_flops]
+
+
+def test_core_sets_split_the_cores_evenly():
+    assert workers.core_sets(2, [0, 1]) == [[0], [1]]
+    assert workers.core_sets(2, [0, 1, 2, 3, 4]) == [[0, 2, 4], [1, 3]]
+    assert workers.core_sets(3, [5]) == [[5], [5], [5]]  # fewer cores than workers: all share
+
+
+def test_runs_in_pinned_processes_longest_first_and_a_failure_does_not_stop_the_others(tmp_path):
+    runs = _runs(tmp_path, [("small", 1.0), ("bad", 2.0), ("big", 100.0), ("mid", 10.0), ("tiny", 0.5)])
+    finals = {r.name: r.name == "big" for r in runs}
+    lines = []
+    before = {k: os.environ.get(k) for k in ("XLA_FLAGS", *workers.MALLOC_ENV)}
+    out = workers.run_parallel({"id": 7}, runs, finals, 2, record, log=lines.append,
+                               eta=lambda timed, todo: 60.0 * len(todo))
+    assert {k: os.environ.get(k) for k in before} == before  # the parent's environment is untouched
+    assert out["stopped"] == [] and set(out["failed"]) == {"bad"}
+    assert "ValueError: this run's data is empty" in out["failed"]["bad"]
+    assert str(tmp_path / "bad" / "study.log") in out["failed"]["bad"]
+    assert "Traceback" in (tmp_path / "bad" / "study.log").read_text()
+    ran = {r.name: json.loads(Path(r.workdir, "ran.json").read_text()) for r in runs}
+    assert all(Path(r.workdir, "study.log").read_text().startswith(f"processing {r.name}") for r in runs)
+    pids = {v["pid"] for v in ran.values()}
+    assert os.getpid() not in pids and 1 <= len(pids) <= 2
+    assert all("--xla_cpu_multi_thread_eigen=false" in v["xla_flags"] for v in ran.values())
+    malloc = {k: before[k] or v for k, v in workers.MALLOC_ENV.items()}  # a value already set wins
+    assert all(v["study"] == {"id": 7} and v["malloc"] == malloc for v in ran.values())
+    assert [n for n, v in ran.items() if v["final"]] == ["big"]
+    if len(os.sched_getaffinity(0)) >= 2:
+        assert len(pids) == 2  # both workers took runs
+        per_pid = {v["pid"]: tuple(v["cores"]) for v in ran.values()}
+        assert all(len(c) == len(os.sched_getaffinity(0)) // 2 for c in per_pid.values())
+        assert len(set(per_pid.values())) == 2  # disjoint cores
+    order = sorted(ran, key=lambda n: ran[n]["t"])
+    assert set(order[:2]) == {"big", "mid"} and order[-1] == "tiny"  # longest first
+    text = "\n".join(lines)
+    assert "on 2 worker processes" in text and "finished 5/5" in text and "FAILED" in text
+    assert "ETA" in text
+
+
+def test_sigterm_is_forwarded_and_the_runs_stop(tmp_path):
+    runs = _runs(tmp_path, [(f"r{i}", float(i)) for i in range(4)])
+
+    def term_when_ready():
+        deadline = time.time() + 60
+        while time.time() < deadline and not any(Path(r.workdir, "ready").exists() for r in runs):
+            time.sleep(0.1)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=term_when_ready, daemon=True).start()
+    t0 = time.time()
+    out = workers.run_parallel({}, runs, {r.name: False for r in runs}, 2, wait_for_term,
+                               log=lambda m: None)
+    assert time.time() - t0 < 50  # not the 60 s sleep: the workers were stopped
+    assert out["stopped"] and not out["failed"]
+    assert sum(Path(r.workdir, "ready").exists() for r in runs) <= 2  # queued runs never started
+    assert signal.getsignal(signal.SIGTERM) is not None
+
+
+def test_workers_for_rules():
+    from ml_collections import ConfigDict
+
+    from study import runner
+
+    assert runner.workers_for(ConfigDict(dict(workers=2)), 20, None) == 2
+    assert runner.workers_for(ConfigDict(dict(workers=4)), 3, None) == 3  # at most one per run
+    assert runner.workers_for(ConfigDict(dict(workers=2)), 20, 1) == 1  # max_runs: in order, here
+    with pytest.raises(ValueError, match="study.workers must be >= 1"):
+        runner.workers_for(ConfigDict(dict(workers=0)), 20, None)
