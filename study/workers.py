@@ -4,7 +4,9 @@
 
 A miniature run (d32..d96, batch 8 × 128) cannot keep two CPU cores busy: XLA's intra-op threads
 wait on each other in every small op. N single-core processes that each train whole runs finish the
-same work in less wall time (`bench/study_run.py --workers`; README "The main job"). Scheduling is
+same work in less wall time: tnl-d48 of the cpu preset took 80 s alone on 2 cores and 95 s on one
+core beside another run (`bench/study_run.py --runs=tnl-d48`, under `taskset -c 0` with
+XLA_FLAGS=--xla_cpu_multi_thread_eigen=false), 1.7x the throughput. Scheduling is
 longest-first (the runs' exact FLOPs), pulled from one queue, so the last runs to finish are the
 small ones. Every run is still one `runner.process_run` (train or resume, evaluate), and each run's
 output goes to DIR/runs/<run>/study.log; this process prints one line per started and finished run
@@ -33,8 +35,8 @@ from linscale_jax.metrics import fmt_time
 _SINGLE_THREAD = "--xla_cpu_multi_thread_eigen=false"
 # glibc malloc: keep freed memory instead of unmapping it. XLA:CPU allocates each step's buffers
 # afresh; with the defaults, buffers over the mmap threshold are mapped and unmapped every step and
-# every touched page faults again (llama-d48 single-core: 564k page faults in 40 steps, 156k with
-# these; bench/study_run.py --workers measures the wall time). Inherited by the spawned workers;
+# every touched page faults again (llama-d48 single-core, `perf stat -e page-faults` over
+# bench/train_step.py --archs=llama --sizes=d48 --seq=128 --steps=40: 564k faults, 156k with these). Inherited by the spawned workers;
 # a value already set in the environment wins.
 MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "1000000000", "MALLOC_TRIM_THRESHOLD_": "1000000000",
               "MALLOC_TOP_PAD_": "536870912"}
