@@ -86,7 +86,8 @@ def common_compute(table) -> float:
 
 
 def _ranked(c_star: float, by_arch: dict, draws: dict) -> dict:
-    """best / runner_up / diff [d, lo, hi] / p_best from point values and per-arch bootstrap draws."""
+    """best / runner_up / diff [d, lo, hi] / p_best (and vs_llama: {arch: [arch − llama, lo, hi]})
+    from point values and per-arch bootstrap draws."""
     archs = list(by_arch)
     order = sorted(archs, key=lambda a: by_arch[a][0])
     out = {"compute": c_star, "by_arch": by_arch, "best": order[0],
@@ -103,6 +104,15 @@ def _ranked(c_star: float, by_arch: dict, draws: dict) -> dict:
         out["p_best"] = float(np.mean(np.argmin(m[:, ok], axis=0) == archs.index(order[0]))) if ok.any() \
             else float("nan")
         out["resolved"] = bool(np.isfinite(out["diff"][1]) and out["diff"][1] > 0)
+        if "llama" in archs:  # each arch minus llama, paired by draw index
+            ref = m[archs.index("llama")]
+            out["vs_llama"] = {}
+            for i, a in enumerate(archs):
+                if a != "llama":
+                    d = m[i] - ref
+                    d = d[np.isfinite(d)]
+                    lo, hi = np.percentile(d, [2.5, 97.5]) if len(d) else (np.nan, np.nan)
+                    out["vs_llama"][a] = [by_arch[a][0] - by_arch["llama"][0], float(lo), float(hi)]
     return out
 
 

@@ -4,7 +4,7 @@ Fields: model_file, archs, sizes, tokens (training tokens per run, the same for 
 checkpoints (dense checkpoints per run; plus checkpoint.log_spaced early ones), workers (runs
 trained at once, each in its own process pinned to its share of the CPU cores: study.workers), overrides (nested
 run-config sections applied to every run), eval (what is evaluated; fit_loss: which loss the laws
-use), noise (seed_sd: the measured seed-to-seed sd the intervals add), fit (how laws are fitted).
+use), recall_from (a recall study's workdir whose recall.csv the findings section reads), noise (seed_sd: the measured seed-to-seed sd the intervals add), fit (how laws are fitted).
 """
 
 import ml_collections
@@ -18,6 +18,7 @@ def study_defaults() -> ml_collections.ConfigDict:
         tokens=1.0e6,  # float: paper-scale budgets exceed int32 ConfigDict fields
         checkpoints=10,
         workers=1,  # runs trained at once in pinned single-core processes (study.workers; CPU only)
+        recall_from="",  # a recall study's workdir (configs/study/recall.py): the report's finding 3
         overrides=dict(
             train=dict(batch_size=8, seq_len=128, log_every=10, eval_every=0,
                        seed=0),  # init seed: a replicate study is --config.overrides.train.seed=1

@@ -14,7 +14,7 @@ import os
 import numpy as np
 
 from linscale_jax import contract
-from study import compare, holdout, plan
+from study import compare, findings, holdout, plan
 
 LAWS = (("L_C", "L(C)"), ("N_opt_C", "N_opt(C)"), ("D_opt_C", "D_opt(C)"))
 
@@ -174,8 +174,13 @@ def write_report(study, runs, workdir: str, approach: int, fit_errors: dict | No
     L += _noise_section(table, seed_sd, load(raw_path).with_compute_unit("pf-days")
                         if os.path.exists(raw_path) else None)
     L += holdout.report_section(workdir)
-    L += _comparisons(runs, table, fits, n_boot, int(study.fit.seed), bool(study.fit.include_clamped),
-                      compare.noise_sd(table, seed_sd))
+    lines, common, law = _comparisons(runs, table, fits, n_boot, int(study.fit.seed),
+                                      bool(study.fit.include_clamped), compare.noise_sd(table, seed_sd))
+    hold_path = os.path.join(workdir, "holdout.json")
+    recall_rows, recall_src = findings.recall_rows_from(study)
+    L += findings.section(plan.split_list(study.archs), fits, json.load(open(hold_path)) if os.path.exists(hold_path) else None,
+                          common, law, recall_rows, recall_src)
+    L += lines
     L += _niah_section(runs, workdir)
     L += _runs_table(runs)
     L += _wall_section(runs, wall)
@@ -221,7 +226,10 @@ def _verdict(c: dict) -> str:
 
 def _comparisons(runs, table, fits, n_boot: int, seed: int, include_clamped: bool,
                  noise: dict | None = None) -> list[str]:
+    """The comparisons section, and the envelope and law comparisons at the common compute (None
+    with a single arch)."""
     L = ["## Comparisons (computed)", ""]
+    c = law = None
     if len(table.archs) >= 2:
         c = compare.loss_at_common_compute(table, n_boot, seed, noise)
         L.append(f"**Lowest loss at the largest common compute C = {c['compute']:.3g} PF-days** (the largest "
@@ -275,7 +283,7 @@ def _comparisons(runs, table, fits, n_boot: int, seed: int, include_clamped: boo
               "lm-eval acc [95%, normal approximation]):", ""]
         L += [f"- {a}: {_ci(v, 3)}" for a, v in per.items()]
         L += [f"- {k}: {_ci(v, 3)}" for k, v in diffs.items()]
-    return L + [""]
+    return L + [""], c, law
 
 
 def _niah_section(runs, workdir: str) -> list[str]:

@@ -31,7 +31,7 @@ import numpy as np
 
 import fit
 from study import plan as plan_lib
-from study import workers
+from study import findings, workers
 from linscale_jax import contract, distributed
 from linscale_jax.metrics import fmt_time
 
@@ -223,6 +223,7 @@ def workers_for(study, n_runs: int, max_runs: int | None) -> int:
 def run_study(study, workdir: str, shard_spec: str | None = None, approach: int | None = None,
               max_runs: int | None = None, join_only: bool = False, log=_print) -> dict:
     runs = plan_lib.build_plan(study, workdir)
+    findings.recall_rows_from(study)  # a wrong study.recall_from fails now, not after training
     mine = [] if join_only else plan_lib.shard(runs, shard_spec)
     approach = int(approach or study.fit.approach)
     if distributed.is_primary():  # shared files: process 0 writes, the others read
@@ -265,7 +266,8 @@ def run_study(study, workdir: str, shard_spec: str | None = None, approach: int 
     if not distributed.is_primary():  # the table, fits and report are written by process 0 alone
         return {"stopped": False, "runs": len(runs), "processed": processed}
     t_join = time.time()
-    out = join(study, runs, workdir, approach, log, runs_wall_s=t_join - t0, workers=n_workers)
+    out = join(study, runs, workdir, approach, log, workers=n_workers,
+               runs_wall_s=None if join_only else t_join - t0)
     log(f"[study] runs {fmt_time(t_join - t0)} on {n_workers} worker(s), join + fits + report "
         f"{fmt_time(time.time() - t_join)}, total {fmt_time(time.time() - t0)}")
     return {"stopped": False, "runs": len(runs), "processed": processed, "seconds": time.time() - t0, **out}

@@ -1,0 +1,166 @@
+"""The paper's three qualitative findings, each judged on a study's own numbers with intervals.
+
+    lines = section(archs, fits, holdout_summary, common, law, recall_rows)
+
+1. Power laws fit all four architectures: the L(C) exponent's 95% interval lies below 0 and the
+   held-out largest size's final loss falls inside its predicted 95% interval (study.holdout).
+2. Linear models match or beat LLaMA in loss at equal compute: each linear arch minus llama at the
+   largest common compute (compare.loss_at_common_compute's envelope, and the fitted laws), with the
+   run-bootstrap + noise interval. Below 0 resolved = beats; interval across 0 = matches within the
+   noise; above 0 resolved = LLaMA better (not reproduced for that arch).
+3. LLaMA leads on retrieval: the MQAR recall experiment (configs/study/recall.py, read from
+   study.recall_from), llama minus each linear arch per (width, pairs) cell with a normal interval
+   from the query counts.
+Whatever the outcome, the verdict is stated plainly (reproduced / not reproduced / not resolved).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+
+import numpy as np
+
+LINEAR = ("tnl", "hgrn2", "cosformer2")
+SECTION = "## The paper's findings in miniature"
+
+
+def _ci(v, digits=3) -> str:
+    return f"{v[0]:+.{digits}f} [{v[1]:+.{digits}f}, {v[2]:+.{digits}f}]"
+
+
+def power_laws(fits: dict, holdout: dict | None, archs) -> tuple[str, list[str]]:
+    """Finding 1 for the study's `archs`. fits: fits.json; holdout: holdout.json (or None)."""
+    rows, ok_all = [], True
+    held = (holdout or {}).get("archs", {})
+    for a in archs:
+        if a not in fits:
+            rows.append(f"| {a} | not fitted | — | no |")
+            ok_all = False
+            continue
+        e = fits[a]["L_C"]
+        ci = (e.get("ci95") or {}).get("exponent") or [np.nan, np.nan]
+        neg = bool(np.isfinite(ci[1]) and ci[1] < 0)
+        h = held.get(a)
+        inside = bool(h and h.get("inside"))
+        cell = (f"{h['actual']:.4f} in [{h['ci_low']:.4f}, {h['ci_high']:.4f}]: "
+                f"{'inside' if inside else 'OUTSIDE'}") if h else "no held-out prediction"
+        ok = neg and inside
+        ok_all &= ok
+        rows.append(f"| {a} | {e['exponent']:.4f} [{ci[0]:.4f}, {ci[1]:.4f}] | {cell} | "
+                    f"{'yes' if ok else 'no'} |")
+    verdict = "**reproduced**" if ok_all else "**not reproduced for every arch**"
+    return verdict, ["| arch | L(C) exponent [95%] | held-out final loss in its 95% interval? | "
+                     "power law holds |", "|---|---|---|---|", *rows]
+
+
+def _pairwise(result: dict) -> dict:
+    return {a: v for a, v in (result.get("vs_llama") or {}).items() if a in LINEAR}
+
+
+def _judge(d) -> str:
+    if not np.isfinite(d[1]) or not np.isfinite(d[2]):
+        return "no interval"
+    if d[2] < 0:
+        return "beats LLaMA (resolved)"
+    if d[1] > 0:
+        return "LLaMA lower (resolved)"
+    return "matches LLaMA (difference not resolved)"
+
+
+def equal_compute(common: dict, law: dict) -> tuple[str, list[str]]:
+    """Finding 2 from the envelope (`common`) and the fitted laws (`law`) at the same compute."""
+    env, fitted = _pairwise(common), _pairwise(law)
+    rows, worse = [], []
+    for a in LINEAR:
+        e, f = env.get(a), fitted.get(a)
+        if e is None:
+            continue
+        if _judge(e).startswith("LLaMA lower"):
+            worse.append(a)
+        rows.append(f"| {a} | {_ci(e)} | {_judge(e)} | "
+                    f"{_ci(f) + ' ' + _judge(f) if f is not None else 'law not fitted'} |")
+    if not rows:
+        return "**not measured** (no llama or no linear arch in this study)", []
+    verdict = ("**reproduced**: no linear arch is resolved worse than LLaMA" if not worse else
+               f"**not reproduced** for {', '.join(worse)} (LLaMA's loss is lower, resolved)")
+    return verdict, [f"At C = {common['compute']:.3g} PF-days (the largest compute every arch reaches "
+                     "with >= 2 runs); arch minus llama in nats [95%: runs resampled + checkpoint and "
+                     "seed noise]; the verdict uses the envelope column.", "",
+                     "| arch | envelope: arch − llama | verdict | fitted L(C): arch − llama |",
+                     "|---|---|---|---|", *rows]
+
+
+def read_recall(path: str) -> list[dict]:
+    """DIR/recall.csv of a recall study (study.recall) as rows with numeric fields."""
+    rows = []
+    with open(path) as f:
+        for r in csv.DictReader(f):
+            rows.append(dict(arch=r["arch"], d_model=int(r["d_model"]), n_pairs=int(r["n_pairs"]),
+                             accuracy=float(r["accuracy"]), queries=int(r["queries"])))
+    return rows
+
+
+def recall_differences(rows: list[dict]) -> list[tuple]:
+    """(d_model, n_pairs, arch, [llama − arch, lo, hi]) per cell: normal interval from the counts."""
+    out = []
+    cells = sorted({(r["d_model"], r["n_pairs"]) for r in rows})
+    for d, p in cells:
+        at = {r["arch"]: r for r in rows if (r["d_model"], r["n_pairs"]) == (d, p)}
+        if "llama" not in at:
+            continue
+        ll = at["llama"]
+        for a in LINEAR:
+            if a not in at:
+                continue
+            x = at[a]
+            se = np.hypot(np.sqrt(ll["accuracy"] * (1 - ll["accuracy"]) / ll["queries"]),
+                          np.sqrt(x["accuracy"] * (1 - x["accuracy"]) / x["queries"]))
+            diff = ll["accuracy"] - x["accuracy"]
+            out.append((d, p, a, [diff, diff - 1.96 * se, diff + 1.96 * se]))
+    return out
+
+
+def retrieval(recall_rows: list[dict] | None, source: str) -> tuple[str, list[str]]:
+    """Finding 3 from the recall experiment's rows (None: not run)."""
+    if not recall_rows:
+        return ("**not measured here**: run `python -m study --config=configs/study/recall.py "
+                "--workdir=R` and pass `--config.recall_from=R`", [])
+    diffs = recall_differences(recall_rows)
+    lead = sum(v[1] > 0 for *_, v in diffs)
+    behind = sum(v[2] < 0 for *_, v in diffs)
+    verdict = ("**reproduced**" if diffs and lead == len(diffs) else
+               "**not reproduced**" if behind > lead else "**partly reproduced**")
+    verdict += (f": LLaMA's MQAR accuracy is higher, resolved, in {lead} of {len(diffs)} "
+                f"(width, pairs, linear arch) cells; lower, resolved, in {behind}")
+    return verdict, [f"From {source} (MQAR; llama minus arch, accuracy [95%]):", "",
+                     "| d | pairs | arch | llama − arch |", "|---|---|---|---|",
+                     *(f"| {d} | {p} | {a} | {_ci(v)} |" for d, p, a, v in diffs)]
+
+
+def section(archs, fits: dict, holdout: dict | None, common: dict | None, law: dict | None,
+            recall_rows: list[dict] | None, recall_source: str = "") -> list[str]:
+    """The report's findings section for the study's `archs`: one verdict per finding, then its
+    table."""
+    L = [SECTION, "", "Each of the paper's qualitative findings, judged on this study's numbers "
+         "(verdicts follow the intervals, not the paper):", ""]
+    v1, t1 = power_laws(fits, holdout, archs)
+    v2, t2 = equal_compute(common, law or {}) if common else ("**not measured** (one arch)", [])
+    v3, t3 = retrieval(recall_rows, recall_source)
+    for title, v, t in (("1. Power laws fit all four architectures", v1, t1),
+                        ("2. Linear models match or beat LLaMA in loss at equal compute", v2, t2),
+                        ("3. LLaMA leads on retrieval", v3, t3)):
+        L += [f"**{title}:** {v}.", ""] + (t + [""] if t else [])
+    return L
+
+
+def recall_rows_from(study) -> tuple[list[dict] | None, str]:
+    """The recall rows named by study.recall_from (a recall study's workdir), or (None, '')."""
+    src = str(study.get("recall_from", "") or "")
+    if not src:
+        return None, ""
+    path = os.path.join(src, "recall.csv")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"study.recall_from={src!r} has no recall.csv; run "
+                                f"`python -m study --config=configs/study/recall.py --workdir={src}` first")
+    return read_recall(path), path
