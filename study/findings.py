@@ -1,6 +1,6 @@
 """The paper's three qualitative findings, each judged on a study's own numbers with intervals.
 
-    lines = section(archs, fits, holdout_summary, common, law, recall_rows)
+    lines, verdicts = section(archs, fits, holdout_summary, common, law, recall_rows)
 
 1. Power laws fit all four architectures: the L(C) exponent's 95% interval lies below 0 and the
    held-out largest size's final loss falls inside its predicted 95% interval (study.holdout).
@@ -139,19 +139,22 @@ def retrieval(recall_rows: list[dict] | None, source: str) -> tuple[str, list[st
 
 
 def section(archs, fits: dict, holdout: dict | None, common: dict | None, law: dict | None,
-            recall_rows: list[dict] | None, recall_source: str = "") -> list[str]:
-    """The report's findings section for the study's `archs`: one verdict per finding, then its
-    table."""
+            recall_rows: list[dict] | None, recall_source: str = "") -> tuple[list[str], dict]:
+    """The report's findings section for the study's `archs` (one verdict per finding, then its
+    table), and {finding: verdict} (report.py writes it to DIR/findings.json)."""
     L = [SECTION, "", "Each of the paper's qualitative findings, judged on this study's numbers "
          "(verdicts follow the intervals, not the paper):", ""]
     v1, t1 = power_laws(fits, holdout, archs)
     v2, t2 = equal_compute(common, law or {}) if common else ("**not measured** (one arch)", [])
     v3, t3 = retrieval(recall_rows, recall_source)
-    for title, v, t in (("1. Power laws fit all four architectures", v1, t1),
-                        ("2. Linear models match or beat LLaMA in loss at equal compute", v2, t2),
-                        ("3. LLaMA leads on retrieval", v3, t3)):
+    verdicts = {}
+    for key, title, v, t in (
+            ("power_laws", "1. Power laws fit all four architectures", v1, t1),
+            ("equal_compute", "2. Linear models match or beat LLaMA in loss at equal compute", v2, t2),
+            ("retrieval", "3. LLaMA leads on retrieval", v3, t3)):
         L += [f"**{title}:** {v}.", ""] + (t + [""] if t else [])
-    return L
+        verdicts[key] = v.replace("**", "")
+    return L, verdicts
 
 
 def recall_rows_from(study) -> tuple[list[dict] | None, str]:

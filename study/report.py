@@ -178,9 +178,17 @@ def write_report(study, runs, workdir: str, approach: int, fit_errors: dict | No
                                       bool(study.fit.include_clamped), compare.noise_sd(table, seed_sd))
     hold_path = os.path.join(workdir, "holdout.json")
     recall_rows, recall_src = findings.recall_rows_from(study)
-    L += findings.section(plan.split_list(study.archs), fits, json.load(open(hold_path)) if os.path.exists(hold_path) else None,
-                          common, law, recall_rows, recall_src)
-    L += lines
+    found, verdicts = findings.section(plan.split_list(study.archs), fits,
+                                       json.load(open(hold_path)) if os.path.exists(hold_path) else None,
+                                       common, law, recall_rows, recall_src)
+    L += found + lines
+    raw_table = load(raw_path).with_compute_unit("pf-days") if os.path.exists(raw_path) else None
+    summary = dict(findings=verdicts, common_compute=_plain(common), law_at_common_compute=_plain(law),
+                   checkpoint_sd=compare.checkpoint_sd(table),
+                   checkpoint_sd_raw=compare.checkpoint_sd(raw_table) if raw_table else None,
+                   seed_sd=seed_sd)
+    with open(os.path.join(workdir, "findings.json"), "w") as f:
+        json.dump(summary, f, indent=2)
     L += _niah_section(runs, workdir)
     L += _runs_table(runs)
     L += _wall_section(runs, wall)
@@ -310,6 +318,17 @@ def _runs_table(runs) -> list[str]:
         L.append(f"| {r.name} | {r.n_params:.3g} | {r.steps} | {r.tokens:.3g} | {r.pf_days:.3g} | {f(vl)} | "
                  f"{f(pa)} | {f(na)} |")
     return L + [""]
+
+
+def _plain(x):
+    """JSON-ready copy of a comparison dict (numpy scalars to floats)."""
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    if isinstance(x, (np.floating, np.integer, np.bool_)):
+        return x.item()
+    return x
 
 
 def _timing(run) -> dict:
