@@ -65,7 +65,8 @@ def test_quick_study_stops_resumes_and_reports(tmp_path):
     for needle in ("Scale difference from the paper", "Table 3", "Lowest loss at the largest common compute",
                    "Exponents side by side", "Retrieval, NIAH", "Line probe", "llama-hgrn2", "N_opt(C)",
                    "How well the envelope brackets the optimum", "Noise floor", "Held-out prediction of the largest size",
-                   "fitted L(C) at that C"):
+                   "fitted L(C) at that C", "The paper's findings in miniature", "## Wall time",
+                   "worker process(es)"):
         assert needle in report, needle
     hold = list(csv.DictReader(open(Path(wd) / "holdout.csv")))
     assert list(hold[0]) == ["arch", "n_params", "tokens", "predicted", "ci_low", "ci_high", "actual"]
@@ -80,6 +81,11 @@ def test_quick_study_stops_resumes_and_reports(tmp_path):
         tasks = {json.loads(x)["task"] for x in (Path(r.workdir) / "eval" / "results.jsonl").read_text().splitlines()}
         assert {"val_loss", "niah", "probe"} <= tasks
 
+    assert set(json.loads((Path(wd) / "findings.json").read_text())["findings"]) == {
+        "power_laws", "equal_compute", "retrieval"}
+    timing = [json.loads(x) for x in (Path(runs[-1].workdir) / "timing.jsonl").read_text().splitlines()]
+    assert timing[0]["trained"] and timing[0]["train_s"] > timing[0]["train_compile_s"] > 0
+    assert (Path(runs[-1].workdir) / "study.log").is_file()  # trained by a worker process (workers = 2)
     done = [_snapshot(r) for r in runs]
     again = runner.run_study(study, wd)  # everything done: nothing retrained or re-evaluated
     assert again["processed"] == len(runs) and [_snapshot(r) for r in runs] == done
