@@ -80,11 +80,11 @@ def eta_seconds(timed: list, todo: list) -> float:
     """Seconds the runs `todo` (their exact FLOPs) will take, from t = a + b·FLOPs fitted to the
     runs `timed` so far ((FLOPs, seconds) pairs; at least one)."""
     f, t = (np.array(x, float) for x in zip(*timed))
-    if len(timed) >= 2 and np.ptp(f) > 0:
+    if len(timed) >= 3 and np.ptp(f) > 0.5 * f.mean():  # sizes far enough apart to fit a slope
         b = max(float(np.polyfit(f, t, 1)[0]), 0.0)
         a = max(float(np.mean(t - b * f)), 0.0)
-    else:
-        a, b = float(t.mean()), 0.0  # one run: every run assumed to cost as much
+    else:  # time proportional to FLOPs (an overestimate for small runs, whose compile dominates)
+        a, b = 0.0, float(np.sum(t) / np.sum(f))
     return sum(a + b * x for x in todo)
 
 

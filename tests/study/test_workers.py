@@ -114,3 +114,14 @@ def test_workers_for_rules():
     assert runner.workers_for(ConfigDict(dict(workers=2)), 20, 1) == 1  # max_runs: in order, here
     with pytest.raises(ValueError, match="study.workers must be >= 1"):
         runner.workers_for(ConfigDict(dict(workers=0)), 20, None)
+
+
+def test_eta_scales_with_flops_until_sizes_spread_enough_to_fit_a_slope():
+    from study import runner
+
+    assert runner.eta_seconds([(10.0, 100.0)], [5.0, 20.0]) == 250.0  # proportional to FLOPs
+    near = [(10.0, 100.0), (10.1, 140.0)]  # nearly equal FLOPs: no wild slope from two points
+    assert runner.eta_seconds(near, [10.0]) == 240.0 / 20.1 * 10.0
+    spread = [(1.0, 30.0), (2.0, 40.0), (4.0, 60.0)]  # t = 20 + 10·F
+    assert abs(runner.eta_seconds(spread, [8.0]) - 100.0) < 1e-6
+    assert runner.eta(spread, []).startswith("ETA 0m00s") and runner.eta([], [1.0]) == "ETA after the first run"
