@@ -43,11 +43,12 @@ def resample_runs(table: Table, rng: np.random.Generator) -> Table:
 
 
 def bootstrap(table: Table, fit_fn: Callable[[Table], dict[str, float]], n: int,
-              seed: int = 0, progress: Callable[[str], None] | None = None) -> Bootstrap:
+              seed: int = 0, progress: Callable[[str], None] | None = None,
+              max_failed: float = 0.5) -> Bootstrap:
     """Refit ``fit_fn`` (table -> flat parameter dict) on ``n`` run-resampled tables.
 
     Resamples on which the fit fails (e.g. no size left that brackets the optimum) are counted in
-    ``n_failed`` and left out; more than half failing is an error. ``progress`` receives a line
+    ``n_failed`` and left out; more than ``max_failed`` of them failing is an error. ``progress`` receives a line
     with the count and ETA about every tenth of the way.
     """
     if n < 2:
@@ -68,7 +69,7 @@ def bootstrap(table: Table, fit_fn: Callable[[Table], dict[str, float]], n: int,
             continue
         for k, v in params.items():
             values.setdefault(k, []).append(v)
-    if failed > n // 2:
+    if failed > int(n * max_failed):
         raise FitError(f"{failed} of {n} bootstrap resamples could not be fitted (first: "
                        f"{first_error}); add runs so a resample still brackets the optimum, or "
                        "use --bootstrap 0")

@@ -103,10 +103,13 @@ def predict(table: Table, *, n_boot: int = 200, seed: int = 0, extra_sd: float =
     draws = np.tile(pred, (1, 1))
     n_ok = 0
     if n_boot:
-        try:
-            boot = bootstrap(rest, refit, n_boot, seed=seed)
-            draws = np.stack([boot.samples[f"p{i}"] for i in range(len(tokens))], axis=1)  # [b, p]
-            n_ok = len(draws)
+        try:  # with 4 sizes many resamples hold too few distinct sizes for 5 parameters: keep
+            # the interval whenever a tenth of the resamples fit (n_boot_ok says how many)
+            boot = bootstrap(rest, refit, n_boot, seed=seed, max_failed=0.9)
+            ok = np.stack([boot.samples[f"p{i}"] for i in range(len(tokens))], axis=1)  # [b, p]
+            ok = ok[np.isfinite(ok).all(axis=1)]  # a degenerate refit (E, A or B overflowing)
+            if len(ok):
+                draws, n_ok = ok, len(ok)
         except FitError:  # too few runs (e.g. 2 sizes): most resamples hold one size only
             pass  # n_boot_ok = 0: the interval is the observation noise alone (reported as such)
     rng = np.random.default_rng([seed, 1])

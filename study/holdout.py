@@ -73,13 +73,13 @@ def report_section(workdir: str) -> list[str]:
          f"noise, and a seed-to-seed sd of {s['seed_sd_nats']:.3g} nats from study.noise.seed_sd). "
          "Files: holdout.csv (final checkpoint), holdout_curves.csv (every checkpoint).", "",
          "| arch | N held out | predicted final [95%] | actual | error | inside? | curve points inside | "
-         "E, α, β of the fit |", "|---|---|---|---|---|---|---|---|"]
+         "E, α, β of the fit | resamples fitted |", "|---|---|---|---|---|---|---|---|---|"]
     for a, r in s["archs"].items():
         law = r["law"]
         L.append(f"| {a} | {r['n_params']:.3g} | {r['predicted']:.4f} [{r['ci_low']:.4f}, {r['ci_high']:.4f}] | "
                  f"{r['actual']:.4f} | {r['actual'] - r['predicted']:+.4f} | "
                  f"{'**yes**' if r['inside'] else '**no**'} | {r['curve_inside']:.0%} | "
-                 f"{law['E']:.3g}, {law['alpha']:.3g}, {law['beta']:.3g} |")
+                 f"{law['E']:.3g}, {law['alpha']:.3g}, {law['beta']:.3g} | {r['n_boot_ok']} |")
     few = [a for a, r in s["archs"].items() if r["n_boot_ok"] == 0]
     if few:
         L.append(f"\n{', '.join(few)}: too few sizes below the largest for a run bootstrap; the interval is "

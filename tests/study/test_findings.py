@@ -41,6 +41,11 @@ def test_equal_compute_verdict_follows_the_paired_intervals():
     text = "\n".join(rows)
     assert "| tnl |" in text and "LLaMA lower (resolved)" in text
     assert "matches LLaMA (difference not resolved)" in text and "beats LLaMA (resolved)" in text
+    # the fitted law decides; the envelope (here: every arch level with llama) is shown beside it
+    flat = compare._ranked(1e-8, {a: [2.0, 0, 0] for a in draws},
+                           {a: 2.0 + 0.3 * rng.standard_normal(400) for a in draws})
+    assert "not reproduced" in findings.equal_compute(flat, ranked)[0]
+    assert findings.equal_compute(ranked, flat)[0].startswith("**reproduced**")
 
 
 def test_retrieval_from_recall_counts(tmp_path):
