@@ -41,6 +41,17 @@ class Linear(nnx.Module):
         return jnp.dot(x, self.kernel[...].astype(x.dtype))
 
 
+def stacked_dense(x, linears):
+    """x [..., d_in] times n Linear kernels of one width as ONE matmul -> [..., n, d_out].
+
+    The kernels are stacked [d_in, n, d_out] at compute time (the parameters stay separate, so
+    checkpoints, converters and parameter shardings are unchanged); one [bt, d_in] x [d_in, n·d_out]
+    matmul (and one for each gradient) runs closer to the CPU's matmul peak than n narrow ones
+    (/work/notes/issue13_mfu.md)."""
+    w = jnp.stack([lin.kernel[...].astype(x.dtype) for lin in linears], axis=1)
+    return jnp.einsum("...d,dnf->...nf", x, w)
+
+
 class Embed(nnx.Module):
     """Tied embedding: lookup tokens [b, t] -> [b, t, d]; attend x [b, t, d] -> fp32 logits [b, t, v]."""
 
@@ -106,10 +117,11 @@ class GLU(nnx.Module):
         self.activation = activation
 
     def __call__(self, x):
-        v = self.w_v(x)
+        uv = stacked_dense(x, (self.w_u, self.w_v))  # [b, t, 2, g]: one matmul for U and V
+        u, v = uv[..., 0, :], uv[..., 1, :]
         if self.activation:
             v = jax.nn.silu(v)
-        return self.w_down(self.w_u(x) * v)
+        return self.w_down(u * v)
 
 
 class LowRankGate(nnx.Module):
