@@ -65,21 +65,22 @@ def causal_attention(q, k, v, segment_ids, block: int | None = None):
     if rep > 1:
         k, v = jnp.repeat(k, rep, axis=2), jnp.repeat(v, rep, axis=2)
     block = block or max(-(-t // 8), 1)
-    scale = e**-0.5
+    # heads-major [b, h, t, e] once, so every block's slices are contiguous per (b, h)
+    q, k, v = (jnp.swapaxes(x, 1, 2) for x in (q * jnp.asarray(e**-0.5, q.dtype), k, v))
     outs = []
     for i in range(0, t, block):
         j = min(i + block, t)  # queries [i, j) see keys [0, j)
-        logits = jnp.einsum("bthe,bshe->bhts", q[:, i:j], k[:, :j],
-                            preferred_element_type=jnp.float32) * scale
+        logits = jnp.einsum("bhte,bhse->bhts", q[:, :, i:j], k[:, :, :j],
+                            preferred_element_type=jnp.float32)
         mask = np.arange(i, j)[:, None] >= np.arange(j)[None, :]  # [t_blk, s] (static)
         if segment_ids is not None:
             mask = mask & (segment_ids[:, i:j, None] == segment_ids[:, None, :j])[:, None]
         logits = jnp.where(mask, logits, _MASKED)
         p = jnp.exp(logits - jax.lax.stop_gradient(jnp.max(logits, axis=-1, keepdims=True)))
-        denom = jnp.sum(p, axis=-1)  # [b, h, t_blk] >= 1 (the diagonal is always visible)
-        o = jnp.einsum("bhts,bshe->bthe", p.astype(v.dtype), v[:, :j])
-        outs.append(o / jnp.swapaxes(denom, 1, 2)[..., None].astype(o.dtype))
-    return jnp.concatenate(outs, axis=1)
+        denom = jnp.sum(p, axis=-1, keepdims=True)  # [b, h, t_blk, 1] >= 1 (diagonal visible)
+        o = jnp.einsum("bhts,bhse->bhte", p.astype(v.dtype), v[:, :, :j])
+        outs.append(o / denom.astype(o.dtype))
+    return jnp.swapaxes(jnp.concatenate(outs, axis=2), 1, 2)
 
 
 class LlamaAttention(nnx.Module):
