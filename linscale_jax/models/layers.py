@@ -52,6 +52,12 @@ def stacked_dense(x, linears):
     return jnp.einsum("...d,dnf->...nf", x, w)
 
 
+def unstack(x, axis: int):
+    """x [..., n, ...] -> n arrays without that axis, by `jnp.split` (whose gradient is one
+    concatenate; indexing x[:, :, i] would pad each cotangent to the full shape and add them)."""
+    return [jnp.squeeze(a, axis) for a in jnp.split(x, x.shape[axis], axis=axis)]
+
+
 class Embed(nnx.Module):
     """Tied embedding: lookup tokens [b, t] -> [b, t, d]; attend x [b, t, d] -> fp32 logits [b, t, v]."""
 
@@ -117,8 +123,7 @@ class GLU(nnx.Module):
         self.activation = activation
 
     def __call__(self, x):
-        uv = stacked_dense(x, (self.w_u, self.w_v))  # [b, t, 2, g]: one matmul for U and V
-        u, v = uv[..., 0, :], uv[..., 1, :]
+        u, v = unstack(stacked_dense(x, (self.w_u, self.w_v)), -2)  # one matmul for U and V
         if self.activation:
             v = jax.nn.silu(v)
         return self.w_down(u * v)

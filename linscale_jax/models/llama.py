@@ -17,7 +17,7 @@ from flax import nnx
 from linscale_jax.models import registry
 from linscale_jax.models.config import ModelConfig
 from linscale_jax.models.decoder import Decoder
-from linscale_jax.models.layers import KeyGen, Linear, merge_heads, split_heads, stacked_dense
+from linscale_jax.models.layers import KeyGen, Linear, merge_heads, split_heads, stacked_dense, unstack
 
 _MASKED = -1e30
 
@@ -99,9 +99,9 @@ class LlamaAttention(nnx.Module):
     def __call__(self, x, *, positions, segment_ids, cache, extra):
         b, t, d = x.shape
         if self.n_kv_heads == self.n_heads:  # q, k, v as one matmul, RoPE on q and k at once
-            qkv = stacked_dense(x, (self.wq, self.wk, self.wv)).reshape(b, t, 3, self.n_heads, -1)
-            qk = rope(qkv[:, :, :2], positions, self.theta)
-            q, k, v = qk[:, :, 0], qk[:, :, 1], qkv[:, :, 2]
+            qk, v = jnp.split(stacked_dense(x, (self.wq, self.wk, self.wv)).reshape(
+                b, t, 3, self.n_heads, -1), [2], axis=2)
+            (q, k), v = unstack(rope(qk, positions, self.theta), 2), jnp.squeeze(v, 2)
         else:  # grouped-query attention (converted checkpoints): narrower k, v
             q = rope(split_heads(self.wq(x), self.n_heads), positions, self.theta)
             k = rope(split_heads(self.wk(x), self.n_kv_heads), positions, self.theta)
