@@ -36,9 +36,9 @@ Two definitions, kept separate on purpose:
   grouped-query llama (k, v projections d·n_kv_heads·e), tnl_gate=linear (2d² instead of 2·2de),
   tnl_lrpe (key dim 2e).
   Checked against XLA's cost analysis of the compiled forward (tests/models/test_accounting.py): within a
-  few % for llama (with the full t×t block XLA evaluates), tnl and cosformer2; the `xla` form of
-  HGRN2 does ~15% more work than counted here (secondary chunking of the data-dependent decay) --
-  the count is the algorithm's, not one implementation's.
+  few % for llama (adding the query-block × key-prefix pairs XLA evaluates), tnl and cosformer2; the
+  `xla` form of HGRN2 does ~15% more work than counted here (secondary chunking of the
+  data-dependent decay) -- the count is the algorithm's, not one implementation's.
 """
 
 from __future__ import annotations

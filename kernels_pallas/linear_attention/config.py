@@ -55,9 +55,11 @@ DEFAULTS = {
 }
 
 
-# Chunk length of the chunked XLA form (impl="xla") per backend. CPU 64: the earlier default, kept
-# (the length scaling on CPU comes from the block sweep below, see /work/notes/issue13_kernels.md).
-XLA_CHUNK = {"tpu": 128, "gpu": 64, "cpu": 64}
+# Chunk length of the chunked XLA form (impl="xla") per backend. CPU 16: the per-head batched
+# matmuls of the chunk ([c, k] x [k, c], k = 8 on the CPU ladder) run far below the machine's peak,
+# and their work grows with c (2c(k + v) per token and head against 4kv for the state); 16 beat 32
+# and 64 in the d256 train step of every linear model (/work/notes/issue13_mfu.md).
+XLA_CHUNK = {"tpu": 128, "gpu": 64, "cpu": 16}
 
 
 # Tokens per step of the xla form's outer sequential sweep over blocks (None: the whole sequence

@@ -25,7 +25,8 @@ from flax import nnx
 from linscale_jax.models import registry
 from linscale_jax.models.config import ModelConfig
 from linscale_jax.models.decoder import Decoder
-from linscale_jax.models.layers import KeyGen, Linear, LowRankGate, make_norm, merge_heads, split_heads
+from linscale_jax.models.layers import (KeyGen, Linear, LowRankGate, make_norm, merge_heads,
+                                        stacked_dense, unstack)
 from linscale_jax.models.linear_common import (linear_attention_flops, lrpe, lrpe_theta_init,
                                                run_linear_attention, zero_state)
 from linscale_jax.models.tpe import make_tpe
@@ -45,10 +46,11 @@ class Cosformer2Attention(nnx.Module):
 
     def __call__(self, x, *, positions, segment_ids, cache, extra):
         h = self.cfg.n_heads
-        theta = self.theta[...]
-        q = lrpe(jax.nn.silu(split_heads(self.wq(x), h)), positions, theta)
-        k = lrpe(jax.nn.silu(split_heads(self.wk(x), h)), positions, theta)
-        v = split_heads(self.wv(x), h)
+        b, t, d = x.shape
+        qk, v = jnp.split(stacked_dense(x, (self.wq, self.wk, self.wv)).reshape(b, t, 3, h, d // h),
+                          [2], axis=2)
+        qk = lrpe(jax.nn.silu(qk), positions, self.theta[...])  # one cos / sin for q and k
+        (q, k), v = unstack(qk, 2), jnp.squeeze(v, 2)
         o, cache = run_linear_attention(self.cfg, q, k, v, None, segment_ids, cache)
         o = self.out_norm(merge_heads(o)) * self.gate(x)
         return self.wo(o), cache

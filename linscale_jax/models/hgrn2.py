@@ -26,7 +26,8 @@ from flax import nnx
 from linscale_jax.models import registry
 from linscale_jax.models.config import ModelConfig
 from linscale_jax.models.decoder import Decoder
-from linscale_jax.models.layers import KeyGen, Linear, make_norm, merge_heads, split_heads
+from linscale_jax.models.layers import (KeyGen, Linear, make_norm, merge_heads, split_heads,
+                                        stacked_dense, unstack)
 from linscale_jax.models.linear_common import linear_attention_flops, run_linear_attention, zero_state
 
 
@@ -74,12 +75,12 @@ class HGRN2Mixer(nnx.Module):
     def __call__(self, x, *, positions, segment_ids, cache, extra):
         """extra = (log β_j [d], log(1-β_j) [d]) for this layer."""
         h = self.cfg.n_heads
-        log_f = gate_log_f(self.wf(x), *extra)
+        zq, zf, v = unstack(stacked_dense(x, (self.wq, self.wf, self.wi)), -2)  # one matmul
+        log_f = gate_log_f(zf, *extra)
         k = (-jnp.expm1(log_f)).astype(x.dtype)
-        q = jax.nn.silu(self.wq(x))
+        q = jax.nn.silu(zq)
         if self.cfg.hgrn2_q_scale == "rsqrt_k":
             q = q * jnp.asarray(self.cfg.head_dim**-0.5, q.dtype)
-        v = self.wi(x)
         q, k, v = (split_heads(a, h) for a in (q, k, v))
         log_f = split_heads(log_f, h)
         y, cache = run_linear_attention(self.cfg, q, k, v, log_f, segment_ids, cache)

@@ -41,6 +41,23 @@ class Linear(nnx.Module):
         return jnp.dot(x, self.kernel[...].astype(x.dtype))
 
 
+def stacked_dense(x, linears):
+    """x [..., d_in] times n Linear kernels of one width as ONE matmul -> [..., n, d_out].
+
+    The kernels are stacked [d_in, n, d_out] at compute time (the parameters stay separate, so
+    checkpoints, converters and parameter shardings are unchanged); one [bt, d_in] x [d_in, n·d_out]
+    matmul (and one for each gradient) runs closer to the CPU's matmul peak than n narrow ones
+    (/work/notes/issue13_mfu.md)."""
+    w = jnp.stack([lin.kernel[...].astype(x.dtype) for lin in linears], axis=1)
+    return jnp.einsum("...d,dnf->...nf", x, w)
+
+
+def unstack(x, axis: int):
+    """x [..., n, ...] -> n arrays without that axis, by `jnp.split` (whose gradient is one
+    concatenate; indexing x[:, :, i] would pad each cotangent to the full shape and add them)."""
+    return [jnp.squeeze(a, axis) for a in jnp.split(x, x.shape[axis], axis=axis)]
+
+
 class Embed(nnx.Module):
     """Tied embedding: lookup tokens [b, t] -> [b, t, d]; attend x [b, t, d] -> fp32 logits [b, t, v]."""
 
@@ -106,10 +123,10 @@ class GLU(nnx.Module):
         self.activation = activation
 
     def __call__(self, x):
-        v = self.w_v(x)
+        u, v = unstack(stacked_dense(x, (self.w_u, self.w_v)), -2)  # one matmul for U and V
         if self.activation:
             v = jax.nn.silu(v)
-        return self.w_down(self.w_u(x) * v)
+        return self.w_down(u * v)
 
 
 class LowRankGate(nnx.Module):

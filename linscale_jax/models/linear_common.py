@@ -120,7 +120,9 @@ def lrpe_theta_init(n_heads: int, d_model: int) -> np.ndarray:
 
 
 def lrpe(x, positions, theta):
-    """x [b,t,h,e], positions [b,t], θ [h,e] -> [b,t,h,2e] (cos half, sin half), in x.dtype."""
+    """x [b,t,...,h,e], positions [b,t], θ [h,e] -> [b,t,...,h,2e] (cos half, sin half), in x.dtype.
+    The middle axes (e.g. q and k stacked [b,t,2,h,e]) share one cos / sin of the angles."""
     ang = positions.astype(jnp.float32)[:, :, None, None] * theta.astype(jnp.float32)[None, None]
+    ang = ang.reshape(ang.shape[:2] + (1,) * (x.ndim - 4) + ang.shape[2:])
     xf = x.astype(jnp.float32)
     return jnp.concatenate([xf * jnp.cos(ang), xf * jnp.sin(ang)], axis=-1).astype(x.dtype)

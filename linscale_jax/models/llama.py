@@ -11,23 +11,26 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from linscale_jax.models import registry
 from linscale_jax.models.config import ModelConfig
 from linscale_jax.models.decoder import Decoder
-from linscale_jax.models.layers import KeyGen, Linear, merge_heads, split_heads
+from linscale_jax.models.layers import KeyGen, Linear, merge_heads, split_heads, stacked_dense, unstack
 
 _MASKED = -1e30
 
 
 def rope(x, positions, theta: float):
-    """Rotary embedding. x [b,t,h,e], positions [b,t] int -> [b,t,h,e] (dtype of x)."""
+    """Rotary embedding. x [b,t,...,e] (e.g. [b,t,h,e], or q and k stacked [b,t,2,h,e]),
+    positions [b,t] int -> the shape of x (dtype of x)."""
     e = x.shape[-1]
     inv_freq = theta ** (-jnp.arange(0, e, 2, dtype=jnp.float32) / e)  # [e/2]
     ang = positions.astype(jnp.float32)[:, :, None] * inv_freq  # [b,t,e/2]
-    cos = jnp.concatenate([jnp.cos(ang)] * 2, -1)[:, :, None, :]
-    sin = jnp.concatenate([jnp.sin(ang)] * 2, -1)[:, :, None, :]
+    bcast = ang.shape[:2] + (1,) * (x.ndim - 3) + (e,)
+    cos = jnp.concatenate([jnp.cos(ang)] * 2, -1).reshape(bcast)
+    sin = jnp.concatenate([jnp.sin(ang)] * 2, -1).reshape(bcast)
     xf = x.astype(jnp.float32)
     x1, x2 = jnp.split(xf, 2, axis=-1)
     rotated = jnp.concatenate([-x2, x1], axis=-1)
@@ -47,6 +50,39 @@ def softmax_attention(q, k, v, mask):
     return jnp.einsum("bhts,bshe->bthe", probs, v)
 
 
+def causal_attention(q, k, v, segment_ids, block: int | None = None):
+    """Training-form causal softmax attention, by blocks of queries. q [b,t,h,e], k/v [b,t,h_kv,e],
+    segment_ids [b,t] | None -> o [b,t,h,e]. Logits and softmax in float32.
+
+    The queries of block [i, i + block) see keys [0, i + block) only, so the logits, exponentials
+    and probability gradients over keys no query may see (about half of the full t x t form) are
+    never formed; with t/block = 8 blocks 9/16 of the t x t entries remain. The softmax is
+    normalized after the PV product (o = (exp(l - max) V) / Σ exp(l - max), the max held constant):
+    the division touches [t, e] values per head instead of [t, t]. Equal to `softmax_attention`
+    with the causal (and same-segment) mask, values and gradients (tests/models/test_models_arch.py)."""
+    b, t, h, e = q.shape
+    rep = h // k.shape[2]
+    if rep > 1:
+        k, v = jnp.repeat(k, rep, axis=2), jnp.repeat(v, rep, axis=2)
+    block = block or max(-(-t // 8), 1)
+    # heads-major [b, h, t, e] once, so every block's slices are contiguous per (b, h)
+    q, k, v = (jnp.swapaxes(x, 1, 2) for x in (q * jnp.asarray(e**-0.5, q.dtype), k, v))
+    outs = []
+    for i in range(0, t, block):
+        j = min(i + block, t)  # queries [i, j) see keys [0, j)
+        logits = jnp.einsum("bhte,bhse->bhts", q[:, :, i:j], k[:, :, :j],
+                            preferred_element_type=jnp.float32)
+        mask = np.arange(i, j)[:, None] >= np.arange(j)[None, :]  # [t_blk, s] (static)
+        if segment_ids is not None:
+            mask = mask & (segment_ids[:, i:j, None] == segment_ids[:, None, :j])[:, None]
+        logits = jnp.where(mask, logits, _MASKED)
+        p = jnp.exp(logits - jax.lax.stop_gradient(jnp.max(logits, axis=-1, keepdims=True)))
+        denom = jnp.sum(p, axis=-1, keepdims=True)  # [b, h, t_blk, 1] >= 1 (diagonal visible)
+        o = jnp.einsum("bhts,bhse->bhte", p.astype(v.dtype), v[:, :, :j])
+        outs.append(o / denom.astype(o.dtype))
+    return jnp.swapaxes(jnp.concatenate(outs, axis=2), 1, 2)
+
+
 class LlamaAttention(nnx.Module):
     def __init__(self, cfg: ModelConfig, *, keys: KeyGen):
         d, std = cfg.d_model, cfg.init_std
@@ -61,16 +97,17 @@ class LlamaAttention(nnx.Module):
         self.cache_dtype = cfg.dtype
 
     def __call__(self, x, *, positions, segment_ids, cache, extra):
-        b, t, _ = x.shape
-        q = rope(split_heads(self.wq(x), self.n_heads), positions, self.theta)
-        k = rope(split_heads(self.wk(x), self.n_kv_heads), positions, self.theta)
-        v = split_heads(self.wv(x), self.n_kv_heads)
+        b, t, d = x.shape
+        if self.n_kv_heads == self.n_heads:  # q, k, v as one matmul, RoPE on q and k at once
+            qk, v = jnp.split(stacked_dense(x, (self.wq, self.wk, self.wv)).reshape(
+                b, t, 3, self.n_heads, -1), [2], axis=2)
+            (q, k), v = unstack(rope(qk, positions, self.theta), 2), jnp.squeeze(v, 2)
+        else:  # grouped-query attention (converted checkpoints): narrower k, v
+            q = rope(split_heads(self.wq(x), self.n_heads), positions, self.theta)
+            k = rope(split_heads(self.wk(x), self.n_kv_heads), positions, self.theta)
+            v = split_heads(self.wv(x), self.n_kv_heads)
         if cache is None:
-            idx = jnp.arange(t)
-            mask = jnp.broadcast_to(idx[None, :, None] >= idx[None, None, :], (b, t, t))
-            if segment_ids is not None:
-                mask = mask & (segment_ids[:, :, None] == segment_ids[:, None, :])
-            o = softmax_attention(q, k, v, mask)
+            o = causal_attention(q, k, v, segment_ids)
         else:
             start = positions[0, 0]
             kc = jax.lax.dynamic_update_slice(cache["k"], k.astype(cache["k"].dtype), (0, start, 0, 0))

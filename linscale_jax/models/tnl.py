@@ -31,7 +31,7 @@ from linscale_jax.models import registry
 from linscale_jax.models.config import ModelConfig
 from linscale_jax.models.decoder import Decoder
 from linscale_jax.models.layers import (KeyGen, Linear, LowRankGate, make_norm, merge_heads,
-                                        split_heads)
+                                        stacked_dense, unstack)
 from linscale_jax.models.linear_common import (linear_attention_flops, lrpe, lrpe_theta_init,
                                                run_linear_attention, zero_state)
 
@@ -80,11 +80,13 @@ class TNLAttention(nnx.Module):
     def __call__(self, x, *, positions, segment_ids, cache, extra):
         """extra = this layer's log decay [h] (TNL.layer_extras)."""
         h = self.cfg.n_heads
-        q = jax.nn.silu(split_heads(self.wq(x), h))
-        k = jax.nn.silu(split_heads(self.wk(x), h))
-        v = split_heads(self.wv(x), h)
+        b, t, d = x.shape
+        qk, v = jnp.split(stacked_dense(x, (self.wq, self.wk, self.wv)).reshape(b, t, 3, h, d // h),
+                          [2], axis=2)
+        qk = jax.nn.silu(qk)
         if self.cfg.tnl_lrpe:
-            q, k = lrpe(q, positions, self.theta[...]), lrpe(k, positions, self.theta[...])
+            qk = lrpe(qk, positions, self.theta[...])
+        (q, k), v = unstack(qk, 2), jnp.squeeze(v, 2)
         o, cache = run_linear_attention(self.cfg, q, k, v, extra, segment_ids, cache)
         gate = self.gate(x) if self.cfg.tnl_gate == "lowrank" else self.wu(x)
         return self.wo(self.out_norm(merge_heads(o)) * gate), cache

@@ -1,6 +1,7 @@
 """Per-architecture checks against the notes' formulas (numpy, written from the notes, not the code)."""
 
 import math
+import types
 
 import jax
 import jax.numpy as jnp
@@ -11,8 +12,8 @@ from flax import nnx
 from linscale_jax.models import ModelConfig
 from linscale_jax.models.cosformer2 import Cosformer2Attention, lrpe, lrpe_theta_init
 from linscale_jax.models.hgrn2 import HGRN2Mixer, beta_values, gate_log_f, lower_bounds_log
-from linscale_jax.models.layers import KeyGen
-from linscale_jax.models.llama import rope
+from linscale_jax.models.layers import KeyGen, Linear, stacked_dense
+from linscale_jax.models.llama import causal_attention, rope, softmax_attention
 from linscale_jax.models.tnl import TNLAttention, alibi_slopes, tnl_log_decay
 from linscale_jax.models.tpe import LightNetTPE, XmixersTPE
 
@@ -220,6 +221,53 @@ def test_rope_relative_and_theta():
     r = np.asarray(rope(x, jnp.array([[3]]), 1e4))[0, 0, 0]
     ang = 3 * 1e4 ** (-2 / 8)
     np.testing.assert_allclose([r[1], r[5]], [math.cos(ang), math.sin(ang)], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("block,kv_heads,packed", [(None, 4, True), (3, 4, False), (5, 2, True),
+                                                   (11, 4, True)])
+def test_causal_attention_blocks_match_masked_softmax(block, kv_heads, packed):
+    """The query-blocked, post-normalized training form equals the full masked softmax: values and
+    the gradients of q, k, v (t = 11 is not a multiple of the blocks; grouped-query kv_heads 2)."""
+    b, t, h, e = 2, 11, 4, 8
+    ks = jax.random.split(jax.random.key(11), 4)
+    q = 2 * jax.random.normal(ks[0], (b, t, h, e))
+    k = 2 * jax.random.normal(ks[1], (b, t, kv_heads, e))
+    v = jax.random.normal(ks[2], (b, t, kv_heads, e))
+    w = jax.random.normal(ks[3], (b, t, h, e))
+    seg = jnp.array([[0] * 4 + [1] * 7, [2] * 6 + [5] * 3 + [6] * 2]) if packed else None
+    idx = np.arange(t)
+    mask = np.broadcast_to(idx[:, None] >= idx[None, :], (b, t, t))
+    if packed:
+        mask = mask & (seg[:, :, None] == seg[:, None, :])
+
+    def fused(q, k, v):
+        return jnp.sum(w * causal_attention(q, k, v, seg, block))
+
+    def full(q, k, v):
+        return jnp.sum(w * softmax_attention(q, k, v, jnp.asarray(mask)))
+
+    np.testing.assert_allclose(fused(q, k, v), full(q, k, v), rtol=1e-5, atol=1e-5)
+    for g1, g2 in zip(jax.grad(fused, (0, 1, 2))(q, k, v), jax.grad(full, (0, 1, 2))(q, k, v)):
+        np.testing.assert_allclose(g1, g2, rtol=1e-4, atol=1e-5)
+
+
+def test_stacked_dense_is_the_separate_matmuls():
+    """One stacked matmul [d, n, f] = n separate x @ W_i: values and the gradients of x and each W_i."""
+    keys = KeyGen(jax.random.key(12))
+    ws = [Linear(6, 5, keys=keys, std=1.0, axes=("embed", "heads")).kernel[...] for _ in range(3)]
+    x = jax.random.normal(jax.random.key(13), (2, 4, 6))
+    w = jax.random.normal(jax.random.key(14), (2, 4, 3, 5))
+
+    def fused(x, ws):  # stacked_dense reads lin.kernel[...]: plain arrays stand in for the Params
+        return jnp.sum(w * stacked_dense(x, [types.SimpleNamespace(kernel=wi) for wi in ws]))
+
+    def separate(x, ws):
+        return sum(jnp.sum(w[:, :, i] * (x @ wi)) for i, wi in enumerate(ws))
+
+    np.testing.assert_allclose(fused(x, ws), separate(x, ws), rtol=1e-5)
+    for g1, g2 in zip(jax.tree.leaves(jax.grad(fused, (0, 1))(x, ws)),
+                      jax.tree.leaves(jax.grad(separate, (0, 1))(x, ws))):
+        np.testing.assert_allclose(g1, g2, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("h", [3, 12])
