@@ -1,7 +1,49 @@
-"""Test-wide setup: CPU only, quiet TensorFlow, the repository root importable."""
+"""Test-wide setup: CPU only, quiet TensorFlow, the repository root importable, and the two things
+that make the suite quick on 2 cores: cheap XLA compiles and one compilation cache per run.
+
+- XLA_FLAGS gains --xla_backend_optimization_level=0 (LLVM codegen without its optimisation
+  passes): the tests compile several hundred tiny programs and run each a few times, so compiling
+  is most of their time and this halves it; the HLO passes (fusion, simplification) still run.
+  An XLA_FLAGS that already names a level keeps it (=3 is XLA's default).
+- A fresh, empty persistent compilation cache per test run (a temp dir, removed afterwards), shared
+  by the xdist workers and the subprocesses the tests start, so the same train step compiled by
+  a second test, worker or CLI process is read back instead of rebuilt, and nothing depends on
+  what an earlier run left in ~/.cache. LINSCALE_COMPILATION_CACHE set by the caller wins
+  (=off: no cache).
+"""
 
 import os
+import shutil
+import tempfile
+
+import pytest
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                               + " --xla_backend_optimization_level=0").strip()
+
+_FRESH_CACHE = None
+
+
+def pytest_configure(config):
+    """The controller (or a run without xdist) makes the run's cache; workers inherit the env."""
+    global _FRESH_CACHE
+    if not hasattr(config, "workerinput") and not os.environ.get("LINSCALE_COMPILATION_CACHE"):
+        _FRESH_CACHE = tempfile.mkdtemp(prefix="linscale-test-xla-cache-")
+        os.environ["LINSCALE_COMPILATION_CACHE"] = _FRESH_CACHE
+
+
+def pytest_unconfigure(config):
+    if _FRESH_CACHE:
+        shutil.rmtree(_FRESH_CACHE, ignore_errors=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _compilation_cache():
+    """Every compilation of the session goes through the run's cache (not only trainer.train's)."""
+    from linscale_jax.trainer import enable_compilation_cache
+
+    enable_compilation_cache()
