@@ -1,5 +1,5 @@
-"""Test-wide setup: CPU only, quiet TensorFlow, the repository root importable, and the two things
-that make the suite quick on 2 cores: cheap XLA compiles and one compilation cache per run.
+"""Test-wide setup: CPU only, quiet TensorFlow, the repository root importable, and what makes the
+suite quick on 2 cores: cheap XLA compiles, one compilation cache per run, two xdist workers.
 
 - XLA_FLAGS gains --xla_backend_optimization_level=0 (LLVM without its optimisation passes) and
   --xla_cpu_use_fusion_emitters=false (XLA's elemental fusion codegen instead of the MLIR fusion
@@ -12,9 +12,13 @@ that make the suite quick on 2 cores: cheap XLA compiles and one compilation cac
   a second test, worker or CLI process is read back instead of rebuilt, and nothing depends on
   what an earlier run left in ~/.cache. LINSCALE_COMPILATION_CACHE set by the caller wins
   (=off: no cache).
+- Two xdist workers for a run over test directories (pyproject's `-n auto --dist loadfile`: a test
+  file per worker at a time, so module fixtures are built once); a run naming test files or ids
+  stays in this process.
 """
 
 import os
+import pathlib
 import shutil
 import tempfile
 
@@ -36,6 +40,17 @@ def pytest_configure(config):
     if not hasattr(config, "workerinput") and not os.environ.get("LINSCALE_COMPILATION_CACHE"):
         _FRESH_CACHE = tempfile.mkdtemp(prefix="linscale-test-xla-cache-")
         os.environ["LINSCALE_COMPILATION_CACHE"] = _FRESH_CACHE
+
+
+def pytest_xdist_auto_num_workers(config):
+    """Workers for pyproject's `-n auto`: 2 for a run over test directories (the README's two
+    commands, CI's), none (this process) for a run that names test files or ids, so a targeted
+    run starts no workers. PYTEST_XDIST_AUTO_NUM_WORKERS=N or -n N choose otherwise."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None  # xdist's own hook reads it
+    here = config.invocation_params.dir
+    targeted = any(not (here / pathlib.Path(a.split("::")[0])).is_dir() for a in config.args)
+    return 0 if targeted or (os.cpu_count() or 1) < 2 else 2
 
 
 def pytest_unconfigure(config):
