@@ -20,6 +20,7 @@ suite quick on 2 cores: cheap XLA compiles, one compilation cache per run, two x
 import os
 import pathlib
 import shutil
+import sys
 import tempfile
 
 import pytest
@@ -27,7 +28,8 @@ import pytest
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
-for _flag, _value in (("xla_backend_optimization_level", "0"), ("xla_cpu_use_fusion_emitters", "false")):
+_TEST_XLA_FLAGS = {"xla_backend_optimization_level": "0", "xla_cpu_use_fusion_emitters": "false"}
+for _flag, _value in _TEST_XLA_FLAGS.items():
     if _flag not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --{_flag}={_value}".strip()
 
@@ -60,7 +62,9 @@ def pytest_unconfigure(config):
 
 @pytest.fixture(scope="session", autouse=True)
 def _compilation_cache():
-    """Every compilation of the session goes through the run's cache (not only trainer.train's)."""
-    from linscale_jax.trainer import enable_compilation_cache
+    """Every compilation of the session goes through the run's cache (not only trainer.train's);
+    a session whose tests never imported jax (fit/, the CLI-style checks) skips the import."""
+    if "jax" in sys.modules:
+        from linscale_jax.trainer import enable_compilation_cache
 
-    enable_compilation_cache()
+        enable_compilation_cache()
