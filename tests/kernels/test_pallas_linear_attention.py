@@ -163,8 +163,8 @@ def test_kernels_lower_to_mosaic_for_tpu():
 def test_pallas_inside_shard_map_8_devices():
     """Batch x head sharded shard_map over 8 simulated CPU devices equals the unsharded kernel."""
     script = os.path.join(_ROOT, "tests", "pallas_shard_map_check.py")
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
-               JAX_PLATFORMS="cpu", PYTHONPATH=_ROOT)
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=_ROOT,
+               XLA_FLAGS=os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8")
     res = subprocess.run([sys.executable, script], env=env, capture_output=True, text=True,
                          timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr

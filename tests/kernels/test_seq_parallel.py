@@ -92,7 +92,7 @@ SCRIPT = textwrap.dedent(
 def results():
     env = dict(os.environ)
     env.update(
-        XLA_FLAGS="--xla_force_host_platform_device_count=8",
+        XLA_FLAGS=env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8",
         JAX_PLATFORMS="cpu",
         PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""),
     )

@@ -12,8 +12,8 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 
 
 def _run(*args):
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
-               JAX_PLATFORMS="cpu", PYTHONPATH=_ROOT)
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=_ROOT,
+               XLA_FLAGS=os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8")
     res = subprocess.run([sys.executable, os.path.join(_ROOT, "tests", "models_shard_map_check.py"),
                           *args], env=env, capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stdout + res.stderr

@@ -173,12 +173,13 @@ def test_fifth_arch_decodes_from_its_recurrent_state(plain):
                       chunk_size=4, max_seq_len=16)
     model = build_model(cfg, seed=2)
     tokens = jnp.asarray(np.random.default_rng(0).integers(0, 11, (2, 10)), jnp.int32)
-    full = model(tokens)
+    full = nnx.jit(lambda m, x: m(x))(model, tokens)
+    extend = nnx.jit(lambda m, x, s: m.extend(x, s))  # compiled once per length: 6, then 1
     state = model.init_state(2)
-    first, state = model.extend(tokens[:, :6], state)
+    first, state = extend(model, tokens[:, :6], state)
     steps = [first]
     for t in range(6, 10):
-        out, state = model.extend(tokens[:, t:t + 1], state)
+        out, state = extend(model, tokens[:, t:t + 1], state)
         steps.append(out)
     np.testing.assert_allclose(np.asarray(jnp.concatenate(steps, 1)), np.asarray(full),
                                rtol=1e-4, atol=1e-4)

@@ -12,6 +12,8 @@ from linscale_jax.models import ModelConfig, build_model
 from linscale_jax.models.tpe import diagonal_recurrence, tpe_log_rate_init
 
 B, T, E = 2, 37, 8
+_forward = nnx.jit(lambda m, tokens: m(tokens))
+_extend = nnx.jit(lambda m, tokens, state: m.extend(tokens, state))
 
 
 def inputs(seed=0):
@@ -81,11 +83,11 @@ def test_cosformer2_tpe_variants_prefill_and_steps(tpe):
     params = nnx.state(model, nnx.Param)
     assert ("tpe" in params) == (tpe != "none")
     toks = jax.random.randint(jax.random.key(3), (B, 12), 0, 32)
-    full = model(toks)
+    full = _forward(model, toks)
     state = model.init_state(B, 16)
-    pre, state = model.extend(toks[:, :9], state)
+    pre, state = _extend(model, toks[:, :9], state)
     outs = [pre]
     for i in range(9, 12):
-        step, state = model.extend(toks[:, i:i + 1], state)
+        step, state = _extend(model, toks[:, i:i + 1], state)
         outs.append(step)
     np.testing.assert_allclose(jnp.concatenate(outs, 1), full, rtol=1e-5, atol=2e-5)

@@ -42,7 +42,7 @@ def config():
 
 def env(devices: int) -> dict:
     e = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT),
-             XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+             XLA_FLAGS=os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={devices}")
     e.pop("LINSCALE_COORDINATOR_ADDRESS", None)
     return e
 

@@ -76,7 +76,7 @@ def test_batch_checks():
 
 SCRIPT = textwrap.dedent("""
     import json, os, sys, tempfile
-    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+    os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
     import jax, numpy as np
     sys.path.insert(0, "configs")
     import tiny
@@ -109,8 +109,7 @@ SCRIPT = textwrap.dedent("""
 
 @pytest.fixture(scope="module")
 def sharded_runs():
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
-               JAX_PLATFORMS="cpu")
+    env = dict(os.environ, JAX_PLATFORMS="cpu")  # the script adds the 8 devices to XLA_FLAGS
     p = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-4000:]
