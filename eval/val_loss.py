@@ -16,7 +16,10 @@ packed segment), which makes runs with different vocabularies comparable.
 from __future__ import annotations
 
 import functools
+import glob
+import json
 import math
+import os
 from functools import partial
 
 import jax
@@ -50,22 +53,53 @@ def target_bytes(batch, vocab) -> int:
     return n
 
 
-def validation_loss(model, config, vocab, num_batches: int | None = None) -> dict:
+def _data_key(config, n: int) -> str:
+    """What the validation batches depend on: the data section, batch size, sequence length, n, this
+    process's share, and the modification times of the local files the data section names."""
+    stamps = []
+    for v in config.data.values():
+        for part in str(v).split(","):
+            for path in sorted(glob.glob(part)) if part.strip() else ():
+                st = os.stat(path)
+                stamps.append((path, st.st_mtime_ns, st.st_size))
+    return json.dumps([config.data.to_json(), int(config.train.batch_size), int(config.train.seq_len),
+                       n, jax.process_index(), jax.process_count(), stamps])
+
+
+_VAL_SETS: dict = {}  # _data_key -> (device batches, bytes), the few newest
+
+
+def _validation_set(key: str, config, vocab, n: int) -> tuple[list[tuple], int]:
+    """This process's validation batches as device arrays (inputs, targets, segment_ids, weights),
+    and the UTF-8 bytes of their scored targets. Cached by `key` (_data_key): the checkpoints of a
+    run share one validation set, so it is read, packed and measured once per process."""
+    if key not in _VAL_SETS:
+        _VAL_SETS[key] = _read_validation_set(config, vocab, n)
+        for old in list(_VAL_SETS)[:-4]:
+            del _VAL_SETS[old]
+    return _VAL_SETS[key]
+
+
+def _read_validation_set(config, vocab, n: int) -> tuple[list[tuple], int]:
     from linscale_jax import data
 
-    n = int(num_batches or config.train.get("eval_batches", 4) or 4)
     batches = data.eval_batches(config, split="validation", num_batches=n)
     if not batches:
         raise ValueError("data.eval_batches returned no validation batches; check config.data "
                          "(val_fraction > 0 and a corpus with enough documents)")
+    mine = batches[jax.process_index()::jax.process_count()]
+    arrays = [tuple(jnp.asarray(b[k]) for k in ("inputs", "targets", "segment_ids", "weights")) for b in mine]
+    return arrays, sum(target_bytes(b, vocab) for b in mine)
+
+
+def validation_loss(model, config, vocab, num_batches: int | None = None) -> dict:
+    n = int(num_batches or config.train.get("eval_batches", 4) or 4)
+    arrays, nbytes = _validation_set(_data_key(config, n), config, vocab, n)
     graphdef, params = nnx.split(model)
     step = _nll_fn(graphdef)
-    nll, tokens, nbytes = 0.0, 0.0, 0
-    for b in batches[jax.process_index()::jax.process_count()]:
-        s, w = step(params, *(jnp.asarray(b[k]) for k in ("inputs", "targets", "segment_ids", "weights")))
-        nll += float(s)
-        tokens += float(w)
-        nbytes += target_bytes(b, vocab)
+    sums = [step(params, *b) for b in arrays]  # dispatched back to back, read once
+    nll = sum(float(s) for s, _ in sums)
+    tokens = sum(float(w) for _, w in sums)
     if jax.process_count() > 1:
         from jax.experimental import multihost_utils
 
@@ -99,6 +133,12 @@ def _params_of(workdir: str, step: int, model=None):
     return _PARAMS_CACHE[key]
 
 
+@jax.jit
+def _mean(states):
+    """The element-wise mean of a list of parameter states (one compiled program per count)."""
+    return jax.tree.map(lambda *xs: sum(xs) / len(xs), *states)
+
+
 def window_steps(steps, step: int, fraction: float = AVG_FRACTION) -> list[int]:
     """The checkpoint steps in [step·(1 − fraction), step] (always including `step`)."""
     if not 0 <= fraction < 1:
@@ -114,7 +154,7 @@ def averaged_model(model, workdir: str, step: int, fraction: float = AVG_FRACTIO
 
     use = window_steps(ckpt.list_steps(workdir), step, fraction)
     states = [_params_of(workdir, s, model if s == step else None) for s in use]
-    mean = jax.tree.map(lambda *xs: sum(xs) / len(xs), *states)
+    mean = _mean(states)
     graphdef, _, rest = nnx.split(model, nnx.Param, ...)
     return nnx.merge(graphdef, mean, rest), use
 

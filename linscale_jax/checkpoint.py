@@ -23,6 +23,7 @@ step's `loss` and `running_loss` (linscale_jax.divergence).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -214,12 +215,28 @@ def _check_shape(x, ref):
 # ---------------------------------------------------------------- model-level API (eval, convert)
 
 
-def _rest_state(graphdef_cfg, seed: int):
-    """Concrete non-parameter state of a model (computed under jit; parameter init is dead code)."""
+@functools.lru_cache(maxsize=8)
+def _model_parts(cfg, seed: int):
+    """sharding.model_parts, once per (model config, seed): every checkpoint of a run shares it."""
+    from linscale_jax import sharding
+
+    return sharding.model_parts(cfg, seed)
+
+
+@functools.lru_cache(maxsize=8)
+def _rest_arrays(graphdef_cfg, seed: int):
+    """Concrete non-parameter state of a model (computed under jit; parameter init is dead code),
+    once per (model config, seed): every checkpoint of a run shares it."""
     from linscale_jax.models import build_model
 
     return jax.jit(lambda: nnx.split(build_model(graphdef_cfg, rngs=nnx.Rngs(seed)),
                                      nnx.Param, ...)[2])()
+
+
+def _rest_state(graphdef_cfg, seed: int):
+    """A fresh copy of the cached state's Variables (nnx.merge adopts them, and a model may assign
+    to them, e.g. a decoding cache); the arrays themselves are immutable and shared."""
+    return jax.tree.map(lambda x: x, _rest_arrays(graphdef_cfg, seed))
 
 
 def target_shardings(abstract_params, devices=None):
@@ -240,7 +257,6 @@ def load_model(workdir, step: int | None = None, devices=None):
 
     The params land replicated on `devices` (see target_shardings: one device by default), whatever
     mesh and process count wrote the checkpoint."""
-    from linscale_jax import sharding
     from linscale_jax.models import ModelConfig
 
     workdir, step = _resolve(workdir, step)
@@ -258,7 +274,7 @@ def load_model(workdir, step: int | None = None, devices=None):
     config = config_from_metadata(load_metadata(workdir, step))
     cfg = ModelConfig.from_config(config.model)
     seed = int(config.train.get("seed", 0)) if "train" in config else 0
-    parts = sharding.model_parts(cfg, seed)
+    parts = _model_parts(cfg, seed)
     mngr = manager(workdir, read_only=True)
     try:
         r = restore(mngr, workdir, target_shardings(parts.abstract_params, devices), step=step)

@@ -191,3 +191,29 @@ def test_corrupt_checkpoint_is_skipped_by_eval_and_refused_by_generate(run_dir, 
     assert sum("WARNING: skipping step 4" in line for line in logs) == 1
     assert generate_main([f"--workdir={wd}", "--step=4", "--prompt=a"]) == 2
     assert "checksum mismatch" in capsys.readouterr().err
+
+
+def test_validation_set_read_once_per_process_and_again_when_the_data_changes(run_dir, tmp_path, monkeypatch):
+    from eval import val_loss
+
+    calls = []
+    real = data.eval_batches
+    monkeypatch.setattr(data, "eval_batches", lambda *a, **k: calls.append(a) or real(*a, **k))
+    monkeypatch.setattr(val_loss, "_VAL_SETS", {})
+    model4, config, _ = ckpt.load_model(run_dir, 4)
+    vocab = data.get_vocabulary(config.data)
+    a = val_loss.validation_loss(model4, config, vocab, 1)
+    b = val_loss.validation_loss(ckpt.load_model(run_dir, 8)[0], config, vocab, 1)
+    assert len(calls) == 1  # the checkpoints of a run share one validation set
+    assert a["val_bytes"] == b["val_bytes"] and a["val_loss"] != b["val_loss"]
+    assert b["val_loss"] == pytest.approx(hand_val_loss(run_dir, 8, config), rel=1e-5)
+
+    corpus = tmp_path / "corpus.txt"  # a local corpus rewritten in place is asked for again
+    corpus.write_text("".join(f"document {i}: the quick brown fox.\n\n" for i in range(400)))
+    config.data.update(task="files", paths=str(corpus), val_fraction=0.5)
+    calls.clear()
+    first = val_loss.validation_loss(model4, config, vocab, 1)
+    assert val_loss.validation_loss(model4, config, vocab, 1) == first and len(calls) == 1
+    corpus.write_text("".join(f"another text number {i}, longer than before!\n\n" for i in range(400)))
+    second = val_loss.validation_loss(model4, config, vocab, 1)
+    assert len(calls) == 2 and second["val_tokens"] > 0
