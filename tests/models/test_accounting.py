@@ -9,7 +9,7 @@ from flax import nnx
 
 from linscale_jax import accounting
 from linscale_jax.config import ARCHS
-from linscale_jax.models import ModelConfig, build_model, sizes
+from linscale_jax.models import ModelConfig, build_model, llama, sizes
 
 PAPER = [(a, s) for a in ARCHS for s in list(sizes.PAPER_SIZES) + list(sizes.ASPECT_VARIANTS)]
 
@@ -130,7 +130,7 @@ def test_exact_forward_flops_agree_with_xla_cost_analysis(arch):
     cost = cost[0] if isinstance(cost, list) else cost
     ours = accounting.forward_flops_per_token(cfg, t) * t
     if arch == "llama":  # XLA evaluates whole query blocks x key prefixes; we count the causal half
-        blk = -(-t // 8)  # llama.causal_attention's default block
+        blk = llama.query_block(t)  # llama.causal_attention's default block
         seen = sum(blk * min(i + blk, t) for i in range(0, t, blk))  # (query, key) pairs formed
         ours += cfg.n_layers * 2 * 2 * cfg.d_model * (seen - t * (t + 1) / 2)
     ratio = cost["flops"] / ours
