@@ -92,10 +92,18 @@ def _read_validation_set(config, vocab, n: int) -> tuple[list[tuple], int]:
     return arrays, sum(target_bytes(b, vocab) for b in mine)
 
 
+_LAST: list = []  # [(data key, graphdef, state leaves, metrics)] of the last model scored
+
+
 def validation_loss(model, config, vocab, num_batches: int | None = None) -> dict:
     n = int(num_batches or config.train.get("eval_batches", 4) or 4)
-    arrays, nbytes = _validation_set(_data_key(config, n), config, vocab, n)
+    key = _data_key(config, n)
     graphdef, params = nnx.split(model)
+    leaves = jax.tree.leaves(params)
+    if _LAST and _LAST[0][:2] == (key, graphdef) and len(_LAST[0][2]) == len(leaves) \
+            and all(a is b for a, b in zip(_LAST[0][2], leaves)):
+        return dict(_LAST[0][3])  # the same (immutable) arrays on the same batches: scored already
+    arrays, nbytes = _validation_set(key, config, vocab, n)
     step = _nll_fn(graphdef)
     sums = [step(params, *b) for b in arrays]  # dispatched back to back, read once
     nll = sum(float(s) for s, _ in sums)
@@ -111,8 +119,10 @@ def validation_loss(model, config, vocab, num_batches: int | None = None) -> dic
     loss = nll / tokens
     if not math.isfinite(loss):
         raise FloatingPointError(f"validation loss is {loss}; the checkpoint has non-finite weights")
-    return {"val_loss": loss, "val_ppl": math.exp(loss), "val_bpb": nll / (math.log(2) * max(nbytes, 1)),
-            "val_tokens": int(tokens), "val_bytes": nbytes}
+    metrics = {"val_loss": loss, "val_ppl": math.exp(loss), "val_bpb": nll / (math.log(2) * max(nbytes, 1)),
+               "val_tokens": int(tokens), "val_bytes": nbytes}
+    _LAST[:] = [(key, graphdef, leaves, metrics)]
+    return dict(metrics)
 
 
 AVG_FRACTION = 0.25  # val_loss_avg: average the checkpoints of the last quarter of the steps so far
@@ -149,10 +159,13 @@ def window_steps(steps, step: int, fraction: float = AVG_FRACTION) -> list[int]:
 def averaged_model(model, workdir: str, step: int, fraction: float = AVG_FRACTION):
     """A copy of `model` (the checkpoint of `step`) whose weights are the mean of the weights of the
     run's checkpoints in the last `fraction` of the steps so far (checkpoint averaging, the offline
-    form of an EMA of the weights whose horizon grows with the step; Sanyal et al. 2023 'LAWA')."""
+    form of an EMA of the weights whose horizon grows with the step; Sanyal et al. 2023 'LAWA');
+    `model` itself when no other checkpoint is in that window."""
     from linscale_jax import checkpoint as ckpt
 
     use = window_steps(ckpt.list_steps(workdir), step, fraction)
+    if use == [step]:  # nothing else in the window (early checkpoints): the model itself
+        return model, use
     states = [_params_of(workdir, s, model if s == step else None) for s in use]
     mean = _mean(states)
     graphdef, _, rest = nnx.split(model, nnx.Param, ...)

@@ -42,3 +42,11 @@ def test_averaged_weights_and_loss(tmp_path):
     first = ckpt.load_model(tmp_path, 80)[0]
     single = vl.averaged_validation_loss(first, config, vocab, str(tmp_path), 80, num_batches=1, fraction=0.15)
     assert single["avg_steps"] == 1
+    assert single["val_loss"] == vl.validation_loss(first, config, vocab, 1)["val_loss"]  # = raw
+
+    # scoring the same arrays twice reuses the result; new weights in the same model are scored anew
+    before = vl.validation_loss(first, config, vocab, 1)["val_loss"]
+    nnx.update(first, nnx.state(models[90], nnx.Param))
+    after = vl.validation_loss(first, config, vocab, 1)["val_loss"]
+    assert after != before
+    assert after == pytest.approx(vl.validation_loss(models[90], config, vocab, 1)["val_loss"], rel=1e-6)
