@@ -9,14 +9,21 @@ import os
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+import jax.numpy as jnp
+from flax import nnx
 
-import jax.numpy as jnp  # noqa: E402
-from flax import nnx  # noqa: E402
+from linscale_jax.interop import hf_io, hf_llama
+from linscale_jax.interop.loading import load
 
-from linscale_jax.interop import hf_io, hf_llama  # noqa: E402
-from linscale_jax.interop.loading import load  # noqa: E402
+torch = transformers = None  # imported when this module's tests run, not at collection (both
+# xdist workers collect every module; torch + transformers cost ~3.5 s CPU to import)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _torch_and_transformers():
+    global torch, transformers
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
 
 ATOL = 1e-4  # fp32, logits of magnitude ~5
 
