@@ -39,6 +39,8 @@ _FRESH_CACHE = None
 def pytest_configure(config):
     """The controller (or a run without xdist) makes the run's cache; workers inherit the env."""
     global _FRESH_CACHE
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False  # the order of pytest_collection_modifyitems below
     if not hasattr(config, "workerinput") and not os.environ.get("LINSCALE_COMPILATION_CACHE"):
         _FRESH_CACHE = tempfile.mkdtemp(prefix="linscale-test-xla-cache-")
         os.environ["LINSCALE_COMPILATION_CACHE"] = _FRESH_CACHE
@@ -53,6 +55,31 @@ def pytest_xdist_auto_num_workers(config):
     here = config.invocation_params.dir
     targeted = any(not (here / pathlib.Path(a.split("::")[0])).is_dir() for a in config.args)
     return 0 if targeted or (os.cpu_count() or 1) < 2 else 2
+
+
+# The longest test files (subprocesses, trained runs, many compiles; --durations on 2 cores), in
+# that order. Under xdist each worker takes the next file when it finishes one, and xdist alone
+# orders files by their number of tests, which put these few-test files last, so a run could end
+# on one of them while the other worker idled. They go first, longest first; the rest follow by
+# number of tests (xdist's own order).
+LONG_FILES = (
+    "train/test_sharding.py", "study/test_recall.py", "train/test_train_resume.py",
+    "models/test_models.py", "train/test_run_integrity.py", "kernels/test_pallas_linear_attention.py",
+    "train/test_train.py", "kernels/test_kernels_segments.py", "eval/test_eval_generate.py",
+    "models/test_dead_params.py", "interop/test_interop_parity.py", "models/test_describe.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    """On xdist workers: LONG_FILES first, then the other files by number of tests (stable)."""
+    if not hasattr(config, "workerinput"):
+        return
+    root = pathlib.Path(__file__).parent
+    rank = {str(root / f): i for i, f in enumerate(LONG_FILES)}
+    count = {}
+    for item in items:
+        count[str(item.path)] = count.get(str(item.path), 0) + 1
+    items.sort(key=lambda it: (rank.get(str(it.path), len(rank)), -count[str(it.path)]))
 
 
 def pytest_unconfigure(config):

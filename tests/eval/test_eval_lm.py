@@ -9,11 +9,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import seqio
 from flax import nnx
 from lm_eval.api.instance import Instance
 
 from eval.lm_backend import LinscaleLM
+from linscale_jax.data._tf import seqio  # seqio through data._tf: TensorFlow set up first (no sklearn)
 from linscale_jax.models import ModelConfig, build_model
 
 VOCAB = seqio.ByteVocabulary()  # pad 0, eos 1, bytes 3..258

@@ -9,13 +9,21 @@ import os
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+import jax.numpy as jnp
+from flax import nnx
 
-import jax.numpy as jnp  # noqa: E402
+from linscale_jax.interop import hf_io, hf_llama
+from linscale_jax.interop.loading import load
 
-from linscale_jax.interop import hf_io, hf_llama  # noqa: E402
-from linscale_jax.interop.loading import load  # noqa: E402
+torch = transformers = None  # imported when this module's tests run, not at collection (both
+# xdist workers collect every module; torch + transformers cost ~3.5 s CPU to import)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _torch_and_transformers():
+    global torch, transformers
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
 
 ATOL = 1e-4  # fp32, logits of magnitude ~5
 
@@ -43,6 +51,11 @@ def hf_llama_model(seed, *, kv_heads, tied, theta=10000.0):
     return model
 
 
+# jitted: one compile per model instead of one per operation (eager)
+forward = nnx.jit(lambda model, tokens: model(tokens))
+extend = nnx.jit(lambda model, tokens, state: model.extend(tokens, state))
+
+
 def hf_logits(model, tokens):
     with torch.no_grad():
         return model(torch.as_tensor(np.asarray(tokens), dtype=torch.long)).logits.numpy()
@@ -58,7 +71,7 @@ def test_hf_to_ours(tmp_path, kv_heads, tied, theta):
     section, model = load("hf-llama", str(tmp_path))
     assert section["n_kv_heads"] == kv_heads and section["tie_embeddings"] == tied
     assert section["rope_theta"] == theta
-    ours = np.asarray(model(jnp.asarray(TOKENS)))
+    ours = np.asarray(forward(model, jnp.asarray(TOKENS)))
     ref = hf_logits(hf, TOKENS)
     diff = np.abs(ours - ref).max()
     print(f"hf-llama -> ours (kv={kv_heads}, tied={tied}): max |dlogit| = {diff:.2e}")
@@ -66,17 +79,15 @@ def test_hf_to_ours(tmp_path, kv_heads, tied, theta):
     assert diff < ATOL
     if kv_heads < 4:  # grouped-query KV cache: prefill + one-token steps reproduce the HF logits
         state = model.init_state(2, TOKENS.shape[1])
-        logits, state = model.extend(jnp.asarray(TOKENS[:, :9]), state)
+        logits, state = extend(model, jnp.asarray(TOKENS[:, :9]), state)
         outs = [np.asarray(logits)]
         for i in range(9, TOKENS.shape[1]):
-            logits, state = model.extend(jnp.asarray(TOKENS[:, i:i + 1]), state)
+            logits, state = extend(model, jnp.asarray(TOKENS[:, i:i + 1]), state)
             outs.append(np.asarray(logits))
         assert np.abs(np.concatenate(outs, axis=1) - ref).max() < ATOL
 
 
 def test_ours_to_hf(tmp_path):
-    from flax import nnx
-
     from linscale_jax.interop.loading import build
     from linscale_jax.models import ModelConfig, build_model
 
@@ -91,7 +102,7 @@ def test_ours_to_hf(tmp_path):
     hf_config, state = hf_llama.from_model(model, section)
     hf_io.write_checkpoint(str(tmp_path), hf_config, state)
     hf = transformers.LlamaForCausalLM.from_pretrained(str(tmp_path), attn_implementation="eager").float().eval()
-    ours = np.asarray(model(jnp.asarray(TOKENS)))
+    ours = np.asarray(forward(model, jnp.asarray(TOKENS)))
     ref = hf_logits(hf, TOKENS)
     diff = np.abs(ours - ref).max()
     print(f"ours -> hf-llama: max |dlogit| = {diff:.2e}")
@@ -116,7 +127,7 @@ def test_cli_round_trip_and_bin_weights(tmp_path):
     model, config, meta = ckpt.load_model(str(work))
     assert meta["source_format"] == "hf-llama"
     ref = hf_logits(hf, TOKENS)
-    assert np.abs(np.asarray(model(jnp.asarray(TOKENS))) - ref).max() < ATOL
+    assert np.abs(np.asarray(forward(model, jnp.asarray(TOKENS))) - ref).max() < ATOL
     convert.main(["--to=hf-llama", f"--workdir={work}", f"--out={back}"])
     assert os.path.isfile(back / "model.safetensors")
     hf2 = transformers.LlamaForCausalLM.from_pretrained(str(back), attn_implementation="eager").float().eval()

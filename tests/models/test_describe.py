@@ -25,11 +25,31 @@ def load_config_file(name):
 
 
 def run_describe(*args):
+    """The command itself, `python -m linscale_jax.describe ARGS`, in a fresh process."""
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
     out = subprocess.run([sys.executable, "-m", "linscale_jax.describe", *args], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     return out.stdout
+
+
+def describe_in_process(capsys, monkeypatch, *args):
+    """describe.main after the flag parsing app.run does (ml_collections reads the --config.*
+    overrides from sys.argv), in this process: no second jax import. The command line itself is
+    run_describe's job, once."""
+    from absl import flags
+
+    from linscale_jax import describe
+
+    argv = ["describe", *args]
+    monkeypatch.setattr(sys, "argv", argv)
+    flags.FLAGS(argv)
+    try:
+        capsys.readouterr()
+        describe.main([])
+        return capsys.readouterr().out
+    finally:
+        flags.FLAGS.unparse_flags()
 
 
 def test_describe_paper_json():
@@ -49,16 +69,17 @@ def test_describe_paper_json():
         assert 0.9 < r["paper_params"] / r["params_non_embedding"] <= 1.0
 
 
-def test_describe_ladder_json_reports_head_dim_and_decays():
-    (row,) = json.loads(run_describe("--config=configs/ladder.py:tnl-d32", "--json"))
+def test_describe_ladder_json_reports_head_dim_and_decays(capsys, monkeypatch):
+    (row,) = json.loads(describe_in_process(capsys, monkeypatch, f"--config={ROOT}/configs/ladder.py:tnl-d32", "--json"))
     assert (row["n_heads"], row["head_dim"], row["n_layers"]) == (4, 8, 3)
     lam = row["decay_per_layer"]
     assert abs(lam[0][0] - 0.778801) < 1e-5 and abs(lam[1][0] - 0.882497) < 1e-5  # exp(-1/4), exp(-1/8)
     assert min(lam[2]) > 0.99999  # the last layer: (almost) undecayed
 
 
-def test_describe_one_config_with_override():
-    out = run_describe("--config=configs/paper.py:tnl-410m", "--config.model.n_layers=2")
+def test_describe_one_config_with_override(capsys, monkeypatch):
+    out = describe_in_process(capsys, monkeypatch, f"--config={ROOT}/configs/paper.py:tnl-410m",
+                              "--config.model.n_layers=2")
     header, rule, row = out.strip().splitlines()
     assert header.split()[:4] == ["arch", "size", "l", "d"]
     assert row.split()[:4] == ["tnl", "410m", "2", "1024"]

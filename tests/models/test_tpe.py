@@ -14,6 +14,7 @@ from linscale_jax.models.tpe import diagonal_recurrence, tpe_log_rate_init
 B, T, E = 2, 37, 8
 _forward = nnx.jit(lambda m, tokens: m(tokens))
 _extend = nnx.jit(lambda m, tokens, state: m.extend(tokens, state))
+_recurrence = jax.jit(diagonal_recurrence, static_argnums=4)  # (u, log_decay, seg, state, impl)
 
 
 def inputs(seed=0):
@@ -45,7 +46,7 @@ def test_rates_init_span_short_and_long_memories():
 def test_recurrence_matches_naive_with_segment_resets(impl):
     u, log_decay = inputs()
     seg = np.array([[1] * 10 + [2] * 20 + [3] * 7, [1] * T])
-    s, last = diagonal_recurrence(u, log_decay, jnp.asarray(seg), None, impl)
+    s, last = _recurrence(u, log_decay, jnp.asarray(seg), None, impl)
     ref = naive(u, np.exp(np.asarray(log_decay)), seg)
     np.testing.assert_allclose(s, ref, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(last, ref[:, -1], rtol=1e-5, atol=1e-5)
@@ -59,18 +60,18 @@ def test_scan_gradients_match_reference():
     def f(impl):
         return lambda u, ld: jnp.sum(w * diagonal_recurrence(u, ld, seg, None, impl)[0])
 
-    gs = jax.grad(f("scan"), argnums=(0, 1))(u, log_decay)
-    gr = jax.grad(f("reference"), argnums=(0, 1))(u, log_decay)
+    gs = jax.jit(jax.grad(f("scan"), argnums=(0, 1)))(u, log_decay)
+    gr = jax.jit(jax.grad(f("reference"), argnums=(0, 1)))(u, log_decay)
     for a, b in zip(gs, gr):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
 
 
 def test_chunks_carried_through_the_state_equal_one_pass():
     u, log_decay = inputs(2)
-    full, _ = diagonal_recurrence(u, log_decay, None, None, "scan")
+    full, _ = _recurrence(u, log_decay, None, None, "scan")
     state, parts = jnp.zeros((B, E)), []
     for a, b in [(0, 9), (9, 10), (10, T)]:
-        s, state = diagonal_recurrence(u[:, a:b], log_decay, None, state, "scan")
+        s, state = _recurrence(u[:, a:b], log_decay, None, state, "scan")
         parts.append(s)
     np.testing.assert_allclose(jnp.concatenate(parts, 1), full, rtol=1e-5, atol=1e-5)
 
