@@ -38,7 +38,31 @@ class Linear(nnx.Module):
         self.kernel = normal_param(keys, (d_in, d_out), std, axes)
 
     def __call__(self, x):
-        return jnp.dot(x, self.kernel[...].astype(x.dtype))
+        return dense(x, self.kernel[...].astype(x.dtype))
+
+
+@jax.custom_vjp
+def dense(x, w):
+    """y = x @ w: x [..., d_in], w [d_in, d_out] -> [..., d_out]; equal to `jnp.dot(x, w)`, values
+    and gradients (tests/models/test_models_arch.py), with the weight gradient formed as
+    xᵀ dy (einsum "...d,...f->df"), not as autodiff's (dyᵀ x)ᵀ: on the CPU the latter copies the
+    transposed cotangent [d_out, b·t] (e.g. [1376, 2048] for the GLU) for the matmul and transposes
+    its [d_out, d_in] result, where this form copies only the narrower xᵀ [d_in, b·t] and writes dW
+    in place (/work/notes/issue13_mfu5.md)."""
+    return jnp.dot(x, w)
+
+
+def _dense_fwd(x, w):
+    return jnp.dot(x, w), (x, w)
+
+
+def _dense_bwd(res, g):
+    x, w = res
+    return (jnp.einsum("...f,df->...d", g, w).astype(x.dtype),
+            jnp.einsum("...d,...f->df", x, g).astype(w.dtype))
+
+
+dense.defvjp(_dense_fwd, _dense_bwd)
 
 
 def stacked_dense(x, linears):
@@ -49,7 +73,8 @@ def stacked_dense(x, linears):
     matmul (and one for each gradient) runs closer to the CPU's matmul peak than n narrow ones
     (/work/notes/issue13_mfu.md)."""
     w = jnp.stack([lin.kernel[...].astype(x.dtype) for lin in linears], axis=1)
-    return jnp.einsum("...d,dnf->...nf", x, w)
+    d_in, n, d_out = w.shape
+    return dense(x, w.reshape(d_in, n * d_out)).reshape(*x.shape[:-1], n, d_out)
 
 
 def unstack(x, axis: int):
