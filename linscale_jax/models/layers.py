@@ -43,23 +43,27 @@ class Linear(nnx.Module):
 
 @jax.custom_vjp
 def dense(x, w):
-    """y = x @ w: x [..., d_in], w [d_in, d_out] -> [..., d_out]; equal to `jnp.dot(x, w)`, values
-    and gradients (tests/models/test_models_arch.py), with the weight gradient formed as
-    xᵀ dy (einsum "...d,...f->df"), not as autodiff's (dyᵀ x)ᵀ: on the CPU the latter copies the
-    transposed cotangent [d_out, b·t] (e.g. [1376, 2048] for the GLU) for the matmul and transposes
-    its [d_out, d_in] result, where this form copies only the narrower xᵀ [d_in, b·t] and writes dW
-    in place (/work/notes/issue13_mfu5.md)."""
-    return jnp.dot(x, w)
+    """y = x @ w: x [..., d_in], w [d_in, *out] (e.g. [d_in, d_out], or stacked kernels
+    [d_in, n, d_out]) -> [..., *out]; equal to `jnp.tensordot(x, w, 1)`, values and gradients
+    (tests/models/test_models_arch.py), with the weight gradient formed as xᵀ dy (contracting the
+    leading axes of x and dy), not as autodiff's (dyᵀ x)ᵀ: on the CPU the latter copies the
+    transposed cotangent [out, b·t] (e.g. [1376, 2048] for the GLU) for the matmul and transposes
+    its [out, d_in] result, where this form copies only the narrower xᵀ [d_in, b·t] and writes dW
+    in place (/work/notes/issue13_mfu5.md). The kernel keeps its axes (no reshape of a stacked
+    kernel), so the sharding of its output axes propagates unchanged."""
+    return jnp.tensordot(x, w, 1)
 
 
 def _dense_fwd(x, w):
-    return jnp.dot(x, w), (x, w)
+    return dense(x, w), (x, w)
 
 
 def _dense_bwd(res, g):
     x, w = res
-    return (jnp.einsum("...f,df->...d", g, w).astype(x.dtype),
-            jnp.einsum("...d,...f->df", x, g).astype(w.dtype))
+    lead = x.ndim - 1
+    dx = jnp.tensordot(g, w, (tuple(range(lead, g.ndim)), tuple(range(1, w.ndim))))
+    dw = jnp.tensordot(x, g, (tuple(range(lead)), tuple(range(lead))))
+    return dx.astype(x.dtype), dw.astype(w.dtype)
 
 
 dense.defvjp(_dense_fwd, _dense_bwd)
@@ -73,8 +77,7 @@ def stacked_dense(x, linears):
     matmul (and one for each gradient) runs closer to the CPU's matmul peak than n narrow ones
     (/work/notes/issue13_mfu.md)."""
     w = jnp.stack([lin.kernel[...].astype(x.dtype) for lin in linears], axis=1)
-    d_in, n, d_out = w.shape
-    return dense(x, w.reshape(d_in, n * d_out)).reshape(*x.shape[:-1], n, d_out)
+    return dense(x, w)
 
 
 def unstack(x, axis: int):
