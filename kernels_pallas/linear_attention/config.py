@@ -2,7 +2,8 @@
 
 `default_chunk_size(impl)` is what `linear_attention(..., chunk_size=None)` uses (the models pass
 None): Pallas -> DEFAULTS[backend].chunk_size (TPU 128), xla -> XLA_CHUNK[backend]; the xla form's
-outer block sweep length is XLA_BLOCK[backend].
+outer block sweep length is XLA_BLOCK[backend]; whether it recomputes the data-decay block terms in
+the backward is XLA_REMAT_DATA_DECAY[backend].
 
 Pallas kernels:
 The kernels walk the sequence in chunks of `chunk_size` tokens (one grid step per chunk, the fp32
@@ -65,6 +66,17 @@ XLA_CHUNK = {"tpu": 128, "gpu": 64, "cpu": 16}
 # Tokens per step of the xla form's outer sequential sweep over blocks (None: the whole sequence
 # at once). On CPU a block keeps one step's arrays in cache, so time grows linearly with length.
 XLA_BLOCK = {"tpu": None, "gpu": None, "cpu": 512}
+
+
+# Whether the xla form recomputes the data-dependent decay's per-level scaled q / k in the backward
+# (`jax.checkpoint`) instead of storing them. CPU: stored (memory is plentiful next to the CPU's
+# sizes; the recompute was ~3 % of the HGRN2 d256 train step, /work/notes/issue13_mfu5.md).
+XLA_REMAT_DATA_DECAY = {"tpu": True, "gpu": True, "cpu": False}
+
+
+def xla_remat_data_decay(backend: str | None = None) -> bool:
+    """Whether the xla form's data-decay block terms are rematerialized in the backward."""
+    return XLA_REMAT_DATA_DECAY.get(backend or jax.default_backend(), XLA_REMAT_DATA_DECAY["cpu"])
 
 
 def xla_block_len(chunk_size: int, backend: str | None = None) -> int | None:

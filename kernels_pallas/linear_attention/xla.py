@@ -33,10 +33,11 @@ and near-0 decays mixed in one chunk, the weights keep full fp32 relative accura
     terms, no cancellation). For c a power of two no [c, c, k] or [s, s, k] tensor is formed: each
     of the log2 c levels costs c·k exps and a batch of small matmuls (c²·k / 2 multiply-adds over
     all levels). A chunk length with an odd factor s > 1 (e.g. 27) starts from s-token leaves whose
-    per-pair exponent is an explicit [s, s, k] forward cumsum from each reference j. The block computation is wrapped
-    in `jax.checkpoint`, so the per-level scaled q / k are recomputed in the backward pass, not
+    per-pair exponent is an explicit [s, s, k] forward cumsum from each reference j. Where
+    `config.XLA_REMAT_DATA_DECAY` says so (TPU, GPU) the block computation is wrapped in
+    `jax.checkpoint`, so the per-level scaled q / k are recomputed in the backward pass, not
     stored: the saved residuals are the inputs, A [c, c] per chunk, the chunk-boundary sums and
-    the chunk-start states [n, k, v].
+    the chunk-start states [n, k, v]; on CPU they are stored (faster, memory is not the limit).
 
 Segments (starts [b, t] bool, from segment_ids): masks beside the decay, all [b, n, c(, c)] (see
 `_segment_masks`): pairs of one chunk interact only inside one segment, rows before the chunk's
@@ -61,7 +62,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kernels_pallas.linear_attention.config import xla_block_len
+from kernels_pallas.linear_attention.config import xla_block_len, xla_remat_data_decay
 from kernels_pallas.linear_attention.kind import DecayKind
 
 _F32 = jnp.float32
@@ -138,7 +139,8 @@ def _chunked(q, k, v, log_decay, initial_state, starts, kind, chunk_size):
         a, q_in, k_out, decay = _head_decay_terms(qc, kc, log_decay.astype(_F32), t)
         decay = decay[None, :, :, None]  # [1, h, n, 1]
     else:
-        a, lf, lr = _data_decay_terms(qc, kc, chunked(log_decay))
+        terms = jax.checkpoint(_data_decay_terms) if xla_remat_data_decay() else _data_decay_terms
+        a, lf, lr = terms(qc, kc, chunked(log_decay))
         q_in, k_out, decay = qc * jnp.exp(lf), kc * jnp.exp(lr), jnp.exp(lf[..., -1, :])
     if starts is not None:
         a, q_in, k_out, decay = _segment_masks(starts, n, c, a, q_in, k_out, decay)
@@ -236,7 +238,6 @@ def _odd_part(c):
     return c
 
 
-@jax.checkpoint
 def _data_decay_terms(qc, kc, g):
     """Data-dependent decay g [..., c, k] by binary secondary chunking (module docstring).
     qc, kc, g [..., c, k] fp32 -> (A [..., c, c] with, for j <= i (else 0),

@@ -38,7 +38,35 @@ class Linear(nnx.Module):
         self.kernel = normal_param(keys, (d_in, d_out), std, axes)
 
     def __call__(self, x):
-        return jnp.dot(x, self.kernel[...].astype(x.dtype))
+        return dense(x, self.kernel[...].astype(x.dtype))
+
+
+@jax.custom_vjp
+def dense(x, w):
+    """y = x @ w: x [..., d_in], w [d_in, *out] (e.g. [d_in, d_out], or stacked kernels
+    [d_in, n, d_out]) -> [..., *out]; equal to `jnp.tensordot(x, w, 1)`, values and gradients
+    (tests/models/test_models_arch.py), with the weight gradient formed as xᵀ dy (contracting the
+    leading axes of x and dy), not as autodiff's (dyᵀ x)ᵀ: on the CPU the latter copies the
+    transposed cotangent [out, b·t] (e.g. [1376, 2048] for the GLU) for the matmul and transposes
+    its [out, d_in] result, where this form copies only the narrower xᵀ [d_in, b·t] and writes dW
+    in place (/work/notes/issue13_mfu5.md). The kernel keeps its axes (no reshape of a stacked
+    kernel), so the sharding of its output axes propagates unchanged."""
+    return jnp.tensordot(x, w, 1)
+
+
+def _dense_fwd(x, w):
+    return dense(x, w), (x, w)
+
+
+def _dense_bwd(res, g):
+    x, w = res
+    lead = x.ndim - 1
+    dx = jnp.tensordot(g, w, (tuple(range(lead, g.ndim)), tuple(range(1, w.ndim))))
+    dw = jnp.tensordot(x, g, (tuple(range(lead)), tuple(range(lead))))
+    return dx.astype(x.dtype), dw.astype(w.dtype)
+
+
+dense.defvjp(_dense_fwd, _dense_bwd)
 
 
 def stacked_dense(x, linears):
@@ -49,7 +77,7 @@ def stacked_dense(x, linears):
     matmul (and one for each gradient) runs closer to the CPU's matmul peak than n narrow ones
     (/work/notes/issue13_mfu.md)."""
     w = jnp.stack([lin.kernel[...].astype(x.dtype) for lin in linears], axis=1)
-    return jnp.einsum("...d,dnf->...nf", x, w)
+    return dense(x, w)
 
 
 def unstack(x, axis: int):

@@ -229,3 +229,21 @@ def test_xla_blocked_sweep_with_segments(kind):
     want = run(q, k, v, ld, s0, blocked=False)
     _compare((got[0], [g for g in got[1] if g is not None]),
              (want[0], [g for g in want[1] if g is not None]), FP32_TOL, f"blocked {kind}")
+
+
+@pytest.mark.parametrize("remat", [True, False])
+def test_xla_data_decay_with_and_without_remat(monkeypatch, remat):
+    """The data-decay block terms, recomputed in the backward (config.XLA_REMAT_DATA_DECAY: TPU,
+    GPU) or stored (CPU): both match the reference recurrence, values and gradients; the choice
+    is read at trace time, so each setting gets its own trace here."""
+    from kernels_pallas.linear_attention import config
+
+    monkeypatch.setitem(config.XLA_REMAT_DATA_DECAY, jax.default_backend(), remat)
+    assert config.xla_remat_data_decay() is remat
+    q, k, v, s0 = _inputs(3)
+    ld = _log_decay(10, "data", "random")
+    cot = _cotangent(3, q, v)
+    want = _values_and_grads(q, k, v, ld, s0, cot, impl="reference", chunk_size=CHUNK)
+    fresh = jax.jit(_values_and_grads.__wrapped__, static_argnames=("impl", "chunk_size"))
+    got = fresh(q, k, v, ld, s0, cot, impl="xla", chunk_size=CHUNK)
+    _compare(got, want, FP32_TOL, f"data decay, remat={remat}")

@@ -12,7 +12,7 @@ from flax import nnx
 from linscale_jax.models import ModelConfig
 from linscale_jax.models.cosformer2 import Cosformer2Attention, lrpe, lrpe_theta_init
 from linscale_jax.models.hgrn2 import HGRN2Mixer, beta_values, gate_log_f, lower_bounds_log
-from linscale_jax.models.layers import KeyGen, Linear, stacked_dense
+from linscale_jax.models.layers import KeyGen, Linear, dense, stacked_dense
 from linscale_jax.models.llama import causal_attention, rope, softmax_attention
 from linscale_jax.models.tnl import TNLAttention, alibi_slopes, tnl_log_decay
 from linscale_jax.models.tpe import LightNetTPE, XmixersTPE
@@ -271,6 +271,32 @@ def test_stacked_dense_is_the_separate_matmuls():
     for g1, g2 in zip(jax.tree.leaves(jax.grad(fused, (0, 1))(x, ws)),
                       jax.tree.leaves(jax.grad(separate, (0, 1))(x, ws))):
         np.testing.assert_allclose(g1, g2, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("lead", [(5,), (2, 4), (2, 3, 4)])
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_dense_custom_vjp_is_plain_matmul(lead, dtype):
+    """dense's own VJP (dW = xᵀ dy) = autodiff of jnp.dot: values, dx and dW, any leading dims, also
+    in bfloat16 (cotangents keep the dtypes of x and w), under jit and under vmap."""
+    x = jax.random.normal(jax.random.key(15), (*lead, 6)).astype(dtype)
+    w = jax.random.normal(jax.random.key(16), (6, 5)).astype(dtype)
+    r = jax.random.normal(jax.random.key(17), (*lead, 5))
+
+    def loss(f):
+        return lambda x, w: jnp.sum(r * f(x, w).astype(jnp.float32) ** 2)
+
+    tol = dict(rtol=1e-5, atol=1e-6) if dtype == jnp.float32 else dict(rtol=2e-2, atol=2e-2)
+    np.testing.assert_allclose(np.asarray(dense(x, w), np.float32),
+                               np.asarray(jnp.dot(x, w), np.float32), **tol)
+    got = jax.jit(jax.grad(loss(dense), (0, 1)))(x, w)
+    want = jax.grad(loss(jnp.dot), (0, 1))(x, w)
+    for g1, g2 in zip(got, want):
+        assert g1.dtype == g2.dtype == dtype
+        np.testing.assert_allclose(np.asarray(g1, np.float32), np.asarray(g2, np.float32), **tol)
+    per_row = jax.vmap(jax.grad(loss(dense), 1), in_axes=(0, None))(x, w)  # batched dW
+    np.testing.assert_allclose(np.asarray(per_row, np.float32),
+                               np.asarray(jax.vmap(jax.grad(loss(jnp.dot), 1), in_axes=(0, None))(x, w),
+                                          np.float32), **tol)
 
 
 @pytest.mark.parametrize("h", [3, 12])
