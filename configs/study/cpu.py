@@ -1,4 +1,4 @@
-"""The default miniature study (the README's main job): 24.5 min on 2 CPU cores, two runs at a time.
+"""The default miniature study (the README's main job): 14.5 min on 2 CPU cores, two runs at a time.
 
     python -m study --config=configs/study/cpu.py --workdir=/tmp/study_cpu
 4 archs × 5 ladder sizes d32 d40 d48 d64 d96 (3 layers, 4..12 heads of dim 8; non-embedding N
