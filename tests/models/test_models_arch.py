@@ -275,12 +275,14 @@ def test_stacked_dense_is_the_separate_matmuls():
 
 @pytest.mark.parametrize("lead", [(5,), (2, 4), (2, 3, 4)])
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
-def test_dense_custom_vjp_is_plain_matmul(lead, dtype):
-    """dense's own VJP (dW = xᵀ dy) = autodiff of jnp.dot: values, dx and dW, any leading dims, also
-    in bfloat16 (cotangents keep the dtypes of x and w), under jit and under vmap."""
-    x = jax.random.normal(jax.random.key(15), (*lead, 6)).astype(dtype)
-    w = jax.random.normal(jax.random.key(16), (6, 5)).astype(dtype)
-    r = jax.random.normal(jax.random.key(17), (*lead, 5))
+@pytest.mark.parametrize("d_in,d_out", [(6, 5), (5, 6)])  # dW as (dyᵀ x)ᵀ / as xᵀ dy
+def test_dense_custom_vjp_is_plain_matmul(lead, dtype, d_in, d_out):
+    """dense's own VJP (dW = xᵀ dy, or (dyᵀ x)ᵀ for a kernel wider at its input) = autodiff of
+    jnp.dot: values, dx and dW, any leading dims, also in bfloat16 (cotangents keep the dtypes of x
+    and w), under jit and under vmap."""
+    x = jax.random.normal(jax.random.key(15), (*lead, d_in)).astype(dtype)
+    w = jax.random.normal(jax.random.key(16), (d_in, d_out)).astype(dtype)
+    r = jax.random.normal(jax.random.key(17), (*lead, d_out))
 
     def loss(f):
         return lambda x, w: jnp.sum(r * f(x, w).astype(jnp.float32) ** 2)
