@@ -59,7 +59,7 @@ DEFAULTS = {
 # Chunk length of the chunked XLA form (impl="xla") per backend. CPU 16: the per-head batched
 # matmuls of the chunk ([c, k] x [k, c], k = 8 on the CPU ladder) run far below the machine's peak,
 # and their work grows with c (2c(k + v) per token and head against 4kv for the state); 16 beat 32
-# and 64 in the d256 train step of every linear model (/work/notes/issue13_mfu.md).
+# and 64 in the d256 train step of every linear model (docs/results.md).
 XLA_CHUNK = {"tpu": 128, "gpu": 64, "cpu": 16}
 
 
@@ -70,7 +70,7 @@ XLA_BLOCK = {"tpu": None, "gpu": None, "cpu": 512}
 
 # Whether the xla form recomputes the data-dependent decay's per-level scaled q / k in the backward
 # (`jax.checkpoint`) instead of storing them. CPU: stored (memory is plentiful next to the CPU's
-# sizes; the recompute was ~3 % of the HGRN2 d256 train step, /work/notes/issue13_mfu5.md).
+# sizes; the recompute was ~3 % of the HGRN2 d256 train step; docs/results.md, "Several hosts, and MFU").
 XLA_REMAT_DATA_DECAY = {"tpu": True, "gpu": True, "cpu": False}
 
 

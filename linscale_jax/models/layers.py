@@ -49,10 +49,10 @@ def dense(x, w):
     leading axes of x and dy), not as autodiff's (dyᵀ x)ᵀ: on the CPU the latter copies the
     transposed cotangent [out, b·t] (e.g. [1376, 2048] for the GLU) for the matmul and transposes
     its [out, d_in] result, where this form copies only the narrower xᵀ [d_in, b·t] and writes dW
-    in place (/work/notes/issue13_mfu5.md). For a kernel wider at its input (d_in > d_out, the GLU's
-    W_down [g, d]) dW is (dyᵀ x)ᵀ instead: the copied operand is then dyᵀ [d, b·t], narrower than
-    xᵀ [g, b·t], and the transpose of the small [d, g] result is cheap (/work/notes/issue13_mfu6.md;
-    GLU fwd+bwd 1.12x CPU on this machine). The kernel keeps its axes (no reshape of a stacked
+    in place (docs/results.md, "Several hosts, and MFU"). For a kernel wider at its input
+    (d_in > d_out, the GLU's W_down [g, d]) dW is (dyᵀ x)ᵀ instead: the copied operand is then
+    dyᵀ [d, b·t], narrower than xᵀ [g, b·t], and the transpose of the small [d, g] result is cheap
+    (GLU fwd+bwd 1.12x CPU on this machine). The kernel keeps its axes (no reshape of a stacked
     kernel), so the sharding of its output axes propagates unchanged."""
     return jnp.tensordot(x, w, 1)
 
@@ -82,7 +82,7 @@ def stacked_dense(x, linears):
     The kernels are stacked [d_in, n, d_out] at compute time (the parameters stay separate, so
     checkpoints, converters and parameter shardings are unchanged); one [bt, d_in] x [d_in, n·d_out]
     matmul (and one for each gradient) runs closer to the CPU's matmul peak than n narrow ones
-    (/work/notes/issue13_mfu.md)."""
+    (docs/results.md, "Several hosts, and MFU")."""
     w = jnp.stack([lin.kernel[...].astype(x.dtype) for lin in linears], axis=1)
     return dense(x, w)
 
