@@ -57,38 +57,111 @@ def query_block(t: int) -> int:
     return min(max(-(-t // 8), 64), t)
 
 
-def causal_attention(q, k, v, segment_ids, block: int | None = None):
-    """Training-form causal softmax attention, by blocks of queries. q [b,t,h,e], k/v [b,t,h_kv,e],
-    segment_ids [b,t] | None -> o [b,t,h,e]. Logits and softmax in float32.
+# Per backend: about how many (query, key) logits one group of (batch, head) pairs of
+# causal_attention may hold, counted as pairs x t x t. On CPU the attention is bound by memory
+# traffic: the whole batch's float32 logits (42 MB a layer for llama-d256's 8 x 32 heads at t = 256)
+# pass through DRAM about ten times a step. Groups of 2^21 (8 MiB, inside this machine's 32 MiB L3),
+# recomputed in the backward, make llama-d256's train step 1.15x faster (docs/results.md,
+# "Several hosts, and MFU"). TPU and GPU: one group (None), no recomputation.
+GROUP_LOGITS = {"cpu": 2**21, "tpu": None, "gpu": None}
 
-    The queries of block [i, i + block) see keys [0, i + block) only, so the logits, exponentials
-    and probability gradients over keys no query may see (about half of the full t x t form) are
-    never formed; with n = t/block blocks (n + 1)/2n of the t x t entries remain (9/16 at the
-    default 8 blocks, 3/4 for the 2 blocks of 64 at t = 128). The softmax is
-    normalized after the PV product (o = (exp(l - max) V) / Σ exp(l - max), the max held constant):
-    the division touches [t, e] values per head instead of [t, t]. Equal to `softmax_attention`
-    with the causal (and same-segment) mask, values and gradients (tests/models/test_models_arch.py)."""
-    b, t, h, e = q.shape
-    rep = h // k.shape[2]
-    if rep > 1:
-        k, v = jnp.repeat(k, rep, axis=2), jnp.repeat(v, rep, axis=2)
-    block = block or query_block(t)
-    # heads-major [b, h, t, e] once, so every block's slices are contiguous per (b, h)
-    q, k, v = (jnp.swapaxes(x, 1, 2) for x in (q * jnp.asarray(e**-0.5, q.dtype), k, v))
+
+def attention_groups(b: int, h: int, t: int, backend: str | None = None) -> tuple[int, int]:
+    """How `causal_attention` splits q [b, t, h, e] into groups walked one after another: (groups of
+    batch rows, groups of heads). Enough groups that one holds about GROUP_LOGITS[backend] logits,
+    batch rows first (one row's heads share its document mask); each count divides the rows or
+    heads on one device of the mesh traced under (if any), so every group keeps that sharding."""
+    budget = GROUP_LOGITS.get(backend or jax.default_backend(), GROUP_LOGITS["cpu"])
+    if budget is None:
+        return 1, 1
+    mesh = jax.sharding.get_abstract_mesh()
+    shape = {} if mesh is None or mesh.empty else dict(mesh.shape)
+    rows, tensor = shape.get("data", 1) * shape.get("fsdp", 1), shape.get("tensor", 1)
+    b_local = b // rows if b % rows == 0 else b
+    h_local = h // tensor if h % tensor == 0 else h
+    most = max(1, b_local * h_local * t * t // budget)
+
+    def largest_divisor(n, cap):
+        return max(g for g in range(1, n + 1) if n % g == 0 and g <= cap)
+
+    gb = largest_divisor(b_local, most)
+    return gb, largest_divisor(h_local, max(1, most // gb))
+
+
+def document_starts(segment_ids):
+    """[b, t] ids -> [b, t] int32: the position where each token's document (its run of one id)
+    starts."""
+    t = segment_ids.shape[1]
+    change = jnp.concatenate([jnp.ones_like(segment_ids[:, :1], bool),
+                              segment_ids[:, 1:] != segment_ids[:, :-1]], axis=1)
+    return jax.lax.cummax(jnp.where(change, jnp.arange(t, dtype=jnp.int32), 0), axis=1)
+
+
+def _blocked_attention(q, k, v, starts, block: int):
+    """q (scaled), k, v [b, g, t, e] (g heads of one group), starts [b, t] | None -> o [b, g, t, e].
+    Queries [i, i + block) see keys [max(i, start), i + block) only: logits over keys no query of the
+    block sees are never formed."""
+    t = q.shape[2]
     outs = []
     for i in range(0, t, block):
         j = min(i + block, t)  # queries [i, j) see keys [0, j)
         logits = jnp.einsum("bhte,bhse->bhts", q[:, :, i:j], k[:, :, :j],
                             preferred_element_type=jnp.float32)
         mask = np.arange(i, j)[:, None] >= np.arange(j)[None, :]  # [t_blk, s] (static)
-        if segment_ids is not None:
-            mask = mask & (segment_ids[:, i:j, None] == segment_ids[:, None, :j])[:, None]
+        if starts is not None:  # a per-row lower bound on the key: one compare per logit
+            mask = mask & (np.arange(j) >= starts[:, None, i:j, None])
         logits = jnp.where(mask, logits, _MASKED)
         p = jnp.exp(logits - jax.lax.stop_gradient(jnp.max(logits, axis=-1, keepdims=True)))
-        denom = jnp.sum(p, axis=-1, keepdims=True)  # [b, h, t_blk, 1] >= 1 (diagonal visible)
+        denom = jnp.sum(p, axis=-1, keepdims=True)  # [b, g, t_blk, 1] >= 1 (diagonal visible)
         o = jnp.einsum("bhts,bhse->bhte", p.astype(v.dtype), v[:, :, :j])
         outs.append(o / denom.astype(o.dtype))
-    return jnp.swapaxes(jnp.concatenate(outs, axis=2), 1, 2)
+    return jnp.concatenate(outs, axis=2)
+
+
+def causal_attention(q, k, v, segment_ids, block: int | None = None,
+                     groups: tuple[int, int] | None = None):
+    """Training-form causal softmax attention, by blocks of queries and groups of (batch, head)
+    pairs. q [b,t,h,e], k/v [b,t,h_kv,e], segment_ids [b,t] | None -> o [b,t,h,e]. Logits and
+    softmax in float32. A packed document (a run of one segment id) sees only its own keys.
+
+    Blocks: the queries of block [i, i + block) see keys [0, i + block) only, so the logits,
+    exponentials and probability gradients over keys no query may see (about half of the full
+    t x t form) are never formed; with n = t/block blocks (n + 1)/2n of the t x t entries remain
+    (5/8 for the 4 blocks of 64 at t = 256, 3/4 for the 2 blocks of 64 at t = 128). The softmax is
+    normalized after the PV product (o = (exp(l - max) V) / Σ exp(l - max), the max held constant):
+    the division touches [t, e] values per head instead of [t, t].
+
+    Groups (gb, gh) (`attention_groups`, per backend): batch rows a·gb + i and heads c·gh + j form
+    group (i, j); the groups run one after another (`lax.map`) and each is recomputed in the
+    backward (`jax.checkpoint`), so on CPU one group's logits stay in cache instead of the whole
+    batch's passing through memory. (1, 1): one group, nothing recomputed.
+
+    Equal to `softmax_attention` with the causal and same-document mask, values and gradients
+    (tests/models/test_models_arch.py)."""
+    b, t, h, e = q.shape
+    rep = h // k.shape[2]
+    if rep > 1:
+        k, v = jnp.repeat(k, rep, axis=2), jnp.repeat(v, rep, axis=2)
+    block = block or query_block(t)
+    gb, gh = groups or attention_groups(b, h, t)
+    starts = None if segment_ids is None else document_starts(segment_ids)
+    if (gb, gh) == (1, 1):
+        q, k, v = (jnp.swapaxes(x, 1, 2) for x in (q * jnp.asarray(e**-0.5, q.dtype), k, v))
+        return jnp.swapaxes(_blocked_attention(q, k, v, starts, block), 1, 2)
+    ba, ha = b // gb, h // gh
+
+    def grouped(x):  # [b, t, h, e] -> [gb·gh, b/gb, h/gh, t, e]
+        x = jnp.transpose(x.reshape(ba, gb, t, ha, gh, e), (1, 4, 0, 3, 2, 5))
+        return x.reshape(gb * gh, ba, ha, t, e)
+
+    xs = tuple(grouped(x) for x in (q * jnp.asarray(e**-0.5, q.dtype), k, v))
+    if starts is not None:  # [b, t] -> [gb·gh, b/gb, t]
+        starts = jnp.broadcast_to(jnp.swapaxes(starts.reshape(ba, gb, t), 0, 1)[:, None],
+                                  (gb, gh, ba, t)).reshape(gb * gh, ba, t)
+        xs = xs + (starts,)
+    one = jax.checkpoint(lambda xs: _blocked_attention(*xs[:3], xs[3] if len(xs) > 3 else None, block))
+    o = jax.lax.map(one, xs).reshape(gb, gh, ba, ha, t, e)
+    return jnp.transpose(o, (2, 0, 4, 3, 1, 5)).reshape(b, t, h, e)
 
 
 class LlamaAttention(nnx.Module):

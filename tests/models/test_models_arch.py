@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from linscale_jax.models import ModelConfig
+from linscale_jax.models import ModelConfig, llama
 from linscale_jax.models.cosformer2 import Cosformer2Attention, lrpe, lrpe_theta_init
 from linscale_jax.models.hgrn2 import HGRN2Mixer, beta_values, gate_log_f, lower_bounds_log
 from linscale_jax.models.layers import KeyGen, Linear, dense, stacked_dense
@@ -223,11 +223,13 @@ def test_rope_relative_and_theta():
     np.testing.assert_allclose([r[1], r[5]], [math.cos(ang), math.sin(ang)], rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("block,kv_heads,packed", [(None, 4, True), (3, 4, False), (5, 2, True),
-                                                   (11, 4, True)])
-def test_causal_attention_blocks_match_masked_softmax(block, kv_heads, packed):
+@pytest.mark.parametrize("block,kv_heads,packed,groups", [
+    (None, 4, True, None), (3, 4, False, None), (5, 2, True, (1, 1)), (11, 4, True, None),
+    (3, 4, True, (2, 1)), (5, 2, True, (2, 2)), (None, 4, False, (1, 4))])
+def test_causal_attention_blocks_match_masked_softmax(block, kv_heads, packed, groups):
     """The query-blocked, post-normalized training form equals the full masked softmax: values and
-    the gradients of q, k, v (t = 11 is not a multiple of the blocks; grouped-query kv_heads 2)."""
+    the gradients of q, k, v (t = 11 is not a multiple of the blocks; grouped-query kv_heads 2),
+    whole or walked in groups of (batch rows, heads) recomputed in the backward."""
     b, t, h, e = 2, 11, 4, 8
     ks = jax.random.split(jax.random.key(11), 4)
     q = 2 * jax.random.normal(ks[0], (b, t, h, e))
@@ -241,7 +243,7 @@ def test_causal_attention_blocks_match_masked_softmax(block, kv_heads, packed):
         mask = mask & (seg[:, :, None] == seg[:, None, :])
 
     def fused(q, k, v):
-        return jnp.sum(w * causal_attention(q, k, v, seg, block))
+        return jnp.sum(w * causal_attention(q, k, v, seg, block, groups))
 
     def full(q, k, v):
         return jnp.sum(w * softmax_attention(q, k, v, jnp.asarray(mask)))
@@ -252,6 +254,40 @@ def test_causal_attention_blocks_match_masked_softmax(block, kv_heads, packed):
     np.testing.assert_allclose(y1, y2, rtol=1e-5, atol=1e-5)
     for g1, g2 in zip(grads1, grads2):
         np.testing.assert_allclose(g1, g2, rtol=1e-4, atol=1e-5)
+
+
+def test_causal_attention_documents_are_runs_of_one_id():
+    """A document is a run of one segment id: an id that comes back after another one starts a new
+    document that does not see the first run (the linear mixers reset their state the same way)."""
+    b, t, h, e = 1, 9, 2, 8
+    ks = jax.random.split(jax.random.key(12), 3)
+    q, k, v = (jax.random.normal(kk, (b, t, h, e)) for kk in ks)
+    seg = jnp.array([[7, 7, 7, 3, 3, 7, 7, 7, 7]])
+    doc = np.array([0, 0, 0, 1, 1, 2, 2, 2, 2])  # runs
+    np.testing.assert_array_equal(llama.document_starts(seg)[0], [0, 0, 0, 3, 3, 5, 5, 5, 5])
+    idx = np.arange(t)
+    mask = (idx[:, None] >= idx[None, :]) & (doc[:, None] == doc[None, :])
+    for groups in ((1, 1), (1, 2)):
+        np.testing.assert_allclose(causal_attention(q, k, v, seg, 4, groups),
+                                   softmax_attention(q, k, v, jnp.asarray(mask[None])),
+                                   rtol=1e-5, atol=1e-6)
+
+
+def test_attention_groups_per_backend_and_mesh():
+    """CPU: groups of about GROUP_LOGITS logits, batch rows first (llama-d256's step: one row of
+    32 heads per group); TPU/GPU: one group; under a mesh the counts divide one device's share."""
+    from jax.sharding import AbstractMesh
+
+    assert llama.attention_groups(8, 32, 256, "cpu") == (8, 1)
+    assert llama.attention_groups(8, 32, 256, "tpu") == (1, 1)
+    assert llama.attention_groups(8, 4, 128, "cpu") == (1, 1)  # the study's t = 128: one group
+    assert llama.attention_groups(1, 32, 2048, "cpu") == (1, 32)
+    mesh = AbstractMesh((2, 1, 2), ("data", "fsdp", "tensor"))
+    with jax.sharding.use_abstract_mesh(mesh):
+        # 4 rows x 16 heads per device at t = 256: 2^22 logits, 2 groups of 2 rows
+        assert llama.attention_groups(8, 32, 256, "cpu") == (2, 1)
+        # 1 row x 6 heads per device at t = 1024: 3 x 2^21 logits, 3 groups of 2 heads
+        assert llama.attention_groups(2, 12, 1024, "cpu") == (1, 3)
 
 
 def test_stacked_dense_is_the_separate_matmuls():
