@@ -34,15 +34,19 @@ _REMAT_POLICIES = {
 }
 
 
-def segment_positions(segment_ids):
-    """Position of each token inside its segment: [b, t] int -> [b, t] int32 (0 at each start)."""
+def segment_starts(segment_ids):
+    """Where each token's segment (its run of one id) starts: [b, t] int -> [b, t] int32."""
     b, t = segment_ids.shape
     idx = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32)[None], (b, t))
     starts = jnp.concatenate(
         [jnp.ones((b, 1), bool), segment_ids[:, 1:] != segment_ids[:, :-1]], axis=1
     )
-    start_idx = jax.lax.cummax(jnp.where(starts, idx, 0), axis=1)
-    return idx - start_idx
+    return jax.lax.cummax(jnp.where(starts, idx, 0), axis=1)
+
+
+def segment_positions(segment_ids):
+    """Position of each token inside its segment: [b, t] int -> [b, t] int32 (0 at each start)."""
+    return jnp.arange(segment_ids.shape[1], dtype=jnp.int32)[None] - segment_starts(segment_ids)
 
 
 def check_tokens(tokens, max_len: int, what: str = "tokens"):

@@ -16,7 +16,7 @@ from flax import nnx
 
 from linscale_jax.models import registry
 from linscale_jax.models.config import ModelConfig
-from linscale_jax.models.decoder import Decoder
+from linscale_jax.models.decoder import Decoder, segment_starts
 from linscale_jax.models.layers import KeyGen, Linear, merge_heads, split_heads, stacked_dense, unstack
 
 _MASKED = -1e30
@@ -61,7 +61,7 @@ def query_block(t: int) -> int:
 # causal_attention may hold, counted as pairs x t x t. On CPU the attention is bound by memory
 # traffic: the whole batch's float32 logits (42 MB a layer for llama-d256's 8 x 32 heads at t = 256)
 # pass through DRAM about ten times a step. Groups of 2^21 (8 MiB, inside this machine's 32 MiB L3),
-# recomputed in the backward, make llama-d256's train step 1.15x faster (docs/results.md,
+# recomputed in the backward, make llama-d256's train step 1.19x faster (docs/results.md,
 # "Several hosts, and MFU"). TPU and GPU: one group (None), no recomputation.
 GROUP_LOGITS = {"cpu": 2**21, "tpu": None, "gpu": None}
 
@@ -86,15 +86,6 @@ def attention_groups(b: int, h: int, t: int, backend: str | None = None) -> tupl
 
     gb = largest_divisor(b_local, most)
     return gb, largest_divisor(h_local, max(1, most // gb))
-
-
-def document_starts(segment_ids):
-    """[b, t] ids -> [b, t] int32: the position where each token's document (its run of one id)
-    starts."""
-    t = segment_ids.shape[1]
-    change = jnp.concatenate([jnp.ones_like(segment_ids[:, :1], bool),
-                              segment_ids[:, 1:] != segment_ids[:, :-1]], axis=1)
-    return jax.lax.cummax(jnp.where(change, jnp.arange(t, dtype=jnp.int32), 0), axis=1)
 
 
 def _blocked_attention(q, k, v, starts, block: int):
@@ -144,23 +135,22 @@ def causal_attention(q, k, v, segment_ids, block: int | None = None,
         k, v = jnp.repeat(k, rep, axis=2), jnp.repeat(v, rep, axis=2)
     block = block or query_block(t)
     gb, gh = groups or attention_groups(b, h, t)
-    starts = None if segment_ids is None else document_starts(segment_ids)
-    if (gb, gh) == (1, 1):
-        q, k, v = (jnp.swapaxes(x, 1, 2) for x in (q * jnp.asarray(e**-0.5, q.dtype), k, v))
-        return jnp.swapaxes(_blocked_attention(q, k, v, starts, block), 1, 2)
+    starts = None if segment_ids is None else segment_starts(segment_ids)
     ba, ha = b // gb, h // gh
 
     def grouped(x):  # [b, t, h, e] -> [gb·gh, b/gb, h/gh, t, e]
         x = jnp.transpose(x.reshape(ba, gb, t, ha, gh, e), (1, 4, 0, 3, 2, 5))
         return x.reshape(gb * gh, ba, ha, t, e)
 
-    xs = tuple(grouped(x) for x in (q * jnp.asarray(e**-0.5, q.dtype), k, v))
+    q, k, v = (grouped(x) for x in (q * jnp.asarray(e**-0.5, q.dtype), k, v))
     if starts is not None:  # [b, t] -> [gb·gh, b/gb, t]
         starts = jnp.broadcast_to(jnp.swapaxes(starts.reshape(ba, gb, t), 0, 1)[:, None],
                                   (gb, gh, ba, t)).reshape(gb * gh, ba, t)
-        xs = xs + (starts,)
-    one = jax.checkpoint(lambda xs: _blocked_attention(*xs[:3], xs[3] if len(xs) > 3 else None, block))
-    o = jax.lax.map(one, xs).reshape(gb, gh, ba, ha, t, e)
+    if gb * gh == 1:
+        o = _blocked_attention(q[0], k[0], v[0], None if starts is None else starts[0], block)[None]
+    else:
+        o = jax.lax.map(jax.checkpoint(lambda xs: _blocked_attention(*xs, block)), (q, k, v, starts))
+    o = o.reshape(gb, gh, ba, ha, t, e)
     return jnp.transpose(o, (2, 0, 4, 3, 1, 5)).reshape(b, t, h, e)
 
 

@@ -13,6 +13,7 @@ from linscale_jax.models import ModelConfig, llama
 from linscale_jax.models.cosformer2 import Cosformer2Attention, lrpe, lrpe_theta_init
 from linscale_jax.models.hgrn2 import HGRN2Mixer, beta_values, gate_log_f, lower_bounds_log
 from linscale_jax.models.layers import KeyGen, Linear, dense, stacked_dense
+from linscale_jax.models.decoder import segment_starts
 from linscale_jax.models.llama import causal_attention, rope, softmax_attention
 from linscale_jax.models.tnl import TNLAttention, alibi_slopes, tnl_log_decay
 from linscale_jax.models.tpe import LightNetTPE, XmixersTPE
@@ -264,7 +265,7 @@ def test_causal_attention_documents_are_runs_of_one_id():
     q, k, v = (jax.random.normal(kk, (b, t, h, e)) for kk in ks)
     seg = jnp.array([[7, 7, 7, 3, 3, 7, 7, 7, 7]])
     doc = np.array([0, 0, 0, 1, 1, 2, 2, 2, 2])  # runs
-    np.testing.assert_array_equal(llama.document_starts(seg)[0], [0, 0, 0, 3, 3, 5, 5, 5, 5])
+    np.testing.assert_array_equal(segment_starts(seg)[0], [0, 0, 0, 3, 3, 5, 5, 5, 5])
     idx = np.arange(t)
     mask = (idx[:, None] >= idx[None, :]) & (doc[:, None] == doc[None, :])
     for groups in ((1, 1), (1, 2)):
