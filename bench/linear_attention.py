@@ -27,6 +27,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+if __name__ == "__main__":  # huge pages for XLA:CPU's step buffers (linscale_jax.host_memory)
+    from linscale_jax import host_memory
+
+    host_memory.use_huge_pages()
+
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 

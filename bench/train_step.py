@@ -4,7 +4,8 @@
                                [--batch=8] [--seq=256] [--steps=3] [--json]
 
 --json prints one JSON object per (arch, size): arch, size, mfu (a fraction), step_ms, compile_s,
-tokens_per_sec, peak_gflops (instead of the markdown table); the peak is the best of the
+tokens_per_sec, page_faults_per_step (minor faults, see linscale_jax.host_memory), peak_gflops
+(instead of the markdown table); the peak is the best of the
 measurements at the start and after every row so far (a shared machine's load moves it).
 
 MFU = accounting.flops_per_token_exact * tokens/s / peak, where peak is the FLOP/s of a large jitted
@@ -15,11 +16,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+if __name__ == "__main__":  # huge pages for XLA:CPU's step buffers (linscale_jax.host_memory)
+    from linscale_jax import host_memory
+
+    host_memory.use_huge_pages()
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
@@ -47,16 +54,18 @@ def bench_one(arch, size, batch, seq, steps):
     jax.block_until_ready(m)
     compile_s = time.perf_counter() - t0
     times = []
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     for _ in range(steps):
         t = time.perf_counter()
         params, opt, m = fns.step_fn(params, opt, rest, b)
         jax.block_until_ready(m)
         times.append(time.perf_counter() - t)
+    faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / steps
     step_s = float(np.median(times))
     cfg = ModelConfig.from_config(c.model)
     tps = batch * seq / step_s
     return dict(arch=arch, size=size, n_params=accounting.param_counts(cfg)["non_embedding"],
-                compile_s=compile_s, step_ms=1e3 * step_s, tokens_per_sec=tps,
+                compile_s=compile_s, step_ms=1e3 * step_s, tokens_per_sec=tps, page_faults=faults,
                 flops_per_token=accounting.flops_per_token_exact(cfg, seq),
                 achieved=accounting.flops_per_token_exact(cfg, seq) * tps)
 
@@ -82,6 +91,7 @@ def main():
                                       step_ms=round(r["step_ms"], 2),
                                       compile_s=round(r["compile_s"], 2),
                                       tokens_per_sec=round(r["tokens_per_sec"], 1),
+                                      page_faults_per_step=round(r["page_faults"]),
                                       peak_gflops=round(peak / 1e9, 2))), flush=True)
         return
     print(f"device: {jax.devices()[0].device_kind}; measured f32 matmul peak (2048^3): "

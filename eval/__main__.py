@@ -9,6 +9,11 @@ Checkpoints written by any mesh or number of processes load onto one device. Sev
 import argparse
 import sys
 
+if __name__ == "__main__":  # huge pages for XLA:CPU's step buffers (linscale_jax.host_memory)
+    from linscale_jax import host_memory
+
+    host_memory.use_huge_pages()
+
 from eval.loading import EvalError
 from eval.suite import TASKS
 

@@ -21,6 +21,11 @@ process makes all of them save the same step and exit 0. See README "Running on 
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # huge pages for XLA:CPU's step buffers (linscale_jax.host_memory)
+    from linscale_jax import host_memory
+
+    host_memory.use_huge_pages()
+
 import sys
 
 from linscale_jax import cli_errors  # noqa: F401  (before any library that logs at start-up)

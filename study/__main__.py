@@ -12,6 +12,11 @@ A preset with kind = "recall" (configs/study/recall.py) runs the MQAR recall exp
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # huge pages for XLA:CPU's step buffers (linscale_jax.host_memory)
+    from linscale_jax import host_memory
+
+    host_memory.use_huge_pages()
+
 import sys
 
 from absl import app, flags
