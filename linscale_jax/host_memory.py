@@ -1,16 +1,16 @@
 """Huge pages for XLA:CPU's per-step buffers: an entry point re-executes itself once with glibc's
 `glibc.malloc.hugetlb=1` tunable.
 
-Why (measured on the 2-core CI machine, docs/results.md "Several hosts, and MFU", session 7):
+Why (measured on this project's 2-core machine, docs/results.md "Several hosts, and MFU", session 7):
 XLA:CPU allocates an executable's temporaries as one block per call, from a worker thread. For the
 HGRN2 d256 train step that block is 527 MB. glibc serves a block this large with a fresh `mmap`
 and returns it with `munmap` after the call (a thread arena always does, whatever M_MMAP_MAX
-says). So every step touches about 130,000 new 4 KiB pages. The kernel zeroes each page on a
-fault: about 250 ms of system time per 730 ms step.
+says). So every step touches about 130,000 new 4 KiB pages, each a fault in which the kernel
+zeroes it: 195-290 ms of system time per 715-775 ms step.
 
 With the tunable set, glibc asks for transparent huge pages (`madvise(MADV_HUGEPAGE)`) on the
-blocks it maps. The step then takes about 500 faults of 2 MiB instead, and every architecture's
-d256 step is 7-15 % faster (`python bench/huge_pages.py`). The tunable needs glibc 2.35 or
+blocks it maps. The step then takes 400-960 faults instead, and every architecture's d256 step
+is 1.14-1.19x faster (`python bench/huge_pages.py`). The tunable needs glibc 2.35 or
 later and THP in `madvise` or `always` mode. glibc reads tunables only when a process starts,
 hence the re-exec. Children (study workers, multi-process runs) inherit the variable.
 
