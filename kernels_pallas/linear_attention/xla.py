@@ -47,7 +47,7 @@ the kind itself, so TNL and cosFormer2 keep their own path.
 
 Blocks (CPU): the sequence is swept in blocks of `config.xla_block_len` tokens by an outer
 `lax.scan` carrying the state, each block running the chunked form above; one step's arrays stay in
-cache, so the time grows linearly with t (measured in /work/notes/issue13_kernels.md).
+cache, so the time grows linearly with t (docs/results.md, "Linear attention speed").
 
 Padding: t is padded to a multiple of the chunk with zero q/k/v and zero log decay (a zero key or
 value adds nothing; a zero log decay keeps the state), so the final state is the one after the last

@@ -16,7 +16,7 @@ counts it: an up-projection d -> e, a recurrence, a projection back e -> d, "d·
   * the recurrence is diagonal (one decay per channel of the e-dimensional state), with input gain
     1 - λ so every channel is an average of comparable size whatever its memory (with gain 1 the
     slow channels sum ~256 inputs and the TPE output swamped the embedding at init: +0.1 nats
-    val loss at 300 steps on the cpu setup, /work/notes/issue15.md); its rates
+    val loss at 300 steps on the cpu setup); its rates
     are initialised like ALiBi slopes over the e channels, a_c = log(2^(-8(c+1)/e)), so memories
     1/(1-λ) span ~2 .. 256 tokens;
   * the input is normalised (SimpleRMSNorm, no parameter) because the raw tied embedding is tiny
