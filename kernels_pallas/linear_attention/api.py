@@ -26,7 +26,8 @@ token) when return_final_state=True.
 
 impl: "reference" (token-by-token `lax.scan`; also the one-token decode step), "xla" (chunked
 parallel form), "pallas" (kernels), "auto" (pallas on TPU, xla elsewhere).
-chunk_size: None = the backend's default for the impl (`config.default_chunk_size`, the one place).
+chunk_size: None = the backend's default for the impl and the key head dim k
+(`config.default_chunk_size`, the one place).
 Every impl may be called inside `jax.shard_map` on local shards (no collective inside); the
 sequence-parallel form over a 'seq' mesh axis is `seq_parallel.linear_attention_seq_shard`.
 """
@@ -79,7 +80,7 @@ def linear_attention(
     kind = DecayKind.of(log_decay)
     starts = segment_starts(segment_ids)
     if chunk_size is None:
-        chunk_size = default_chunk_size(impl)
+        chunk_size = default_chunk_size(impl, key_dim=q.shape[-1])
     if impl == "reference":
         o, state = linear_attention_reference(q, k, v, log_decay, initial_state, starts, kind=kind)
     elif impl == "xla":

@@ -1,9 +1,9 @@
 """Per-backend block sizes of linear attention: the one place the defaults live.
 
-`default_chunk_size(impl)` is what `linear_attention(..., chunk_size=None)` uses (the models pass
-None): Pallas -> DEFAULTS[backend].chunk_size (TPU 128), xla -> XLA_CHUNK[backend]; the xla form's
-outer block sweep length is XLA_BLOCK[backend]; whether it recomputes the data-decay block terms in
-the backward is XLA_REMAT_DATA_DECAY[backend].
+`default_chunk_size(impl, key_dim=...)` is what `linear_attention(..., chunk_size=None)` uses (the
+models pass None): Pallas -> DEFAULTS[backend].chunk_size (TPU 128), xla -> XLA_CHUNK[backend] (on
+CPU following the key head dim); the xla form's outer block sweep length is XLA_BLOCK[backend];
+whether it recomputes the data-decay block terms in the backward is XLA_REMAT_DATA_DECAY[backend].
 
 Pallas kernels:
 The kernels walk the sequence in chunks of `chunk_size` tokens (one grid step per chunk, the fp32
@@ -56,11 +56,15 @@ DEFAULTS = {
 }
 
 
-# Chunk length of the chunked XLA form (impl="xla") per backend. CPU 16: the per-head batched
-# matmuls of the chunk ([c, k] x [k, c], k = 8 on the CPU ladder) run far below the machine's peak,
-# and their work grows with c (2c(k + v) per token and head against 4kv for the state); 16 beat 32
-# and 64 in the d256 train step of every linear model (docs/results.md).
+# Chunk length of the chunked XLA form (impl="xla") per backend. Per token and head the chunk
+# costs 2c(k + v) in its within-chunk products against 4kv for the state, so the best chunk grows
+# with the key head dim k. On CPU it is the head dim clamped to [16, 64] (`xla_chunk`): at k = 8
+# (the CPU ladder) 16 beat 32 and 64 in the d256 train step of every linear model, as the small
+# [c, k] x [k, c] products run far below the machine's peak; at k = 32 / 64 / 128,
+# `bench/linear_attention.py --chunk-size` sweeps put the best at 32 / 32-64 / 64, up to 2x faster
+# than 16 (docs/results.md, "Linear attention speed").
 XLA_CHUNK = {"tpu": 128, "gpu": 64, "cpu": 16}
+XLA_CHUNK_CPU_MAX = 64
 
 
 # Tokens per step of the xla form's outer sequential sweep over blocks (None: the whole sequence
@@ -87,14 +91,19 @@ def xla_block_len(chunk_size: int, backend: str | None = None) -> int | None:
     return max(1, block // chunk_size) * chunk_size
 
 
-def default_chunk_size(impl: str, backend: str | None = None) -> int:
+def default_chunk_size(impl: str, backend: str | None = None, key_dim: int | None = None) -> int:
     """The chunk length used when linear_attention gets chunk_size=None (the one per-backend
-    place): Pallas -> its block default, xla -> XLA_CHUNK, reference -> unused (1)."""
+    place): Pallas -> its block default, xla -> XLA_CHUNK (on CPU the key head dim `key_dim`
+    clamped to [XLA_CHUNK["cpu"], XLA_CHUNK_CPU_MAX] and rounded up to a power of two),
+    reference -> unused (1)."""
     backend = backend or jax.default_backend()
     if impl == "pallas":
         return default_blocks(backend).chunk_size
     if impl == "xla":
-        return XLA_CHUNK.get(backend, XLA_CHUNK["cpu"])
+        chunk = XLA_CHUNK.get(backend, XLA_CHUNK["cpu"])
+        if backend not in ("tpu", "gpu") and key_dim:
+            chunk = min(XLA_CHUNK_CPU_MAX, max(chunk, 1 << (int(key_dim) - 1).bit_length()))
+        return chunk
     return 1
 
 

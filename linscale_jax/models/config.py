@@ -69,13 +69,13 @@ class ModelConfig:
     @property
     def resolved_chunk_size(self) -> int:
         """The chunk length the linear-attention kernel uses (chunk_size, or the backend's
-        default for impl when None)."""
+        default for impl and the key head dim e when 0)."""
         if self.chunk_size:
             return self.chunk_size
         from kernels_pallas import default_chunk_size
         from kernels_pallas.linear_attention.api import resolve_impl
 
-        return default_chunk_size(resolve_impl(self.impl))
+        return default_chunk_size(resolve_impl(self.impl), key_dim=self.head_dim)
 
     @property
     def kv_heads(self) -> int:

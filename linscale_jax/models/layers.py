@@ -7,6 +7,8 @@ mlp, rank, layers) for sharding rules. Matmuls run in the compute dtype; norms i
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -76,13 +78,22 @@ def _dense_bwd(res, g):
 dense.defvjp(_dense_fwd, _dense_bwd)
 
 
-def stacked_dense(x, linears):
-    """x [..., d_in] times n Linear kernels of one width as ONE matmul -> [..., n, d_out].
+# Fewer rows than this (decoding: one token per sequence) -> n separate matmuls: stacking copies
+# every kernel each call, which costs more than the matmuls themselves at a few rows.
+STACK_MIN_ROWS = 64
 
-    The kernels are stacked [d_in, n, d_out] at compute time (the parameters stay separate, so
-    checkpoints, converters and parameter shardings are unchanged); one [bt, d_in] x [d_in, n·d_out]
-    matmul (and one for each gradient) runs closer to the CPU's matmul peak than n narrow ones
-    (docs/results.md, "Several hosts, and MFU")."""
+
+def stacked_dense(x, linears):
+    """x [..., d_in] times n Linear kernels of one width -> [..., n, d_out].
+
+    With at least STACK_MIN_ROWS rows, ONE matmul: the kernels are stacked [d_in, n, d_out] at
+    compute time (the parameters stay separate, so checkpoints, converters and parameter shardings
+    are unchanged); one [bt, d_in] x [d_in, n·d_out] matmul (and one for each gradient) runs closer
+    to the CPU's matmul peak than n narrow ones (docs/results.md, "Several hosts, and MFU"). With
+    fewer rows (a decode step) the stacking copy would dominate, so n matmuls, stacked after."""
+    rows = math.prod(x.shape[:-1])
+    if rows < STACK_MIN_ROWS:
+        return jnp.stack([dense(x, lin.kernel[...].astype(x.dtype)) for lin in linears], axis=-2)
     w = jnp.stack([lin.kernel[...].astype(x.dtype) for lin in linears], axis=1)
     return dense(x, w)
 

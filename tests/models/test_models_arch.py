@@ -12,7 +12,7 @@ from flax import nnx
 from linscale_jax.models import ModelConfig, llama
 from linscale_jax.models.cosformer2 import Cosformer2Attention, lrpe, lrpe_theta_init
 from linscale_jax.models.hgrn2 import HGRN2Mixer, beta_values, gate_log_f, lower_bounds_log
-from linscale_jax.models.layers import KeyGen, Linear, dense, stacked_dense
+from linscale_jax.models.layers import STACK_MIN_ROWS, KeyGen, Linear, dense, stacked_dense
 from linscale_jax.models.decoder import segment_starts
 from linscale_jax.models.llama import causal_attention, rope, softmax_attention
 from linscale_jax.models.tnl import TNLAttention, alibi_slopes, tnl_log_decay
@@ -291,18 +291,25 @@ def test_attention_groups_per_backend_and_mesh():
         assert llama.attention_groups(2, 12, 1024, "cpu") == (1, 3)
 
 
-def test_stacked_dense_is_the_separate_matmuls():
-    """One stacked matmul [d, n, f] = n separate x @ W_i: values and the gradients of x and each W_i."""
+@pytest.mark.parametrize("lead,n_dots", [((2, 4), 3), ((8, 16), 1)])
+def test_stacked_dense_is_the_separate_matmuls(lead, n_dots):
+    """stacked_dense = n separate x @ W_i: values and the gradients of x and each W_i; one stacked
+    matmul [d, n, f] from STACK_MIN_ROWS rows on (training), n matmuls below (a decode step,
+    where stacking the kernels would cost more than the matmuls)."""
+    assert (math.prod(lead) < STACK_MIN_ROWS) == (n_dots == 3)  # rows = b·t
     keys = KeyGen(jax.random.key(12))
     ws = [Linear(6, 5, keys=keys, std=1.0, axes=("embed", "heads")).kernel[...] for _ in range(3)]
-    x = jax.random.normal(jax.random.key(13), (2, 4, 6))
-    w = jax.random.normal(jax.random.key(14), (2, 4, 3, 5))
+    x = jax.random.normal(jax.random.key(13), (*lead, 6))
+    w = jax.random.normal(jax.random.key(14), (*lead, 3, 5))
+    jaxpr = str(jax.make_jaxpr(lambda x: stacked_dense(
+        x, [types.SimpleNamespace(kernel=wi) for wi in ws]))(x))
+    assert jaxpr.count("dot_general") == n_dots, jaxpr
 
     def fused(x, ws):  # stacked_dense reads lin.kernel[...]: plain arrays stand in for the Params
         return jnp.sum(w * stacked_dense(x, [types.SimpleNamespace(kernel=wi) for wi in ws]))
 
     def separate(x, ws):
-        return sum(jnp.sum(w[:, :, i] * (x @ wi)) for i, wi in enumerate(ws))
+        return sum(jnp.sum(w[..., i, :] * (x @ wi)) for i, wi in enumerate(ws))
 
     np.testing.assert_allclose(fused(x, ws), separate(x, ws), rtol=1e-5)
     for g1, g2 in zip(jax.tree.leaves(jax.grad(fused, (0, 1))(x, ws)),
