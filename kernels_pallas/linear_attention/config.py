@@ -58,13 +58,14 @@ DEFAULTS = {
 
 # Chunk length of the chunked XLA form (impl="xla") per backend. Per token and head the chunk
 # costs 2c(k + v) in its within-chunk products against 4kv for the state, so the best chunk grows
-# with the key head dim k. On CPU it is the head dim clamped to [16, 64] (`xla_chunk`): at k = 8
+# with the key head dim k: the chunk is k rounded up to a power of two, clamped to
+# [XLA_CHUNK, XLA_CHUNK_MAX] of the backend (fixed on TPU and GPU). CPU [16, 64]: at k = 8
 # (the CPU ladder) 16 beat 32 and 64 in the d256 train step of every linear model, as the small
 # [c, k] x [k, c] products run far below the machine's peak; at k = 32 / 64 / 128,
 # `bench/linear_attention.py --chunk-size` sweeps put the best at 32 / 32-64 / 64, up to 2x faster
 # than 16 (docs/results.md, "Linear attention speed").
 XLA_CHUNK = {"tpu": 128, "gpu": 64, "cpu": 16}
-XLA_CHUNK_CPU_MAX = 64
+XLA_CHUNK_MAX = {"tpu": 128, "gpu": 64, "cpu": 64}
 
 
 # Tokens per step of the xla form's outer sequential sweep over blocks (None: the whole sequence
@@ -93,17 +94,18 @@ def xla_block_len(chunk_size: int, backend: str | None = None) -> int | None:
 
 def default_chunk_size(impl: str, backend: str | None = None, key_dim: int | None = None) -> int:
     """The chunk length used when linear_attention gets chunk_size=None (the one per-backend
-    place): Pallas -> its block default, xla -> XLA_CHUNK (on CPU the key head dim `key_dim`
-    clamped to [XLA_CHUNK["cpu"], XLA_CHUNK_CPU_MAX] and rounded up to a power of two),
+    place): Pallas -> its block default, xla -> the key head dim `key_dim` rounded up to a power
+    of two and clamped to [XLA_CHUNK, XLA_CHUNK_MAX] of the backend (XLA_CHUNK without key_dim),
     reference -> unused (1)."""
     backend = backend or jax.default_backend()
     if impl == "pallas":
         return default_blocks(backend).chunk_size
     if impl == "xla":
-        chunk = XLA_CHUNK.get(backend, XLA_CHUNK["cpu"])
-        if backend not in ("tpu", "gpu") and key_dim:
-            chunk = min(XLA_CHUNK_CPU_MAX, max(chunk, 1 << (int(key_dim) - 1).bit_length()))
-        return chunk
+        low = XLA_CHUNK.get(backend, XLA_CHUNK["cpu"])
+        if not key_dim:
+            return low
+        high = XLA_CHUNK_MAX.get(backend, XLA_CHUNK_MAX["cpu"])
+        return min(high, max(low, 1 << (int(key_dim) - 1).bit_length()))
     return 1
 
 
