@@ -1,8 +1,8 @@
 """Per-backend block sizes of linear attention: the one place the defaults live.
 
 `default_chunk_size(impl, key_dim=...)` is what `linear_attention(..., chunk_size=None)` uses (the
-models pass None): Pallas -> DEFAULTS[backend].chunk_size (TPU 128), xla -> XLA_CHUNK[backend] (on
-CPU following the key head dim); the xla form's outer block sweep length is XLA_BLOCK[backend];
+models pass None): Pallas -> DEFAULTS[backend].chunk_size (TPU 128), xla -> the key head dim clamped
+to [XLA_CHUNK, XLA_CHUNK_MAX][backend]; the xla form's outer block sweep length is XLA_BLOCK[backend];
 whether it recomputes the data-decay block terms in the backward is XLA_REMAT_DATA_DECAY[backend].
 
 Pallas kernels:

@@ -91,11 +91,10 @@ def stacked_dense(x, linears):
     are unchanged); one [bt, d_in] x [d_in, n·d_out] matmul (and one for each gradient) runs closer
     to the CPU's matmul peak than n narrow ones (docs/results.md, "Several hosts, and MFU"). With
     fewer rows (a decode step) the stacking copy would dominate, so n matmuls, stacked after."""
-    rows = math.prod(x.shape[:-1])
-    if rows < STACK_MIN_ROWS:
-        return jnp.stack([dense(x, lin.kernel[...].astype(x.dtype)) for lin in linears], axis=-2)
-    w = jnp.stack([lin.kernel[...].astype(x.dtype) for lin in linears], axis=1)
-    return dense(x, w)
+    ws = [lin.kernel[...].astype(x.dtype) for lin in linears]
+    if math.prod(x.shape[:-1]) < STACK_MIN_ROWS:
+        return jnp.stack([dense(x, w) for w in ws], axis=-2)
+    return dense(x, jnp.stack(ws, axis=1))
 
 
 def unstack(x, axis: int):
