@@ -9,14 +9,14 @@
    compare.loss_at_common_compute beside it), with the run-bootstrap + noise interval. Below 0 resolved = beats; interval across 0 = matches within the
    noise; above 0 resolved = LLaMA better (not reproduced for that arch).
 3. LLaMA leads on retrieval: the MQAR recall experiment (configs/study/recall.py, read from
-   study.recall_from), llama minus each linear arch per (width, pairs) cell with a normal interval
-   from the query counts.
+   study.recall_from through study.recall.verdict_input), llama minus each linear arch per (width,
+   pairs) cell with a normal interval from the cells' intervals (query noise and seed spread);
+   "not measured" unless LLaMA's positive control is met; cells that did not train are left out.
 Whatever the outcome, the verdict is stated plainly (reproduced / not reproduced / not resolved).
 """
 
 from __future__ import annotations
 
-import csv
 import os
 
 import numpy as np
@@ -101,21 +101,11 @@ def equal_compute(common: dict, law: dict) -> tuple[str, list[str]]:
                      "|---|---|---|", *rows]
 
 
-def read_recall(path: str) -> list[dict]:
-    """DIR/recall.csv of a recall study (study.recall) as rows with numeric fields."""
-    rows = []
-    with open(path) as f:
-        for r in csv.DictReader(f):
-            rows.append(dict(arch=r["arch"], d_model=int(r["d_model"]), n_pairs=int(r["n_pairs"]),
-                             accuracy=float(r["accuracy"]), queries=int(r["queries"])))
-    return rows
-
-
 def recall_differences(rows: list[dict]) -> list[tuple]:
-    """(d_model, n_pairs, arch, [llama − arch, lo, hi]) per cell: normal interval from the counts."""
+    """(d_model, n_pairs, arch, [llama − arch, lo, hi]) per cell of trained rows (study.recall's
+    seed "all" rows): normal interval from each row's 95% interval, which holds the seed spread."""
     out = []
-    cells = sorted({(r["d_model"], r["n_pairs"]) for r in rows})
-    for d, p in cells:
+    for d, p in sorted({(r["d_model"], r["n_pairs"]) for r in rows}):
         at = {r["arch"]: r for r in rows if (r["d_model"], r["n_pairs"]) == (d, p)}
         if "llama" not in at:
             continue
@@ -124,32 +114,38 @@ def recall_differences(rows: list[dict]) -> list[tuple]:
             if a not in at:
                 continue
             x = at[a]
-            se = np.hypot(np.sqrt(ll["accuracy"] * (1 - ll["accuracy"]) / ll["queries"]),
-                          np.sqrt(x["accuracy"] * (1 - x["accuracy"]) / x["queries"]))
+            se = np.hypot(ll["ci_high"] - ll["ci_low"], x["ci_high"] - x["ci_low"]) / (2 * 1.96)
             diff = ll["accuracy"] - x["accuracy"]
             out.append((d, p, a, [diff, diff - 1.96 * se, diff + 1.96 * se]))
     return out
 
 
-def retrieval(recall_rows: list[dict] | None, source: str) -> tuple[str, list[str]]:
-    """Finding 3 from the recall experiment's rows (None: not run)."""
-    if not recall_rows:
+def retrieval(recall: dict | None, source: str) -> tuple[str, list[str]]:
+    """Finding 3 from study.recall.verdict_input (None: not run). Without the positive control
+    (LLaMA >= 0.9 in some cell) it is not measured; cells that did not train are left out."""
+    from study.recall import control_sentence
+
+    if not recall:
         return ("**not measured here**: run `python -m study --config=configs/study/recall.py "
                 "--workdir=R` and pass `--config.recall_from=R`", [])
-    diffs = recall_differences(recall_rows)
+    skipped = ([f"Did not train (left out): {', '.join(f'{a} d{d} e{e} P={p}' for a, d, e, p in recall['did_not_train'])}."]
+               if recall["did_not_train"] else [])
+    if not recall["control"]["met"]:
+        return f"**not measured** ({control_sentence(recall['control'])})", skipped
+    diffs = recall_differences(recall["rows"])
     lead = sum(v[1] > 0 for *_, v in diffs)
     behind = sum(v[2] < 0 for *_, v in diffs)
     verdict = ("**reproduced**" if diffs and lead == len(diffs) else
                "**not reproduced**" if behind > lead else "**partly reproduced**")
     verdict += (f": LLaMA's MQAR accuracy is higher, resolved, in {lead} of {len(diffs)} "
                 f"(width, pairs, linear arch) cells; lower, resolved, in {behind}")
-    return verdict, [f"From {source} (MQAR; llama minus arch, accuracy [95%]):", "",
+    return verdict, [f"From {source} (MQAR; llama minus arch, seed-mean accuracy [95%]):", "",
                      "| d | pairs | arch | llama − arch |", "|---|---|---|---|",
-                     *(f"| {d} | {p} | {a} | {_ci(v)} |" for d, p, a, v in diffs)]
+                     *(f"| {d} | {p} | {a} | {_ci(v)} |" for d, p, a, v in diffs), "", *skipped]
 
 
 def section(archs, fits: dict, holdout: dict | None, common: dict | None, law: dict | None,
-            recall_rows: list[dict] | None, recall_source: str = "") -> tuple[list[str], dict]:
+            recall_rows: dict | None, recall_source: str = "") -> tuple[list[str], dict]:
     """The report's findings section for the study's `archs` (one verdict per finding, then its
     table), and {finding: verdict} (report.py writes it to DIR/findings.json)."""
     L = [SECTION, "", "Each of the paper's qualitative findings, judged on this study's numbers "
@@ -167,8 +163,9 @@ def section(archs, fits: dict, holdout: dict | None, common: dict | None, law: d
     return L, verdicts
 
 
-def recall_rows_from(study) -> tuple[list[dict] | None, str]:
-    """The recall rows named by study.recall_from (a recall study's workdir), or (None, '')."""
+def recall_rows_from(study) -> tuple[dict | None, str]:
+    """study.recall.verdict_input of the recall study named by study.recall_from (its workdir),
+    or (None, '')."""
     src = str(study.get("recall_from", "") or "")
     if not src:
         return None, ""
@@ -176,4 +173,6 @@ def recall_rows_from(study) -> tuple[list[dict] | None, str]:
     if not os.path.exists(path):
         raise FileNotFoundError(f"study.recall_from={src!r} has no recall.csv; run "
                                 f"`python -m study --config=configs/study/recall.py --workdir={src}` first")
-    return read_recall(path), path
+    from study.recall import verdict_input
+
+    return verdict_input(path), path
