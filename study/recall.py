@@ -145,8 +145,7 @@ class Run:
 
 
 def build_runs(study, workdir: str) -> list[Run]:
-    from linscale_jax import accounting
-    from linscale_jax.models import registry
+    from linscale_jax.models import accounting, registry
 
     seq_len, runs = int(study.seq_len), []
     tokens = int(study.max_steps) * int(study.batch_size) * seq_len
@@ -197,7 +196,9 @@ def train_run(study, run: Run, log=_print) -> dict:
     import ml_collections
     from flax import nnx
 
-    from linscale_jax import optim, sharding, trainer
+    from linscale_jax.dist import sharding
+    from linscale_jax.train import loop as trainer
+    from linscale_jax.train import optim
     from linscale_jax.data import mqar
     from linscale_jax.models import build_model
 
