@@ -161,6 +161,7 @@ def test_untrained_run_is_reported_did_not_train(tmp_path):
     assert res["steps"] == 4 and not res["stopped_early"] and len(res["history"]) == 1
 
 
+@pytest.mark.slow
 def test_recall_study_command_shrunk(tmp_path):
     wd = tmp_path / "recall"
     wd.mkdir()
