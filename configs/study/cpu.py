@@ -27,7 +27,7 @@ from study.presets import study_defaults
 
 def get_config():
     c = study_defaults()
-    c.sizes = "d32,d40,d48,d64,d96"
+    c.sizes = "d32,d48,d64,d80"
     c.tokens = 2048 * 8 * 128.0
     c.checkpoints = 16
     c.workers = 2  # two runs at once, one per core (study.workers)
