@@ -83,3 +83,23 @@ def test_variant_labels():
         sizes.split_variant("tnl+n_layers=many")
     with pytest.raises(ValueError, match="unknown architecture"):
         sizes.split_variant("gpt+tpe=none")
+
+
+def test_tpe_preset_runs_the_variant_as_one_more_arch(tmp_path):
+    from study import plan
+
+    spec = importlib.util.spec_from_file_location("p_tpe", os.path.join(ROOT, "configs", "study", "tpe.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    study = mod.get_config()
+    runs = plan.build_plan(study, str(tmp_path))
+    cpu = set(plan.split_list(study.sizes))
+    assert {(r.arch, r.size) for r in runs} == {(a, s) for a in ("llama", "cosformer2", "cosformer2+tpe=none")
+                                                for s in cpu}
+    by = {r.name: r for r in runs}
+    size = sorted(cpu)[0]
+    plain, none = by[f"cosformer2-{size}"], by[f"cosformer2+tpe=none-{size}"]
+    assert (plain.config.model.arch, plain.config.model.tpe) == ("cosformer2", "lightnet")
+    assert (none.config.model.arch, none.config.model.tpe) == ("cosformer2", "none")
+    assert none.n_params < plain.n_params and none.workdir.endswith(f"cosformer2+tpe=none-{size}")
+    assert "--config=configs/ladder.py:cosformer2+tpe=none-" in none.command
