@@ -5,7 +5,7 @@ cosformer2+tpe=none; linscale_jax.models.sizes.split_variant); size: d32 d48 d64
 d192 d256 d384 d512. Shapes (linscale_jax.models.sizes.LADDER): (d, l) = (32,4) (48,4) (64,4)
 (80,4) (96,4) (128,4) (192,4) (256,6) (384,6) (512,8); head dim 16 at every size (h = d/16);
 g = 8·ceil(int(8d/3)/8); byte vocabulary (259 ids padded to 264), context 2048.
-`python -m linscale_jax.describe --json` prints every ladder config's head dim, state floats per
+`python -m linscale_jax.models.describe --json` prints every ladder config's head dim, state floats per
 layer, TNL's per-layer decays and HGRN2's per-layer lower bounds (docs/results.md has the table).
 
 Why these shapes (a miniature keeps the paper's mechanisms; shrink widths and steps, not them):

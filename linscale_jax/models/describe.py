@@ -1,9 +1,9 @@
 """Print a model's shape, parameter counts, state size and FLOPs (paper Table-1 and exact definitions).
 
-    python -m linscale_jax.describe                  # every ladder config (configs/ladder.py), all archs
-    python -m linscale_jax.describe --json           # the same as a JSON list
-    python -m linscale_jax.describe --config=configs/paper.py:tnl-410m [--config.model.n_layers=4]
-    python -m linscale_jax.describe --paper [--json] # the 24 paper configs
+    python -m linscale_jax.models.describe            # every ladder config (configs/ladder.py), all archs
+    python -m linscale_jax.models.describe --json     # the same as a JSON list
+    python -m linscale_jax.models.describe --paper [--json]   # the 24 paper configs
+    python -m linscale_jax.models.describe --config=configs/paper.py:tnl-410m [--config.model.n_layers=4]
 
 FLOPs are per token at --seq_len (default: config.train.seq_len; 8192 with --paper, 128 for the
 ladder, the cpu study's length). Each row has the shape (l, d, h, head_dim = d/h, g, vocab), the
@@ -25,7 +25,7 @@ from absl import app, flags
 from flax import nnx
 from ml_collections import config_flags
 
-from linscale_jax import accounting
+from linscale_jax.models import accounting
 from linscale_jax.models import ModelConfig, registry, sizes
 from linscale_jax.models.layers import KeyGen
 
