@@ -32,7 +32,7 @@ Why these shapes (a miniature keeps the paper's mechanisms; shrink widths and st
 * g. The paper rounds 8d/3 up to a multiple of 256, < 10 % above 8d/3 at its sizes; here a
   multiple of 8 (g = 88 at d32, 176 at d64).
 * Cost: CPU time of one training step (batch 8 × 128, one core, XLA single-threaded, median of
-  25 steps; `bench/train_step.py --clock=cpu`, docs/results.md "The ladder"): llama d48/d64/d96
+  25 steps; `bench/train_step.py --clock=cpu`, docs/results.md "Ladder step costs"): llama d48/d64/d96
   16/23/40 ms, hgrn2 27/37/73 ms; head dim 8 with 3 layers took 10/35 ms (llama d32/d96) and
   16/49 ms (hgrn2). The cpu preset's sizes and token budget follow from these costs
   (configs/study/cpu.py gives the arithmetic).

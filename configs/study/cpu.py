@@ -6,7 +6,7 @@
 1536 steps × 8 × 128 = 1,572,864 byte tokens (31 .. 5 tokens per parameter), 12 checkpoints per
 run, every 128 steps (the laws skip checkpoints inside the 64-step warmup, so no log-spaced ones).
 Budget arithmetic (CPU time; one training step of batch 8 × 128 on one core, XLA single-threaded,
-`bench/train_step.py --clock=cpu`; docs/results.md "The ladder"): a step costs a + b·(GFLOP per
+`bench/train_step.py --clock=cpu`; docs/results.md "Ladder step costs"): a step costs a + b·(GFLOP per
 step) per arch, fitted to the measured steps (llama d48/d64/d96 at 4 layers 16/23/40 ms, hgrn2
 27/37/73 ms, and the 3-layer head-dim-8 d32/d96 of the previous ladder; tnl and cosformer2 taken
 midway). One step of each of the 16 runs sums to 477 ms, against 503 ms for the 20 runs of the
@@ -18,10 +18,11 @@ d96 is on the ladder but not here: at 4 layers it would add about 12 CPU-minutes
 4M tokens it stayed 0.08-0.10 nats above d80 at every token count (llama, lr 3e-3).
 Constant learning rate after warmup, so intermediate checkpoints are comparable with final ones on
 the envelope (and a shorter budget is a prefix of a longer run). At this budget every run is still
-data-limited: the envelope sawtooths, each larger size ending above the smaller ones' final points
-(measured on llama up to 2.6M tokens per size, docs/results.md "The ladder"); the fit therefore
-keeps the clamped envelope (fit.include_clamped, as the paper does) and report.md gives the share
-of envelope points that are interior, i.e. an optimum and not a bound.
+data-limited: the envelope sawtooths, each larger size reaching a smaller one's final compute above
+its final loss, and no envelope point is interior (measured on llama up to 2.6M tokens per size,
+docs/results.md "Ladder step costs and the token budget"); the fit therefore keeps the clamped
+envelope (fit.include_clamped, as the paper does) and report.md gives the share of envelope points
+that are interior, i.e. an optimum and not a bound.
 Noise design (measured with `python -m study.noise`, README "Noise sources"): the laws
 use val_loss_avg, the loss of the mean weights of the checkpoints in the last quarter of the steps
 so far (checkpoint averaging; on llama-d32 it halved the checkpoint-to-checkpoint sd), on a 4x

@@ -18,7 +18,8 @@ import os
 
 
 def get_config():
-    spec = importlib.util.spec_from_file_location("_cpu_preset", os.path.join(os.path.dirname(__file__), "cpu.py"))
+    path = os.path.join(os.path.dirname(__file__), "cpu.py")
+    spec = importlib.util.spec_from_file_location("_cpu_preset", path)
     cpu = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(cpu)
     c = cpu.get_config()

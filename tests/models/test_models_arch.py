@@ -64,7 +64,7 @@ def test_tnl_decay_values():
     for j, factor in enumerate([1 + 1e-5, 0.5 + 1e-5, 1e-5]):
         np.testing.assert_allclose(tnl_log_decay("alibi_layer", 4, j, 3), -s4 * factor, rtol=1e-6)
     np.testing.assert_allclose(tnl_log_decay("alibi_layer", 4, 0, 1), -s4 * (1 + 1e-5), rtol=1e-6)
-    np.testing.assert_allclose(tnl_log_decay("fla", 4, 1, 2), [0, -1, -2, -3])
+    np.testing.assert_allclose(tnl_log_decay("paper", 4, 1, 2), [0, -1, -2, -3])
 
 
 def test_tnl_mixer_matches_formula():
