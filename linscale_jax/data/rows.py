@@ -141,7 +141,7 @@ class RecordRows:
         if self._order is None:
             if len(self.records) == 0:
                 raise DataError(f"the {self.records.split} split of {self.records.directory} has no rows; add "
-                                "documents or change the validation fraction")
+                                "documents or change data.val_fraction (prepare: --val_fraction)")
             self._order = records.order(len(self.records), self.seed)
         return self._order
 
@@ -156,8 +156,9 @@ class RecordRows:
 
     def one_pass(self, num_batches: int) -> list[dict]:
         """The first num_batches batches of epoch 0 (fewer if the split is short; the last padded)."""
+        order = self.order  # raises DataError on an empty split
         n = min(num_batches * self.batch_size, len(self.records))
-        keys = [self.order[i] for i in range(n)]
+        keys = [order[i] for i in range(n)]
         targets, segs = self.records.read(keys)
         out = []
         for i in range(0, n, self.batch_size):
