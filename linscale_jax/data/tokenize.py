@@ -10,7 +10,8 @@
                     cache); special-token text in documents is encoded as text; eos <|endoftext|> =
                     100257, pad 100277, padded to 100,280 ids as in the paper.
   hf:P              a Hugging Face `tokenizers` tokenizer.json (GPT-2, LLaMA-3, one trained locally).
-                    No special tokens are added to documents; eos is its end-of-text token
+                    No special tokens are added to documents (the library still reads special-token
+                    text inside a document as that token); eos is its end-of-text token
                     (HF_EOS_TOKENS), pad its padding token (HF_PAD_TOKENS) or else eos.
 
 The seqio.Vocabulary wrappers in data.vocab give the same ids (tests check it).
