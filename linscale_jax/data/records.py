@@ -17,6 +17,8 @@ shifted right inside each segment, with pad_id at a segment's first position.
 `fingerprint(split)` is a sha256 over dataset.json's content and every shard's sha256: a run
 stores it and refuses records whose content changed.
 
+`prepare` writes to a local or gs:// directory (staged locally, then copied with etils.epath);
+reading needs a file system path (a bucket mounted with gcsfuse, as MaxText reads its ArrayRecords).
 Files are read with Grain's ArrayRecordDataSource (random access; the ArrayRecord files are written
 with group_size:1 as Grain needs). The training order is Grain's index shuffle of the row indices
 (`grain.MapDataset.range(rows).shuffle(seed)`): O(1) per index, a new permutation every epoch.
@@ -159,7 +161,15 @@ class Records:
         if not self.paths:
             raise DataError(f"the {self.split} split of {self.directory} has no rows; prepare more text or "
                             "change --val_fraction")
-        return grain.ArrayRecordDataSource(self.paths)
+        try:
+            return grain.ArrayRecordDataSource(self.paths)
+        except Exception as e:  # noqa: BLE001 - the C++ reader's errors name the file
+            remote = self.directory.startswith(("gs://", "s3://"))
+            hint = ("ArrayRecord files are read from a file system: mount the bucket with Cloud Storage FUSE "
+                    "(gcsfuse, as MaxText does) and pass records:<mount path>") if remote else \
+                "prepare the corpus again"
+            raise DataError(f"cannot open the records of {self.directory}/{self.split} ({str(e)[:200]}); "
+                            f"{hint}") from None
 
     def read(self, keys) -> tuple[np.ndarray, np.ndarray]:
         """targets [k, t], segment_ids [k, t] (int32) of global rows `keys`."""

@@ -4,6 +4,7 @@
     batch = batches(step)      # {inputs, targets, segment_ids, weights}: jax.Array [B, t] sharded
                                #   like batch_sharding; the batch that update step + 1 consumes
     batches.local_rows         # the global row indices this process reads (sorted)
+    batches.put(batches.local(step)) == batches(step)   # read (host) and put (devices) separately
     batches.state(step); batches.check_state(saved)
 
 The rows a process reads are those of its addressable devices under the batch sharding (rows
@@ -36,7 +37,10 @@ class GlobalBatches:
         return self.source.rows(step, self.local_rows)
 
     def __call__(self, step: int) -> dict:
-        local = self.local(step)
+        return self.put(self.local(step))
+
+    def put(self, local: dict) -> dict:
+        """The global jax.Arrays of process-local rows (`local(step)`'s output) on the devices."""
         b = self.shape[0]
 
         def shard(idx, x):
