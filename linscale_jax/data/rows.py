@@ -29,7 +29,7 @@ import sysconfig
 import numpy as np
 
 from linscale_jax.data import corpora, records, tokenize
-from linscale_jax.data.errors import DataError
+from linscale_jax.data.errors import DataError, DataRefusal
 
 TASK_FORMS = ("stdlib | files | tfds:<name>[:<version>] | records:<prepared dir> | mqar")
 AUTO_PARALLEL_BYTES = 32 << 20  # inputs above this are tokenised by several processes
@@ -192,7 +192,7 @@ class RecordRows:
             hint = (f"the records in {self.records.directory} differ from those the run was trained on; point "
                     "data.task at the original records or start a new run") if "fingerprint" in diff else \
                 "resume with the same data.task, vocab, seed and train.batch_size"
-            raise DataError(f"data state does not match this run (saved, current): {diff}; {hint}")
+            raise DataRefusal(f"data state does not match this run (saved, current): {diff}; {hint}")
 
 
 class StepIterator:

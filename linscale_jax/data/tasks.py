@@ -1,6 +1,6 @@
 """seqio Tasks for every corpus, one per (corpus, vocabulary, corpus options).
 
-Registered when the package is imported (byte vocabulary, default options):
+Registered when this module is imported (byte vocabulary, default options):
   linscale_stdlib                 the embedded default corpus (corpora.stdlib_corpus)
   linscale_c4, linscale_wikipedia, linscale_pg19, linscale_lm1b
                                   tfds corpora (read from the tfds data dir; never downloaded)
@@ -213,3 +213,6 @@ def register_defaults() -> None:
         cfg = ml_collections.ConfigDict(dict(DEFAULTS, task=task, vocab="byte"))
         if task_name(cfg) not in seqio.TaskRegistry.names():
             _register(task_name(cfg), cfg)
+
+
+register_defaults()

@@ -7,6 +7,7 @@ import pytest
 
 from linscale_jax import data
 from linscale_jax.config import base_config
+from linscale_jax.errors import Refusal
 from linscale_jax.data import corpora, records, rows as rows_lib, tokenize
 
 
@@ -196,8 +197,9 @@ def test_state_mismatch_is_refused(tmp_path):
         data.make_iterator(c).set_state(state)
     c.data.seed = 0
     write_docs(tmp_path / "docs.jsonl", 30, seed=1)  # the corpus changed: new records, new fingerprint
-    with pytest.raises(data.DataError, match="fingerprint.*differ from those the run was trained on"):
+    with pytest.raises(data.DataError, match="fingerprint.*differ from those the run was trained on") as e:
         data.make_iterator(c).set_state(state)
+    assert isinstance(e.value, Refusal)  # refused before the trainer touches the workdir
     c.model.vocab_size = 256
     with pytest.raises(data.DataError, match="model.vocab_size=256.*vocab_size=259"):
         data.train_rows(c)
