@@ -10,6 +10,8 @@ sequence, h heads, K key dim, V value dim, C chunk, s sub-chunk, m = C / s sub-c
 P = s·m(m-1)/2 (the earlier rows summed over the sub-chunks). Per (batch, head, chunk) grid step:
 
     decay factors   data: range sums 2·2C²K, exp 2CK + K     head: exp C² + 2C + 1     none: 0
+                    (intra reads only the pair decays: head exp C², data none of these;
+                     dq and reverse only the row / state factors: head exp 2C + 1)
     forward         o_inter and state update 2·2CKV, plus
                         none/head: QKᵀ and PV 2C²(K + V)
                         data: sub-chunk range sums 4C²K, diagonal exponents 2ms³K (exp ms²K),
@@ -49,7 +51,7 @@ def kernel_flops(st, kernel: str, b: int, t: int) -> int:
     """Matmul FLOPs of one kernel call over the padded length t."""
     c, s, k, v, m, p = _parts(st)
     data = st.kind == DecayKind.DATA
-    per = 4 * c * c * k if data else 0  # the decay factors' range sums
+    per = 4 * c * c * k if data and kernel != "intra" else 0  # the decay factors' range sums
     if kernel == "forward":
         per += 4 * c * k * v
         per += (4 * c * c * k + 2 * m * s**3 * k + 2 * m * s * s * v + 2 * s * p * (k + v)) if data \
@@ -72,8 +74,9 @@ def kernel_transcendentals(st, kernel: str, b: int, t: int) -> int:
     if st.kind == DecayKind.NONE:
         return 0
     if st.kind == DecayKind.HEAD:
-        return (c * c + 2 * c + 1) * _steps(st, b, t)
-    per = 2 * c * k + k
+        pairs = c * c if kernel in ("forward", "intra") else 0
+        return (pairs + (0 if kernel == "intra" else 2 * c + 1)) * _steps(st, b, t)
+    per = 0 if kernel == "intra" else 2 * c * k + k
     if kernel in ("forward", "intra"):
         per += m * s * s * k + (m - 1) * s * k + s * k * m * (m - 1) // 2
     return per * _steps(st, b, t)

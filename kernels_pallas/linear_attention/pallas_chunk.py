@@ -277,6 +277,7 @@ def call(kernel, st: Static, grid, in_specs, out_specs, out_shape, scratch, sequ
                                                  vmem_limit_bytes=st.vmem_limit_bytes),
             interpret=st.interpret,
             cost_estimate=cost,
+            name=getattr(kernel, "func", kernel).__name__.strip("_"),
         )
         if varying:  # every operand must vary over the same axes as the outputs
             args = [jax.lax.pcast(x, tuple(varying - jax.typeof(x).mat.varying), to="varying")
