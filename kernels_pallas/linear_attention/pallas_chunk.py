@@ -24,6 +24,13 @@ In-chunk range sums are matmuls of g with 0/1 triangular masks. For the data-dep
 so the query and key factors are separately <= 1 and one matmul covers all earlier sub-chunks; pairs
 inside one sub-chunk use an exact [s, s, k] elementwise form. Scalar decays use exp(a·(n_i − n_j))
 with integer step counts.
+
+Matmul precision (Static.mxu, `mm(a, b, dt)`): "bfloat16" rounds both operands to bf16 and
+accumulates in f32 (one MXU pass); "float32" multiplies f32 operands at Precision.HIGHEST. The
+operands are q, k, v, do as loaded, or f32 values (q ⊙ decay, P ⊙ D, the state) rounded only at
+the matmul. The range sums of the log decays always run in f32 at HIGHEST (their exp would
+amplify a bf16 rounding of the sums), and every exp, decay factor, mask, carried state and
+gradient accumulator stays f32.
 """
 
 from __future__ import annotations
@@ -277,7 +284,8 @@ def call(kernel, st: Static, grid, in_specs, out_specs, out_shape, scratch, sequ
                                                  vmem_limit_bytes=st.vmem_limit_bytes),
             interpret=st.interpret,
             cost_estimate=cost,
-            name=getattr(kernel, "func", kernel).__name__.strip("_"),
+            name="linear_attention_" + getattr(kernel, "func", kernel).__name__.strip("_")
+            .removesuffix("_kernel"),
         )
         if varying:  # every operand must vary over the same axes as the outputs
             args = [jax.lax.pcast(x, tuple(varying - jax.typeof(x).mat.varying), to="varying")
