@@ -33,10 +33,10 @@ _CHIPS = flags.DEFINE_integer("chips", 1, "Chips sharing the step (times divided
 
 
 def _fmt_rows(rows, chips):
-    head = f"{'kernel':<22}{'FLOPs':>11}{'HBM bytes':>11}{'FLOP/B':>8}{'time s':>10}  bound"
+    head = f"{'kernel':<26}{'FLOPs':>11}{'HBM bytes':>11}{'FLOP/B':>8}{'time s':>10}  bound"
     lines = [head, "-" * len(head)]
     for r in rows:
-        lines.append(f"{r['name']:<22}{r['flops']:>11.3e}{r['bytes']:>11.3e}{r['intensity']:>8.1f}"
+        lines.append(f"{r['name']:<26}{r['flops']:>11.3e}{r['bytes']:>11.3e}{r['intensity']:>8.1f}"
                      f"{r['time_s'] / chips:>10.4g}  {r['bound']}")
     return "\n".join(lines)
 

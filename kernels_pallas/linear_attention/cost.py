@@ -19,6 +19,9 @@ P = s·m(m-1)/2 (the earlier rows summed over the sub-chunks). Per (batch, head,
     intra           none/head: 2C²(3K + 2V)
                     data: 4C²K + 2ms³K + 4ms²V + 2sP(3K + 2V) (exps as forward)
     dq              4CKV          reverse   6CKV
+  plus the low-part passes of the split matmuls (pallas_chunk.mm_split, bf16 operands only): a
+  decayed operand of a state update 2CKV (forward, dq, reverse; head/data), the state read of dq
+  and reverse 2CKV, intra dq and dk 4C²K (none/head) or 8sPK (data: both operands split).
 
 Each block is read from / written to HBM once (the state blocks once per batch row and head), so
 bytes_accessed is the size of every operand plus every output. Elementwise VPU work (decay scaling,
@@ -65,6 +68,12 @@ def kernel_flops(st, kernel: str, b: int, t: int) -> int:
         per += 6 * c * k * v
     else:
         raise ValueError(f"unknown kernel {kernel!r}; choose one of {KERNELS}.")
+    if st.dt != jnp.float32:  # low parts of the split matmuls
+        decayed = st.kind != DecayKind.NONE
+        if kernel == "intra":
+            per += 8 * s * p * k if data else 4 * c * c * k
+        else:
+            per += 2 * c * k * v * (decayed + (kernel != "forward"))
     return per * _steps(st, b, t)
 
 

@@ -20,7 +20,7 @@ from jax.experimental.pallas import tpu as pltpu
 from kernels_pallas.linear_attention import cost as kc
 from kernels_pallas.linear_attention import pallas_chunk as pc
 from kernels_pallas.linear_attention.kind import DecayKind
-from kernels_pallas.linear_attention.pallas_chunk import F32, mm, mm_nt, mm_tn, scale
+from kernels_pallas.linear_attention.pallas_chunk import F32, mm_nt, mm_split, mm_tn, mm_tn_split, scale
 from kernels_pallas.linear_attention.pallas_chunk import scale_mask as masked
 
 
@@ -48,8 +48,8 @@ def _data_intra_bwd(q, k, v, do, g, sub, dq_ref, dk_ref, dv_ref, same=None, dt=F
             qt, kt = qi * fq, k[:i0] * fk
             m_off = None if same is None else same[rows, :i0]
             dp_off = masked(mm_nt(doi, v[:i0], dt), m_off)  # [s, i0]
-            dqi = dqi + fq * mm(dp_off, kt, dt)
-            dk_ref[:i0, :] += fk * mm_tn(dp_off, qt, dt)
+            dqi = dqi + fq * mm_split(dp_off, kt, dt)
+            dk_ref[:i0, :] += fk * mm_tn_split(dp_off, qt, dt)
             dv_ref[:i0, :] += mm_tn(masked(mm_nt(qt, kt, dt), m_off), doi, dt)
         dq_ref[rows, :] = dqi
 
@@ -68,8 +68,8 @@ def _intra_kernel(st: pc.Static, *refs):
     d = masked(dec.d, seg.same)
     p = mm_nt(q, k, dt) * d
     dp = mm_nt(do, v, dt) * d
-    dq_ref[...] = mm(dp, k, dt)
-    dk_ref[...] = mm_tn(dp, q, dt)
+    dq_ref[...] = mm_split(dp, k, dt)
+    dk_ref[...] = mm_tn_split(dp, q, dt)
     dv_ref[...] = mm_tn(p, do, dt)
 
 
@@ -84,12 +84,11 @@ def _dq_kernel(st: pc.Static, *refs):
     dec = pc.chunk_decay(st, a_ref, g_ref)
     seg = pc.chunk_segments(seg_ref)
     dt = st.dt
-    v, do = v_ref[...], do_ref[...]
-    k = k_ref[...].astype(F32)
+    v, do, k_in = v_ref[...], do_ref[...], k_ref[...]
     s = s_scr[...]
-    dq_ref[...] = masked(scale(mm(do, s, dt), dec.gq), seg.cont)
-    s_scr[...] = masked(scale(s, dec.gs), seg.alive) + mm_tn(
-        v, masked(scale(k, dec.gk), seg.to_end), dt)
+    dq_ref[...] = masked(scale(mm_split(do, s, dt), dec.gq), seg.cont)
+    k_end = pc.exact_or_scaled(k_in, k_in.astype(F32), dec.gk, seg.to_end)
+    s_scr[...] = masked(scale(s, dec.gs), seg.alive) + mm_tn_split(v, k_end, dt)
 
 
 def _reverse_kernel(st: pc.Static, *refs):
@@ -104,12 +103,14 @@ def _reverse_kernel(st: pc.Static, *refs):
     dec = pc.chunk_decay(st, a_ref, g_ref, reverse=True)
     seg = pc.chunk_segments(seg_ref)
     dt = st.dt
-    q, k = q_ref[...].astype(F32), k_ref[...].astype(F32)
+    q_in = q_ref[...]
+    q, k = q_in.astype(F32), k_ref[...].astype(F32)
     v, do = v_ref[...], do_ref[...]
     ds = ds_scr[...]  # gradient w.r.t. the state after this chunk, [v, k]
-    dk_ref[...] = masked(scale(mm(v, ds, dt), dec.gk), seg.to_end)
+    dk_ref[...] = masked(scale(mm_split(v, ds, dt), dec.gk), seg.to_end)
     dv_ref[...] = mm_nt(masked(scale(k, dec.gk), seg.to_end), ds, dt)
-    ds_new = masked(scale(ds, dec.gs), seg.alive) + mm_tn(do, masked(scale(q, dec.gq), seg.cont), dt)
+    q_start = pc.exact_or_scaled(q_in, q, dec.gq, seg.cont)
+    ds_new = masked(scale(ds, dec.gs), seg.alive) + mm_tn_split(do, q_start, dt)
     ds_scr[...] = ds_new
 
     @pl.when(c == pl.num_programs(2) - 1)

@@ -30,7 +30,12 @@ accumulates in f32 (one MXU pass); "float32" multiplies f32 operands at Precisio
 operands are q, k, v, do as loaded, or f32 values (q ⊙ decay, P ⊙ D, the state) rounded only at
 the matmul. The range sums of the log decays always run in f32 at HIGHEST (their exp would
 amplify a bf16 rounding of the sums), and every exp, decay factor, mask, carried state and
-gradient accumulator stays f32.
+gradient accumulator stays f32. The matmuls that produce dq and dk feed a float32 operand (the
+state, dS, decayed P) as a bf16 hi + lo pair (`mm_split`: 2 passes, 3 when both operands are
+float32): the log-decay gradient is a difference q ⊙ dq - k ⊙ dk of nearly equal terms, which a
+one-pass rounding of dq and dk would leave at ~3e-2 error ratio; the backward kernels are
+HBM-bound on every generation (bench/tpu_roofline.py), so the extra passes fit under the memory
+time.
 """
 
 from __future__ import annotations
@@ -69,6 +74,39 @@ def mm_nt(a, b, dt=F32):
 def mm_tn(a, b, dt=F32):
     """a[c, m]ᵀ @ b [c, n]."""
     return _dot(a, b, ((0,), (0,)), dt)
+
+
+def _split(x, dt):
+    """x as (hi, lo) in dt with hi + lo = x to ~2^-16 (lo None when x already is dt)."""
+    if x.dtype == dt:
+        return x, None
+    hi = x.astype(dt)
+    return hi, (x.astype(F32) - hi.astype(F32)).astype(dt)
+
+
+def _dot_split(a, b, dims, dt):
+    dt = jnp.dtype(dt)
+    if dt == F32:
+        return _dot(a, b, dims, F32)
+    (ah, al), (bh, bl) = _split(a, dt), _split(b, dt)
+    out = _dot(ah, bh, dims, dt)
+    if al is not None:
+        out = out + _dot(al, bh, dims, dt)
+    if bl is not None:
+        out = out + _dot(ah, bl, dims, dt)
+    return out
+
+
+def mm_split(a, b, dt=F32):
+    """a [m, c] @ b [c, n] with every float32 operand fed as a bf16 (hi, lo) pair: 2 MXU passes
+    (3 when both are float32), relative error ~2^-16 instead of ~2^-9. For dq and dk, whose
+    products q ⊙ dq - k ⊙ dk the log-decay gradient differences."""
+    return _dot_split(a, b, ((1,), (0,)), dt)
+
+
+def mm_tn_split(a, b, dt=F32):
+    """a[c, m]ᵀ @ b [c, n], as mm_split."""
+    return _dot_split(a, b, ((0,), (0,)), dt)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -253,6 +291,14 @@ def decay_specs(st: Static, reverse: bool = False):
     if st.segments:
         specs.append(chunk_spec(st, 1, reverse))
     return specs
+
+
+def exact_or_scaled(x_in, x32, g, m):
+    """x ⊙ g ⊙ m as a matmul operand: float32 when a decay g scales it, else (a 0/1 mask m at
+    most) exactly x's input dtype, so a split matmul needs no low part."""
+    if g is None:
+        return scale_mask(x32, m).astype(x_in.dtype)
+    return scale_mask(x32 * g, m)
 
 
 def scale_mask(x, m):

@@ -17,7 +17,7 @@ from jax.experimental.pallas import tpu as pltpu
 from kernels_pallas.linear_attention import cost as kc
 from kernels_pallas.linear_attention import pallas_chunk as pc
 from kernels_pallas.linear_attention.kind import DecayKind
-from kernels_pallas.linear_attention.pallas_chunk import F32, mm, mm_nt, mm_tn, scale
+from kernels_pallas.linear_attention.pallas_chunk import F32, mm, mm_nt, mm_tn, mm_tn_split, scale
 from kernels_pallas.linear_attention.pallas_chunk import scale_mask as masked
 
 
@@ -65,7 +65,8 @@ def _forward_kernel(st: pc.Static, *refs):
     else:
         d = masked(dec.d, seg.same)
         o_ref[...] = (mm(mm_nt(q_in, k_in, dt) * d, v, dt) + o_inter).astype(o_ref.dtype)
-    s_new = masked(scale(s, dec.gs), seg.alive) + mm_tn(v, masked(scale(k, dec.gk), seg.to_end), dt)
+    k_end = pc.exact_or_scaled(k_in, k, dec.gk, seg.to_end)
+    s_new = masked(scale(s, dec.gs), seg.alive) + mm_tn_split(v, k_end, dt)
     s_scr[...] = s_new
 
     @pl.when(c == pl.num_programs(2) - 1)

@@ -26,14 +26,16 @@ def test_roofline_time_is_the_slower_of_compute_and_memory():
 def test_linear_kernel_forward_flops_are_the_chunked_count(kind):
     """The forward kernel's estimate at the paper's shapes (b=2, t=1024, h=4, k=v=128, chunk 128)
     equals the chunked form's count per token and head: 2c(k + v) within the chunk, 2kv to read
-    the state and 2kv to update it; the four kernels' bytes cover at least q, k, v, o and their
+    the state and 2kv to update it, plus (head decay, bf16) 2kv for the low part of the decayed
+    keys in the state update; the four kernels' bytes cover at least q, k, v, o and their
     gradients once."""
     b, t, h, k, v = 2, 1024, 4, 128, 128
     c = TPU_BLOCKS["v5p"].chunk_size
     costs = {x.name: x for x in kr.linear_attention_costs(kind, b, t, h, k, v, segments=False)}
     assert sorted(costs) == ["linear_attention_dq", "linear_attention_forward",
                              "linear_attention_intra", "linear_attention_reverse"]
-    assert costs["linear_attention_forward"].flops == b * t * h * (2 * c * (k + v) + 4 * k * v)
+    low = 2 * k * v if kind == "head" else 0
+    assert costs["linear_attention_forward"].flops == b * t * h * (2 * c * (k + v) + 4 * k * v + low)
     assert sum(x.bytes for x in costs.values()) > 2 * (2 * b * t * h * (2 * k + 2 * v))
     doubled = {x.name: x for x in kr.linear_attention_costs(kind, b, 2 * t, h, k, v, segments=False)}
     for name, cost in costs.items():  # linear in the sequence length

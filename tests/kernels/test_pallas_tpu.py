@@ -26,10 +26,9 @@ SEGMENTS = np.array([[0] * 5 + [1] * 11 + [0] * 1 + [2] * 23,  # starts at 5, 16
                      [3] * 32 + [4] * 8])  # a start on the chunk edge
 NAMES = ("o", "final_state", "dq", "dk", "dv", "dlog_decay", "dinitial_state")
 FLA = {"o": 0.004}  # fla's bound for o; 0.005 for everything else
-# The per-head decay's gradient is one scalar per head, a sum over b, t and k of q·dq - k·dk whose
-# terms cancel: bf16 operand rounding in dq, dk shows ~10x amplified (measured 0.048). TNL's
-# per-head decays are constants of the config (no gradient is taken in training).
-HEAD_DECAY_GRAD = 0.1
+# Outputs kept in float32 (state, log-decay and initial-state gradients): the split matmuls
+# (pallas_chunk.mm_split) keep them near the f32 path; bound 1e-3 (measured <= 2e-4).
+F32_OUTPUTS = {"final_state": 1e-3, "dlog_decay": 1e-3, "dinitial_state": 1e-3}
 
 
 def err_ratio(x, ref) -> float:
@@ -86,16 +85,16 @@ def ratios(got, want) -> dict:
 @pytest.mark.parametrize("kind", ["none", "head", "data"])
 def test_bf16_matches_reference_within_fla_tolerances(kind):
     """bf16 q, k, v (bf16 MXU operands, f32 state and accumulators) with packed segments:
-    values and all five gradients within fla's bf16 error ratios of the float32 reference.
-    Measured (b=2, t=40, h=2, k=8, v=16, chunk 32): o 0.0023-0.0037, state 0.0014-0.0029,
-    dq/dk/dv 0.0023-0.0038, data dlog_decay 0.0050 -> bound 0.005; see docs/results.md."""
+    values and all five gradients within fla's bf16 error ratios of the float32 reference (o, dq,
+    dk, dv are bf16: their rounding alone is ~1.7e-3), the float32 outputs within 1e-3.
+    Head dim 128 figures: bench/pallas_bf16_error.py, docs/results.md."""
     args, cts = inputs(kind)
     want = run("reference", args, cts, jnp.float32)
     got = run("pallas", args, cts, jnp.bfloat16)
     assert got[0][0].dtype == jnp.bfloat16 and got[0][1].dtype == jnp.float32
     measured = ratios(got, want)
     for name, r in measured.items():
-        bound = HEAD_DECAY_GRAD if (kind, name) == ("head", "dlog_decay") else FLA.get(name, 0.005)
+        bound = min(FLA.get(name, 0.005), F32_OUTPUTS.get(name, 1.0))
         assert r < bound, f"{kind} {name}: error ratio {r:.5f} >= {bound} ({measured})"
     print(f"bf16 {kind}: " + ", ".join(f"{n} {r:.4f}" for n, r in measured.items()))
     # the f32 switch on the same bf16 inputs: only the bf16 outputs (o, dq, dk, dv) are rounded
@@ -179,9 +178,10 @@ def traced_step(kind, dtype, key_dim=128, value_dim=128, t=64, **kw):
 @pytest.mark.parametrize("kind", ["none", "head", "data"])
 def test_kernels_feed_the_mxu_bf16_and_keep_decay_sums_f32(kind):
     """bf16 inputs: every dot whose operands both come from q, k, v, do, the state or the decays
-    takes bf16 operands with f32 accumulation; the only f32 dots are the data decay's range sums
-    (a 0/1 mask times the float32 log decays) at HIGHEST. matmul_dtype=float32: every dot f32 at
-    HIGHEST (the reference path)."""
+    takes bf16 operands with f32 accumulation (the split matmuls' hi and lo parts included); the
+    only f32 dots are the data decay's range sums (a 0/1 mask times the float32 log decays) at
+    HIGHEST. matmul_dtype=float32: every dot f32 at HIGHEST (the reference path), and fewer of
+    them (no low parts)."""
     jaxpr = traced_step(kind, jnp.bfloat16)
     dots = [d for eqn in _pallas_calls(jaxpr.jaxpr) for d in kernel_dots(eqn.params["jaxpr"])[0]]
     operand = [d for d in dots if not d[3]]
@@ -192,7 +192,7 @@ def test_kernels_feed_the_mxu_bf16_and_keep_decay_sums_f32(kind):
     assert bool(masks) == (kind == "data")
     f32 = traced_step(kind, jnp.bfloat16, matmul_dtype=jnp.float32)
     dots32 = [d for eqn in _pallas_calls(f32.jaxpr) for d in kernel_dots(eqn.params["jaxpr"])[0]]
-    assert len(dots32) == len(dots)
+    assert 0 < len(dots32) < len(dots)  # bf16: the split matmuls' low-part passes on top
     assert all(d[:2] == ("float32", "float32") and d[2] is not None for d in dots32)
 
 

@@ -39,14 +39,19 @@ def test_llama_rows_add_up_to_the_accounting():
 
 
 def test_tnl_rows_add_up_to_the_accounting():
-    """dense rows + 3 x the forward kernel's FLOPs == the accounting's exact training FLOPs at the
-    kernel's chunk (the backward kernels recompute the states: more than 2 x forward)."""
+    """dense rows + 3 x the chunked form's forward count (per token and head 2c(k + e) + 4ke)
+    == the accounting's exact training FLOPs at the kernel's chunk; the forward kernel adds the
+    low-part pass of its decayed state update (2ke), the backward kernels recompute the states
+    (more than 2 x forward)."""
     cfg = small("tnl")
     out = rl.step_roofline(cfg, GEN, B, N)
     rows = {r["name"]: r for r in out["rows"]}
     dense = sum(r["flops"] for name, r in rows.items() if name.startswith("dense"))
+    c, e, tokens_heads = 128, cfg.head_dim, cfg.n_layers * B * N * cfg.n_heads
+    chunked = tokens_heads * (2 * c * 2 * e + 4 * e * e)
+    assert dense + 3 * chunked == pytest.approx(out["step"]["useful_flops"], rel=1e-12)
     fwd = rows["linear_attention_forward"]["flops"]
-    assert dense + 3 * fwd == pytest.approx(out["step"]["useful_flops"], rel=1e-12)
+    assert fwd == chunked + tokens_heads * 2 * e * e
     assert out["step"]["chunk"] == 128
     backward = sum(rows[f"linear_attention_{k}"]["flops"] for k in ("intra", "dq", "reverse"))
     assert backward > 2 * fwd
