@@ -41,8 +41,8 @@ def cooldown_config(config, step: int, fraction: float):
 
 def cooldown(config, run_workdir: str, step: int, fraction: float, out_dir: str) -> str:
     """Train the cooldown branch of `run_workdir`'s checkpoint `step` in `out_dir` (resumable)."""
-    from linscale_jax import checkpoint as ckpt
-    from linscale_jax import trainer
+    from linscale_jax.run import checkpoint as ckpt
+    from linscale_jax.train import loop as trainer
 
     cfg = cooldown_config(config, step, fraction)
     total = int(cfg.train.steps)
