@@ -36,7 +36,7 @@ from kernels_pallas.linear_attention import roofline as kr
 from kernels_pallas.linear_attention.config import TPU_BLOCKS
 from kernels_pallas.linear_attention.kind import DecayKind
 from kernels_pallas.tpu import TpuGeneration
-from linscale_jax import accounting
+from linscale_jax.models import accounting
 from linscale_jax.models import ModelConfig, build_model
 
 # The token mixer's kernel per architecture: decay kind and key dim (in head dims e).

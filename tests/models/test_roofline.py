@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from kernels_pallas import tpu
-from linscale_jax import accounting
+from linscale_jax.models import accounting
 from linscale_jax.models import ModelConfig
 from linscale_jax.models import roofline as rl
 
