@@ -92,7 +92,7 @@ def linear_attention_xla(q, k, v, log_decay=None, initial_state=None, starts=Non
         x = x[:, :main]
         return jnp.moveaxis(x.reshape(x.shape[0], nb, block_len, *x.shape[2:]), 1, 0)
 
-    data = kind == DecayKind.DATA
+    data = kind.per_token
     xs = (blocks(q), blocks(k), blocks(v), blocks(log_decay) if data else None,
           None if starts is None else blocks(starts))
     b, _, h, dk = q.shape
@@ -120,7 +120,7 @@ def _chunked(q, k, v, log_decay, initial_state, starts, kind, chunk_size):
     b, t, h, dk = q.shape
     dv = v.shape[-1]
 
-    if kind == DecayKind.DATA:  # a sequence shorter than one chunk: pad to a power of two
+    if kind.per_token:  # a sequence shorter than one chunk: pad to a power of two
         c = min(int(chunk_size), 1 << (t - 1).bit_length())
     else:
         c = min(int(chunk_size), t)
