@@ -16,8 +16,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow  # three fresh interpreters importing jax, tensorflow and every module
-
 REPO = Path(__file__).resolve().parents[1]
 EXTRA_PACKAGES = ("torch", "transformers", "lm_eval", "safetensors", "accelerate", "nbclient",
                   "nbformat", "ipykernel", "pytest")
@@ -59,6 +57,7 @@ COMMANDS = {
 }
 
 
+@pytest.mark.slow  # three fresh interpreters importing jax, tensorflow and every module
 @pytest.mark.parametrize("command", list(COMMANDS))
 def test_core_commands_import_no_extra(command):
     walk, entries, skip = COMMANDS[command]
@@ -77,3 +76,34 @@ def test_the_lm_eval_modules_are_the_eval_extra():
     for name in EVAL_EXTRA:
         source = (REPO / (name.replace(".", "/") + ".py")).read_text()
         assert "\nfrom lm_eval" in source or "\nimport lm_eval" in source, name
+
+
+def test_requirements_pin_exactly_the_declared_dependencies():
+    """requirements.txt (what CI installs) pins every package pyproject.toml declares -- core and
+    every extra -- at a version its range accepts, and nothing else (the accelerator extras are
+    jax builds: their jax pin is the core one)."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    assert set(extras) >= {"tpu", "cuda12", "eval", "interop", "notebook", "test"}
+    declared = {}
+    for spec in project["dependencies"] + [s for name, deps in extras.items() for s in deps]:
+        req = Requirement(spec)
+        declared.setdefault(canonicalize_name(req.name), []).append(req)
+    pins = {}
+    for line in (REPO / "requirements.txt").read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line:
+            name, version = line.split("==")
+            pins[canonicalize_name(name)] = version
+    assert set(pins) == set(declared), (set(pins) ^ set(declared))
+    for name, reqs in declared.items():
+        for req in reqs:
+            assert req.specifier.contains(pins[name]), (str(req), pins[name])
+    assert "tqdm" not in pins  # imported nowhere here; lm-eval and transformers bring their own
+    core = {canonicalize_name(Requirement(s).name) for s in project["dependencies"]}
+    assert not core & {"torch", "transformers", "lm-eval", "safetensors", "pytest"}
