@@ -1,8 +1,8 @@
 """DecayKind: which decay a linear-attention call has, resolved once (in api.py) by name.
 
-The kind's table (`per_token`, `expand`, `pick`) answers the questions that callers used to
-branch on, so a fourth kind is one entry here plus its kernel terms (xla.py's `_chunked` and the
-Pallas kernels), not a new branch at every caller.
+The kind's table (`per_token`, `expand`, `pick`) answers what callers would otherwise branch on,
+so a fourth kind is one entry here plus its kernel terms (xla.py's `_chunked` and the Pallas
+kernels), not a new branch at every caller.
 """
 
 from __future__ import annotations
