@@ -9,12 +9,11 @@ import os
 import shutil
 import subprocess
 
+import nbclient  # the [notebook] extra: in requirements.txt, so CI runs this test, never skips it
+import nbformat
 import pytest
 
 pytestmark = pytest.mark.slow  # over 30 s on 2 CPU cores: deselect with -m "not slow"
-
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
