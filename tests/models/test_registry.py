@@ -1,7 +1,8 @@
 """The architecture registry: a fifth architecture defined in one file, tests/models/plainlin.py -- a
 plain causal linear attention (no gate, no decay, no positional encoding) -- is discovered when that
-file sits in linscale_jax/models/ (shown in a copy of the packages, in a fresh interpreter), and
-describe, the trainer, eval and the study's linear verdicts accept it with no other file changed.
+file sits in linscale_jax/models/ (shown in a copy of the packages, in a fresh interpreter: it is
+registered, sized by the ladder and linear, i.e. softmax_block=False), and describe, the trainer and
+eval accept it with no other file changed.
 Also: the paper's four are the registry's keys in the paper's order whatever order they register
 in, and an unknown arch is a clear error everywhere it is named.
 """
