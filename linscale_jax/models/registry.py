@@ -97,7 +97,7 @@ def get(name: str) -> ArchSpec:
     try:
         return _REGISTRY[name]
     except KeyError:
-        raise ValueError(f"unknown architecture {name!r}; choose one of {tuple(_REGISTRY)} "
+        raise ValueError(f"unknown architecture {name!r}; choose one of {_ordered()} "
                          "(a new one registers with linscale_jax.models.registry.register).") from None
 
 
