@@ -104,9 +104,12 @@ def get(name: str) -> ArchSpec:
 def discover(package: str, path: Iterable[str]) -> list[str]:
     """Import each module `package.<name>` found on `path` (a package's __path__) whose source
     registers an architecture (calls `registry.register(`); modules starting with "_" are skipped.
-    Returns the imported module names, sorted (ARCHS orders the architectures, not this)."""
+    The paper's four (modules named as in PAPER_ORDER) are imported first, in that order, then the
+    others by name, so registration order agrees with ARCHS. Returns the imported module names."""
+    rank = {name: i for i, name in enumerate(PAPER_ORDER)}
     found = []
-    for info in sorted(pkgutil.iter_modules(list(path)), key=lambda m: m.name):
+    modules = sorted(pkgutil.iter_modules(list(path)), key=lambda m: (rank.get(m.name, len(rank)), m.name))
+    for info in modules:
         if info.ispkg or info.name.startswith("_"):
             continue
         name = f"{package}.{info.name}"
