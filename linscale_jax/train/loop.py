@@ -150,6 +150,12 @@ def _key(config, mesh):
     return json.dumps([x.to_json() if hasattr(x, "to_json") else x for x in sections]), mesh
 
 
+def compiled(config, mesh):
+    """The shardings and jitted init / train / eval functions of `config` on `mesh` (cached: runs
+    with the same model, optimizer, steps, seed and mesh in one process share their compilations)."""
+    return _compiled(_key(config, mesh))
+
+
 @functools.lru_cache(maxsize=8)
 def _compiled(key):
     """Shardings and jitted functions of a (model, optimizer, mesh); cached so that repeated runs
@@ -248,7 +254,7 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
         raise ValueError(f"train.seq_len={seq_len} exceeds model.max_seq_len={model_cfg.max_seq_len}.")
 
     rows = data.train_rows(config)  # data errors surface before compiling
-    fns = _compiled(_key(config, mesh))
+    fns = compiled(config, mesh)
     abs_params, abs_opt, init_opt, b_shard = fns.abs_params, fns.abs_opt, fns.init_opt, fns.b_shard
     batches = GlobalBatches(rows, b_shard)  # batches(s): the global batch of update s + 1; each
     #                                         process reads only the rows its devices hold
@@ -265,7 +271,7 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
         if opt_state is None:
             opt_state = init_opt(params)
     elif init_from:
-        src_dir, src_step = ckpt._resolve(init_from, None)
+        src_dir, src_step = ckpt.resolve(init_from, None)
         steps = ckpt.list_steps(src_dir)
         if not steps:
             raise FileNotFoundError(f"--init_from={init_from}: no complete checkpoint there.")
