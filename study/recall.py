@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -217,7 +218,12 @@ def train_run(study, run: Run, log=_print) -> dict:
     evaluate = _evaluator(parts.graphdef)
 
     def stream(split, seed):
-        return mqar.MQARIterator(split=split, batch_size=bs, seq_len=seq_len, seed=seed, **opts)
+        """Batch i of a split: rng(seed, split, i) as in mqar.MQARRows, P drawn per row from n_pairs."""
+        for i in itertools.count():
+            rng = np.random.default_rng([seed, mqar.SPLITS[split], i, 0, 1])
+            pairs = rng.choice(opts["n_pairs"], size=bs)
+            yield mqar.batch(rng, bs, seq_len, pairs, opts["n_keys"], opts["n_values"], opts["placement"],
+                             opts["power_a"])
 
     train = stream("train", run.seed)
     val_it = stream("validation", 0)  # one validation set for every run
