@@ -137,12 +137,14 @@ class Run:
         return f"{self.arch}-d{self.d_model}e{self.head_dim}-s{self.seed}-lr{self.lr:g}"
 
     def settings(self, study) -> dict:
-        """What the run's result depends on (a stored result is reused only if these match)."""
+        """What the run's result depends on, the full model config included (a stored result is
+        reused only if these match)."""
         keys = ("n_layers", "n_pairs", "n_keys", "n_values", "placement", "power_a", "seq_len",
                 "batch_size", "max_steps", "warmup_steps", "weight_decay", "eval_every",
                 "val_sequences", "stop_accuracy", "eval_sequences")
         return dict(arch=self.arch, d_model=self.d_model, head_dim=self.head_dim, seed=self.seed,
-                    lr=self.lr, **{k: str(study[k]) for k in keys})
+                    lr=self.lr, model=model_config(study, self.arch, self.d_model, self.head_dim).to_dict(),
+                    **{k: str(study[k]) for k in keys})
 
 
 def build_runs(study, workdir: str) -> list[Run]:
