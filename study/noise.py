@@ -33,7 +33,7 @@ import time
 import numpy as np
 
 
-def _study(preset: str):
+def study_preset(preset: str):
     """The study preset's ConfigDict (a path relative to the repository or absolute)."""
     import importlib.util
     from pathlib import Path
@@ -67,10 +67,10 @@ def batch_losses(params_model, eval_batches) -> np.ndarray:
     import jax.numpy as jnp
     from flax import nnx
 
-    from eval.val_loss import _nll_fn
+    from eval.val_loss import nll_fn
 
     graphdef, params = nnx.split(params_model)
-    fn = _nll_fn(graphdef)
+    fn = nll_fn(graphdef)
     out = [fn(params, *(jnp.asarray(b[k]) for k in ("inputs", "targets", "segment_ids", "weights")))
            for b in eval_batches]
     return np.array([[float(s), float(w)] for s, w in out])
@@ -99,7 +99,7 @@ def measure(workdir: str, preset: str = "configs/study/cpu.py", arch: str = "lla
     from study.compare import residual_sd
 
     t0 = time.time()
-    study = _study(preset)
+    study = study_preset(preset)
     val = sorted(int(v) for v in val)
     vmax = val[-1]
     eval_cfg = run_config(study, arch, size, steps, every, 0)  # one fixed sample for every run
@@ -119,7 +119,7 @@ def measure(workdir: str, preset: str = "configs/study/cpu.py", arch: str = "lla
         for c in ck[-cooldowns:]:
             out = os.path.join(workdir, f"seed{s}-cool{c}")
             log(f"[noise] seed {s}: cooldown from step {c} ({time.time() - t0:.0f}s)")
-            cool.cooldown(cfg, wd, c, cooldown, out)
+            cool.cooldown(cfg, wd, c, cooldown, out, shape="linear")
             row.append(batch_losses(ckpt.load_model(out)[0], batches))
         coo.append(row)
         cool_steps = [c + cool.cooldown_steps(c, cooldown) for c in ck[-cooldowns:]]

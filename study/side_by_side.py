@@ -44,6 +44,11 @@ def _ci(v, d=3) -> str:
     return "—" if v is None else f"{v[0]:.{d}f} [{v[1]:.{d}f}, {v[2]:.{d}f}]"
 
 
+def _verdict(v) -> str:
+    """A finding's verdict: findings.json holds study.verdicts' dict ({"verdict", ...}) per finding."""
+    return v.get("verdict", "—") if isinstance(v, dict) else (v or "—")
+
+
 def render(workdirs: list[str]) -> str:
     studies = [_load(w) for w in workdirs]
     names = [os.path.basename(os.path.normpath(w)) or w for w in workdirs]
@@ -53,7 +58,7 @@ def render(workdirs: list[str]) -> str:
          "## Findings", "", head, sep]
     keys = ("power_laws", "equal_compute", "retrieval")
     for k in keys:
-        L.append(f"| {k} | " + " | ".join(s["findings"]["findings"].get(k, "—") for s in studies) + " |")
+        L.append(f"| {k} | " + " | ".join(_verdict(s["findings"]["findings"].get(k, "—")) for s in studies) + " |")
     L += ["", "## Lowest loss at the largest common compute", "", head, sep]
     for label, key in (("envelope", "common_compute"), ("fitted L(C)", "law_at_common_compute")):
         cells = []
@@ -103,7 +108,7 @@ def render(workdirs: list[str]) -> str:
                 ok = v and v["sd"] == v["sd"]  # NaN: runs too short to measure
                 cells.append(f"{v['sd']:.4f} ({v['rise']:.0%})" if ok else "—")
         L.append(f"| {a} | " + " | ".join(cells) + " |")
-    same = all(len({s["findings"]["findings"].get(k) for s in studies}) == 1 for k in keys)
+    same = all(len({_verdict(s["findings"]["findings"].get(k)) for s in studies}) == 1 for k in keys)
     best = {(s["findings"].get("common_compute") or {}).get("best") for s in studies}
     resolved = [(s["findings"].get("common_compute") or {}).get("resolved") for s in studies]
     agree_best = len(best) == 1 or not any(resolved)

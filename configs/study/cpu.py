@@ -33,9 +33,12 @@ def get_config():
     c.workers = 2  # two runs at once, one per core (study.workers)
     c.overrides.optim.update(lr=3e-3, warmup_steps=64, schedule="constant")
     c.overrides.checkpoint.log_spaced = 0
-    c.eval.update(val_batches=32, fit_loss="val_loss_avg")
+    c.eval.update(val_batches=32)
     c.eval.final_runs = "largest"  # NIAH + probe at chance below d96 (README); the recall preset
     # measures retrieval with signal
-    c.noise.seed_sd = 0.05  # nats; pooled over the 32-batch estimators (study.noise, llama-d32, 3 seeds)
+    c.estimators = "val_loss,cooldown"  # the paper's estimator (the laws, plots), and cooldowns beside it
+    c.cooldown.update(points=3, fraction=0.1, shape="1-sqrt")  # from steps 512, 1024, 2048: +358 steps
+    c.replicates.update(sizes="smallest", seeds=1)  # the seed sd per arch, measured in the study
+    c.noise.seed_sd = 0.05  # nats: assumed only for an arch without replicates (study.noise, llama-d32)
     c.fit.include_clamped = True
     return c

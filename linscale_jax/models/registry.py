@@ -5,6 +5,7 @@ the project (build_model, accounting, sizes, describe, config validation) looks 
     registry.register(registry.ArchSpec(name="mylin", mixer=MyMixer, ...))   # in models/mylin.py
     registry.get("mylin").mixer                                              # the token mixer
     registry.ARCHS                                                           # live tuple-like view
+    registry.linear_archs()                                                  # softmax_block=False
 
 Legend: l layers, d width, h heads, e = d/h head dim, n sequence length, c chunk length of the
 chunked linear attention (min(C, n)). The shared terms live in linscale_jax.accounting:
@@ -91,6 +92,12 @@ def get(name: str) -> ArchSpec:
     except KeyError:
         raise ValueError(f"unknown architecture {name!r}; choose one of {tuple(_REGISTRY)} "
                          "(a new one registers with linscale_jax.models.registry.register).") from None
+
+
+def linear_archs() -> tuple[str, ...]:
+    """The registered architectures without the softmax block (softmax_block=False), in
+    registration order: the ones the study judges against the baseline (contract.BASELINE_ARCH)."""
+    return tuple(n for n, s in _REGISTRY.items() if not s.softmax_block)
 
 
 class _Names(Sequence):
