@@ -75,6 +75,9 @@ def cooldown(config, run_workdir: str, step: int, fraction: float, out_dir: str,
     final = step + k
     if os.path.isdir(out_dir) and final in ckpt.list_steps(out_dir):
         return out_dir
+    if step not in ckpt.list_steps(run_workdir):
+        raise FileNotFoundError(f"{run_workdir} has no complete checkpoint at step {step} to cool down "
+                                f"from; it has {ckpt.list_steps(run_workdir)}")
     fns, _ = trainer.step_functions(config)
     src = ckpt.manager(run_workdir, read_only=True)
     try:

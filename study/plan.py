@@ -207,6 +207,18 @@ def dry_run_text(runs: list[Run], spec: str | None = None) -> str:
     return "\n".join(lines)
 
 
+ESTIMATORS = ("val_loss", "cooldown", "val_loss_avg")
+
+
+def estimators(study) -> list[str]:
+    """The study's loss estimators (study.estimators); the first is the laws' and plots'."""
+    names = split_list(str(study.get("estimators", "val_loss")))
+    bad = [n for n in names if n not in ESTIMATORS]
+    if bad or len(set(names)) != len(names):
+        raise ValueError(f"study.estimators={study.estimators!r}: give distinct names from {ESTIMATORS}")
+    return names
+
+
 def fit_min_step(runs) -> int:
     """First step the laws use: checkpoints inside the learning-rate warmup are left out, since a
     model whose rate has not reached its peak is not on any size's compute-efficient trajectory."""

@@ -205,9 +205,9 @@ def _largest(runs) -> dict:
 def judge(study, runs, workdir: str) -> dict:
     """study.verdicts.judge_all on the study's estimator tables (DIR/fit/table*.csv), with the
     preset's margin, tolerance, bootstrap and fallback seed sd, and the recall study's rows."""
-    from study import runner, verdicts
+    from study import verdicts
 
-    names = runner.estimators(study)
+    names = plan.estimators(study)
     specs = [f"{n}={contract.study_path(workdir, contract.STUDY_FIT, contract.fit_table_name(n, i == 0))}"
              for i, n in enumerate(names)]
     specs = [x for x in specs if os.path.exists(x.split("=", 1)[1])]

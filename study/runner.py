@@ -64,16 +64,7 @@ def final_tasks(study) -> list[str]:
     return [str(study.eval.niah_task), "probe"]
 
 
-ESTIMATORS = ("val_loss", "cooldown", "val_loss_avg")
-
-
-def estimators(study) -> list[str]:
-    """The study's loss estimators (study.estimators); the first is the laws' and plots'."""
-    names = plan_lib.split_list(str(study.get("estimators", "val_loss")))
-    bad = [n for n in names if n not in ESTIMATORS]
-    if bad or len(set(names)) != len(names):
-        raise ValueError(f"study.estimators={study.estimators!r}: give distinct names from {ESTIMATORS}")
-    return names
+estimators = plan_lib.estimators
 
 
 def fit_loss(study) -> str:
@@ -269,6 +260,10 @@ def run_study(study, workdir: str, shard_spec: str | None = None, approach: int 
               max_runs: int | None = None, join_only: bool = False, log=_print) -> dict:
     runs = plan_lib.build_plan(study, workdir)
     findings.recall_rows_from(study)  # a wrong study.recall_from fails now, not after training
+    if "cooldown" in estimators(study) and str(study.overrides.optim.get("schedule", "")) != "constant":
+        raise ValueError(f"study.estimators has cooldown, which branches off a constant learning rate, but "
+                         f"overrides.optim.schedule is {study.overrides.optim.get('schedule')!r}: set "
+                         "--config.overrides.optim.schedule=constant or drop cooldown from study.estimators")
     mine = [] if join_only else plan_lib.shard(runs, shard_spec)
     approach = int(approach or study.fit.approach)
     if distributed.is_primary():  # shared files: process 0 writes, the others read

@@ -11,13 +11,11 @@ the envelope. At this budget every run is still data-limited (tried on llama: co
 8 × 128 or 32 × 128 tokens per step, lr 3e-3 or 1e-2), so the smallest size reaching a compute wins
 almost everywhere; the fit therefore keeps the clamped envelope (fit.include_clamped, as the paper
 does) and report.md says where the envelope is an optimum and where only a bound.
-Noise design (measured with `python -m study.noise`, README "Noise sources"): the laws
-use val_loss_avg, the loss of the mean weights of the checkpoints in the last quarter of the steps
-so far (checkpoint averaging; on llama-d32 it halved the checkpoint-to-checkpoint sd), on a 4x
-larger validation sample (32 batches = 32,768 tokens instead of 8,192), and the comparisons and the
-held-out prediction add the measured seed-to-seed sd (noise.seed_sd) to their intervals. Cost: two
-evaluations of 32 batches per checkpoint instead of one of 8, no extra training (cooldowns and seed
-replicates cost more than the budget allows; README "Noise sources" says what each would buy).
+Estimators and noise (docs/results.md "Loss estimators, verdicts and calibration"): every finding
+is judged on val_loss (each checkpoint's own weights on 32 validation batches, the paper's estimator;
+the laws and plots use it) and on cooldown branches (10% more steps, 1 − sqrt decay, from steps 512,
+1024 and 2048 of every run: +17.5% training steps, no extra compilation); one replicate seed of the
+smallest size measures each arch's seed-to-seed sd, which the verdicts' intervals use.
 Time: runs train two at a time (workers = 2, one process pinned to each core, study.workers); NIAH
 and the corpus probe run on each arch's largest model only (every smaller one was at chance).
 """
