@@ -32,6 +32,8 @@ import time
 
 import numpy as np
 
+from linscale_jax import contract
+
 
 def study_preset(preset: str):
     """The study preset's ConfigDict (a path relative to the repository or absolute)."""
@@ -89,7 +91,8 @@ def sample_sd(bl: np.ndarray, v: int) -> float:
     return float(np.std(vals, ddof=1))
 
 
-def measure(workdir: str, preset: str = "configs/study/cpu.py", arch: str = "llama", size: str = "d16",
+def measure(workdir: str, preset: str = "configs/study/cpu.py", arch: str = contract.BASELINE_ARCH,
+            size: str = "d16",
             steps: int = 384, every: int = 32, seeds: int = 3, val=(2, 8, 32), cooldown: float = 0.2,
             cooldowns: int = 3, average: float = 0.25, log=print) -> dict:
     from linscale_jax import checkpoint as ckpt
@@ -139,9 +142,9 @@ def measure(workdir: str, preset: str = "configs/study/cpu.py", arch: str = "lla
     out = dict(arch=arch, size=size, steps=steps, every=every, seeds=seeds, val=val, cooldown=cooldown,
                cooldowns=cooldowns, average=average, preset=preset, seconds=time.time() - t0, rows=rows)
     os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, "noise.json"), "w") as f:
+    with open(os.path.join(workdir, contract.NOISE_JSON), "w") as f:
         json.dump(out, f, indent=2)
-    with open(os.path.join(workdir, "noise.md"), "w") as f:
+    with open(os.path.join(workdir, contract.NOISE_MD), "w") as f:
         f.write(table_md(out) + "\n")
     return out
 
@@ -168,7 +171,7 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m study.noise", description=__doc__.split("\n")[0])
     p.add_argument("--workdir", required=True)
     p.add_argument("--config", default="configs/study/cpu.py", help="study preset (its model/data/train)")
-    p.add_argument("--arch", default="llama")
+    p.add_argument("--arch", default=contract.BASELINE_ARCH)
     p.add_argument("--size", default="d16")
     p.add_argument("--steps", type=int, default=384)
     p.add_argument("--every", type=int, default=32)

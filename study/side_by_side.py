@@ -18,18 +18,21 @@ import sys
 
 from absl import app, flags
 
+from linscale_jax import contract
+
 _WORKDIRS = flags.DEFINE_multi_string("workdir", None, "A study directory (repeat: 2 or more).")
 _OUT = flags.DEFINE_string("out", None, "Also write the markdown here.")
 
 
 def _load(workdir: str) -> dict:
-    need = [os.path.join(workdir, f) for f in ("findings.json", os.path.join("fit", "fits.json"))]
+    need = [contract.study_path(workdir, contract.FINDINGS_JSON),
+            contract.study_path(workdir, contract.STUDY_FIT, contract.FITS_JSON)]
     missing = [p for p in need if not os.path.exists(p)]
     if missing:
         raise FileNotFoundError(f"{workdir} is not a finished study (missing {', '.join(missing)}); run "
                                 f"`python -m study --config=... --workdir={workdir}` (or --join_only) first")
-    hold = os.path.join(workdir, "holdout.csv")
-    table = list(csv.DictReader(open(os.path.join(workdir, "fit", "table.csv"))))  # the laws' loss
+    hold = contract.study_path(workdir, contract.HOLDOUT_CSV)
+    table = list(csv.DictReader(open(contract.study_path(workdir, contract.STUDY_FIT, contract.STUDY_TABLE))))
     final = {}
     for r in table:  # the largest size's last checkpoint per arch
         key = (float(r["n_params"]), int(r["step"]))
@@ -72,10 +75,10 @@ def render(workdirs: list[str]) -> str:
         L.append(f"| {label} | " + " | ".join(cells) + " |")
     archs = sorted({a for s in studies for a in s["fits"]})
     for a in archs:
-        if a == "llama":
+        if a == contract.BASELINE_ARCH:
             continue
         cells = [_ci((s["findings"].get("common_compute") or {}).get("vs_llama", {}).get(a)) for s in studies]
-        L.append(f"| {a} − llama (envelope) | " + " | ".join(cells) + " |")
+        L.append(f"| {a} − {contract.BASELINE_ARCH} (envelope) | " + " | ".join(cells) + " |")
     L += ["", "## L(C) exponent [95%]", "", head, sep]
     for a in archs:
         cells = []
