@@ -17,6 +17,7 @@ that eval reads like any run's); the branch leaves the run's own checkpoints unt
 
 from __future__ import annotations
 
+import functools
 import os
 
 import numpy as np
@@ -56,6 +57,14 @@ def branch_steps(config, points: int) -> list[int]:
     return sorted(out)
 
 
+@functools.lru_cache(maxsize=1)
+def _scaled_step():
+    """old + f·(new − old) over a parameter tree, jitted once per process (per parameter shapes)."""
+    import jax
+
+    return jax.jit(lambda old, new, f: jax.tree.map(lambda o, n: o + f * (n - o), old, new))
+
+
 def cooldown(config, run_workdir: str, step: int, fraction: float, out_dir: str,
              shape: str = "1-sqrt") -> str:
     """Train the cooldown branch of `run_workdir`'s checkpoint `step` into `out_dir` (see module);
@@ -92,7 +101,7 @@ def cooldown(config, run_workdir: str, step: int, fraction: float, out_dir: str,
     it = data.make_iterator(config, split="train")
     it.set_state(r["data"])
     rest = fns.rest()
-    scaled = jax.jit(lambda old, new, f: jax.tree.map(lambda o, n: o + f * (n - o), old, new))
+    scaled = _scaled_step()
     for f in factors:
         batch = sharding.global_batch(next(it), fns.b_shard, trainer.BATCH_KEYS)
         old = jax.tree.map(jnp.copy, params)  # the step donates its inputs
