@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from linscale_jax import trainer  # noqa: E402
+from linscale_jax.train import loop as trainer  # noqa: E402
 from linscale_jax.config import base_config  # noqa: E402
 
 SHAPES = {

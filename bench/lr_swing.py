@@ -23,8 +23,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def main(argv=None) -> None:
-    from linscale_jax import checkpoint as ckpt
-    from linscale_jax import data, trainer
+    from linscale_jax import data
+    from linscale_jax.run import checkpoint as ckpt
+    from linscale_jax.train import loop as trainer
     from study import noise, plan
 
     p = argparse.ArgumentParser(prog="bench/lr_swing.py", description=__doc__.split("\n")[0])

@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-if __name__ == "__main__":  # huge pages for XLA:CPU's step buffers (linscale_jax.host_memory)
-    from linscale_jax import host_memory
+if __name__ == "__main__":  # huge pages for XLA:CPU's step buffers (linscale_jax.dist.host_memory)
+    from linscale_jax.dist import host_memory
 
     host_memory.use_huge_pages()
 
@@ -35,7 +35,8 @@ def main():
     p.add_argument("--workdir", default=None)
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
-    from linscale_jax import contract, trainer
+    from linscale_jax import contract
+    from linscale_jax.train import loop as trainer
     from study import plan, runner
 
     spec = importlib.util.spec_from_file_location("_study_preset", a.config)

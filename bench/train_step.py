@@ -4,7 +4,7 @@
                                [--batch=8] [--seq=256] [--steps=3] [--json]
 
 --json prints one JSON object per (arch, size): arch, size, mfu (a fraction), step_ms, compile_s,
-tokens_per_sec, page_faults_per_step (minor faults, see linscale_jax.host_memory), peak_gflops
+tokens_per_sec, page_faults_per_step (minor faults, see linscale_jax.dist.host_memory), peak_gflops
 (instead of the markdown table); the peak is the best of the
 measurements at the start and after every row so far (a shared machine's load moves it).
 
@@ -23,15 +23,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-if __name__ == "__main__":  # huge pages for XLA:CPU's step buffers (linscale_jax.host_memory)
-    from linscale_jax import host_memory
+if __name__ == "__main__":  # huge pages for XLA:CPU's step buffers (linscale_jax.dist.host_memory)
+    from linscale_jax.dist import host_memory
 
     host_memory.use_huge_pages()
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from linscale_jax import accounting, metrics, sharding, trainer  # noqa: E402
+from linscale_jax.models import accounting  # noqa: E402
+from linscale_jax.train import metrics
+from linscale_jax.dist import sharding
+from linscale_jax.train import loop as trainer
 from linscale_jax.config import ARCHS, base_config  # noqa: E402
 from linscale_jax.models import ModelConfig, sizes  # noqa: E402
 

@@ -5,7 +5,7 @@ Shapes (linscale_jax.models.sizes.LADDER): (d, l) = (32,3) (40,3) (48,3) (64,3) 
 (128,4) (192,4) (256,6) (384,6) (512,8); head dim 8 at every size (h = d/8); g = 8·ceil(int(8d/3)/8); byte
 vocabulary (259 ids padded to 264), context 2048.
 
-Why these shapes (a miniature keeps the paper's structure; `python -m linscale_jax.describe
+Why these shapes (a miniature keeps the paper's structure; `python -m linscale_jax.models.describe
 --config=configs/ladder.py:tnl-d32 --json` prints head_dim and TNL's decay_per_layer):
 * Heads. The paper keeps head dim 128 and has 4 heads at 70M up to 32 at 7B. TNL's decays are
   ALiBi slopes over the heads, so the head count sets TNL's memory spectrum: with h heads the

@@ -9,8 +9,8 @@ Checkpoints written by any mesh or number of processes load onto one device. Sev
 import argparse
 import sys
 
-if __name__ == "__main__":  # huge pages for XLA:CPU's step buffers (linscale_jax.host_memory)
-    from linscale_jax import host_memory
+if __name__ == "__main__":  # huge pages for XLA:CPU's step buffers (linscale_jax.dist.host_memory)
+    from linscale_jax.dist import host_memory
 
     host_memory.use_huge_pages()
 
@@ -34,7 +34,7 @@ def main(argv=None) -> int:
     p.add_argument("--process_id", type=int, default=None, help="multi-process: this process's id")
     a = p.parse_args(argv)
     from eval.runner import evaluate
-    from linscale_jax import distributed
+    from linscale_jax.dist import distributed
 
     try:
         grid = tuple(int(x) for x in a.niah_grid.lower().split("x"))

@@ -164,7 +164,7 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
     from eval.loading import EvalError, load_run
-    from linscale_jax.ckpt_integrity import CheckpointCorruptError
+    from linscale_jax.run.checksums import CheckpointCorruptError
 
     try:
         run = load_run(a.workdir, a.step)

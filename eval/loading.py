@@ -12,9 +12,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from typing import Any
+from linscale_jax.errors import UserError
 
 
-class EvalError(Exception):
+class EvalError(UserError):
     """A user-facing evaluation error (bad workdir, checkpoint, task or data file)."""
 
 
@@ -42,7 +43,7 @@ class Run:
 
 
 def checkpoint_steps(workdir: str) -> list[int]:
-    from linscale_jax import checkpoint as ckpt
+    from linscale_jax.run import checkpoint as ckpt
 
     if not os.path.isdir(workdir):
         raise EvalError(f"workdir {workdir!r} does not exist; pass the --workdir of a training run")
@@ -54,7 +55,7 @@ def checkpoint_steps(workdir: str) -> list[int]:
 
 
 def load_run(workdir: str, step: int | None = None) -> Run:
-    from linscale_jax import checkpoint as ckpt
+    from linscale_jax.run import checkpoint as ckpt
     from linscale_jax import data
 
     steps = checkpoint_steps(workdir)

@@ -18,7 +18,7 @@ import time
 from eval.loading import EvalError, checkpoint_steps, load_run
 from linscale_jax import contract
 from eval.suite import TASKS, TaskContext
-from linscale_jax.ckpt_integrity import CheckpointCorruptError
+from linscale_jax.run.checksums import CheckpointCorruptError
 
 ROW_KEYS = ("step", "tokens", "flops", "flops_exact", "n_params", "arch", "run")
 
@@ -107,13 +107,13 @@ def _fmt(metrics: dict) -> str:
 
 def evaluate(workdir: str, steps="all", tasks=("val_loss",), ctx_kwargs: dict | None = None,
              log=print) -> list[dict]:
-    from linscale_jax import checkpoint as ckpt
+    from linscale_jax.run import checkpoint as ckpt
 
     names = parse_tasks(tasks)
     selected = select_steps(steps, checkpoint_steps(workdir))
     metas = {s: ckpt.load_metadata(workdir, s) for s in selected}
     check_same_model(workdir, metas)
-    from linscale_jax import distributed
+    from linscale_jax.dist import distributed
 
     primary = distributed.is_primary()  # process 0 alone writes results.jsonl and reports
     if not primary:

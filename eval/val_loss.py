@@ -131,7 +131,7 @@ _PARAMS_CACHE: dict = {}  # (workdir, step) -> parameter state, the few newest p
 
 def _params_of(workdir: str, step: int, model=None):
     """The parameter state of checkpoint `step` (cached; `model` is that step's model if loaded)."""
-    from linscale_jax import checkpoint as ckpt
+    from linscale_jax.run import checkpoint as ckpt
 
     key = (str(workdir), int(step), (ckpt.ckpt_dir(workdir) / str(step)).stat().mtime)
     if key not in _PARAMS_CACHE:
@@ -161,7 +161,7 @@ def averaged_model(model, workdir: str, step: int, fraction: float = AVG_FRACTIO
     run's checkpoints in the last `fraction` of the steps so far (checkpoint averaging, the offline
     form of an EMA of the weights whose horizon grows with the step; Sanyal et al. 2023 'LAWA');
     `model` itself when no other checkpoint is in that window."""
-    from linscale_jax import checkpoint as ckpt
+    from linscale_jax.run import checkpoint as ckpt
 
     use = window_steps(ckpt.list_steps(workdir), step, fraction)
     if use == [step]:  # nothing else in the window (early checkpoints): the model itself

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from linscale_jax import contract  # the one module of the project fit reads (stdlib only)
+from linscale_jax.errors import UserError
 
 PF_DAY = contract.PF_DAY  # FLOPs in one PFLOP/s-day, the paper's compute unit.
 COLUMNS = contract.TABLE_COLUMNS
@@ -32,7 +33,7 @@ NUMERIC = ("step", "n_params", "tokens", "flops", "loss")
 POSITIVE = ("n_params", "tokens", "flops", "loss")
 
 
-class FitError(ValueError):
+class FitError(UserError, ValueError):
     """Bad input or an impossible fit; the message says what is wrong and how to fix it."""
 
 

@@ -31,6 +31,7 @@ import time
 import traceback
 from pathlib import Path
 from linscale_jax import contract
+from linscale_jax.errors import Refusal, UserError
 
 NOISE: collections.deque = collections.deque(maxlen=200)  # captured native stderr and library
 #                                                          log records (for the failure log)
@@ -112,14 +113,6 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
-def refusals() -> tuple:
-    from linscale_jax.run_identity import RunIdentityError
-    from linscale_jax.run_integrity import RunRefusedError
-    from linscale_jax.workdir_lock import WorkdirLockedError
-
-    return (RunIdentityError, RunRefusedError, WorkdirLockedError)
-
-
 def one_line(e: BaseException, workdir=None) -> str:
     """The problem and the fix, in one line."""
     if isinstance(e, KeyboardInterrupt):
@@ -129,11 +122,8 @@ def one_line(e: BaseException, workdir=None) -> str:
         return (f"no space left on device while writing{where}; free disk space (or move the "
                 "workdir), then re-run the same command: it resumes from the last complete "
                 "checkpoint.")
-    user = (ValueError, FileNotFoundError, FileExistsError, FloatingPointError, PermissionError,
-            NotADirectoryError) + refusals()
-    with contextlib.suppress(ImportError):
-        from linscale_jax.ckpt_integrity import CheckpointCorruptError
-        user += (CheckpointCorruptError,)
+    user = (UserError, ValueError, FileNotFoundError, FileExistsError, FloatingPointError,
+            PermissionError, NotADirectoryError)
     if isinstance(e, user):
         return _first_line(e)
     return (f"unexpected {type(e).__name__}: {_first_line(e)[:300]} (a bug or an environment "
@@ -171,7 +161,7 @@ def run(fn, workdir=None, command: str = "command") -> int:
         if workdir is not None and not existed and workdir.exists() \
                 and not _has_checkpoints(workdir):
             shutil.rmtree(workdir, ignore_errors=True)  # a failed start leaves no empty workdir
-        if not isinstance(e, refusals()):
+        if not isinstance(e, Refusal):
             with contextlib.suppress(OSError):
                 log = write_log(workdir, command, e)
         sys.stdout.flush()

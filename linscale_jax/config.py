@@ -1,7 +1,7 @@
 """Experiment configuration: one ml_collections ConfigDict with fixed sections.
 
 Sections and their owners:
-  model       architecture and shape (read by linscale_jax.models and linscale_jax.accounting)
+  model       architecture and shape (read by linscale_jax.models and linscale_jax.models.accounting)
   train       steps, batch, sequence length, seed, logging/eval cadence
   optim       AdamW and the learning-rate schedule
   data        seqio task, vocabulary, packing

@@ -12,8 +12,8 @@ A preset with kind = "recall" (configs/study/recall.py) runs the MQAR recall exp
 
 from __future__ import annotations
 
-if __name__ == "__main__":  # huge pages for XLA:CPU's step buffers (linscale_jax.host_memory)
-    from linscale_jax import host_memory
+if __name__ == "__main__":  # huge pages for XLA:CPU's step buffers (linscale_jax.dist.host_memory)
+    from linscale_jax.dist import host_memory
 
     host_memory.use_huge_pages()
 
@@ -22,7 +22,7 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
-from linscale_jax import distributed
+from linscale_jax.dist import distributed
 from study import workers
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/study/cpu.py", "Study preset.")

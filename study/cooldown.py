@@ -8,7 +8,7 @@ The checkpoint of `step` (parameters, AdamW state, data-iterator position) is re
 for k = max(1, round(fraction · step)) more steps on the run's own next batches with the learning
 rate decaying from optim.lr towards 0: the update of cooldown step j (j = 1..k) is lr · f((j−1)/k),
 f(t) = 1 − sqrt(t) ("1-sqrt", Hägele et al.'s better shape) or 1 − t ("linear"). The branch
-reuses the run's own jitted train step (trainer.step_functions: compiled once per process, so after
+reuses the run's own jitted train step (train.loop.step_functions: compiled once per process, so after
 training a branch compiles nothing) and scales each update: AdamW's update is linear in the learning
 rate and its moments do not depend on it, so params + f·(step(params) − params) is exactly the step
 at rate f·lr. The cooled-down parameters are saved as checkpoint step + k of `out_dir` (a workdir
@@ -42,7 +42,7 @@ def lr_factors(k: int, shape: str) -> np.ndarray:
 def branch_steps(config, points: int) -> list[int]:
     """The run's checkpoint steps to branch `points` cooldowns from: its last checkpoint, then
     halving (a spread in ln C for the envelope), each snapped to a checkpoint after the warmup."""
-    from linscale_jax import checkpoint as ckpt
+    from linscale_jax.run import checkpoint as ckpt
 
     total = int(config.train.steps)
     saved = sorted(ckpt.save_steps(config.checkpoint, total) | {total})
@@ -72,8 +72,11 @@ def cooldown(config, run_workdir: str, step: int, fraction: float, out_dir: str,
     import jax
     import jax.numpy as jnp
 
-    from linscale_jax import checkpoint as ckpt
-    from linscale_jax import ckpt_integrity, data, sharding, trainer
+    from linscale_jax import data
+    from linscale_jax.dist import sharding
+    from linscale_jax.run import checkpoint as ckpt
+    from linscale_jax.run import checksums
+    from linscale_jax.train import loop as trainer
 
     if str(config.optim.schedule) != "constant" or step < int(config.optim.warmup_steps):
         raise ValueError(f"cooldowns branch off a constant rate after the warmup; got optim.schedule="
@@ -116,5 +119,5 @@ def cooldown(config, run_workdir: str, step: int, fraction: float, out_dir: str,
     finally:
         mngr.close()
     if jax.process_index() == 0:
-        ckpt_integrity.record(ckpt.ckpt_dir(out_dir) / str(final))
+        checksums.record(ckpt.ckpt_dir(out_dir) / str(final))
     return out_dir

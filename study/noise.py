@@ -95,8 +95,9 @@ def measure(workdir: str, preset: str = "configs/study/cpu.py", arch: str = cont
             size: str = "d16",
             steps: int = 384, every: int = 32, seeds: int = 3, val=(2, 8, 32), cooldown: float = 0.2,
             cooldowns: int = 3, average: float = 0.25, log=print) -> dict:
-    from linscale_jax import checkpoint as ckpt
-    from linscale_jax import data, trainer
+    from linscale_jax.run import checkpoint as ckpt
+    from linscale_jax import data
+    from linscale_jax.train import loop as trainer
     from study import cooldown as cool
     from eval.val_loss import averaged_model
     from study.compare import residual_sd

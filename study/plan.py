@@ -149,7 +149,7 @@ def command(study, cfg, workdir: str) -> str:
 
 
 def build_plan(study, workdir: str) -> list[Run]:
-    from linscale_jax import accounting
+    from linscale_jax.models import accounting
     from linscale_jax.models import ModelConfig
 
     runs = []

@@ -107,7 +107,8 @@ def accuracy_counts(cfg, params, study) -> dict[int, tuple[int, int]]:
 
 
 def run_recall(study, workdir: str, log=_print) -> list[dict]:
-    from linscale_jax import accounting, trainer
+    from linscale_jax.models import accounting
+    from linscale_jax.train import loop as trainer
     from linscale_jax.models import ModelConfig
 
     os.makedirs(workdir, exist_ok=True)

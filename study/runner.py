@@ -33,8 +33,9 @@ import numpy as np
 import fit
 from study import plan as plan_lib
 from study import findings, workers
-from linscale_jax import contract, distributed
-from linscale_jax.metrics import fmt_time
+from linscale_jax import contract
+from linscale_jax.dist import distributed
+from linscale_jax.train.metrics import fmt_time
 
 
 def _print(msg: str) -> None:
@@ -44,7 +45,7 @@ def _print(msg: str) -> None:
 
 
 def trained(run) -> bool:
-    from linscale_jax import checkpoint as ckpt
+    from linscale_jax.run import checkpoint as ckpt
 
     steps = ckpt.list_steps(run.workdir)
     return bool(steps) and steps[-1] >= run.steps
@@ -140,7 +141,7 @@ def process_run(study, run, log=_print, final: bool = True) -> None:
     final-checkpoint tasks (NIAH, the corpus probe). Appends this invocation's wall time (train,
     eval, and the compile share of each) to <run>/timing.jsonl."""
     from eval.runner import evaluate
-    from linscale_jax import trainer
+    from linscale_jax.train import loop as trainer
 
     c0, t0 = _compile_clock(), time.time()
     trained_here = not trained(run)

@@ -30,7 +30,8 @@ import time
 import traceback
 
 from linscale_jax import contract
-from linscale_jax.metrics import fmt_time
+from linscale_jax.train.metrics import fmt_time
+from linscale_jax.errors import UserError
 
 _SINGLE_THREAD = "--xla_cpu_multi_thread_eigen=false"
 # glibc malloc: keep freed memory instead of unmapping it. XLA:CPU allocates each step's buffers
@@ -51,7 +52,7 @@ def core_sets(workers: int, cores: list[int] | None = None) -> list[list[int]]:
     return [cores[i::workers] for i in range(workers)]
 
 
-class RunsFailed(RuntimeError):
+class RunsFailed(UserError, RuntimeError):
     """Some runs of a parallel study failed; the others finished (message: each run and its log)."""
 
 

@@ -92,6 +92,6 @@ def _compilation_cache():
     """Every compilation of the session goes through the run's cache (not only trainer.train's);
     a session whose tests never imported jax (fit/, the CLI-style checks) skips the import."""
     if "jax" in sys.modules:
-        from linscale_jax.trainer import enable_compilation_cache
+        from linscale_jax.train.loop import enable_compilation_cache
 
         enable_compilation_cache()

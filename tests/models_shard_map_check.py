@@ -5,7 +5,7 @@
 
 `equal`: for TNL, HGRN2 and cosFormer2 and every mesh below (including 'seq' > 1, the LASP form),
 the loss and every parameter gradient of the trainer's sharded forward (parameters sharded by
-linscale_jax.sharding, the kernels inside jax.shard_map) equal the unsharded model's, with packed
+linscale_jax.dist.sharding, the kernels inside jax.shard_map) equal the unsharded model's, with packed
 documents whose boundaries fall inside and at the edge of sequence shards.
 `tpu`: jax.export of the trainer's sharded train step for platform "tpu" (impl="pallas",
 bf16, head dim 128) from this CPU host; every Mosaic custom call must sit inside an
@@ -26,7 +26,8 @@ import numpy as np
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from linscale_jax import sharding, trainer
+from linscale_jax.dist import sharding
+from linscale_jax.train import loop as trainer
 from linscale_jax.config import base_config
 from linscale_jax.models import ModelConfig, build_model
 

@@ -18,7 +18,7 @@ from absl import app
 def install(hook: str, workdir: str) -> None:
     import jax
 
-    from linscale_jax import metrics
+    from linscale_jax.train import metrics
 
     if hook == "none":
         return
@@ -42,7 +42,7 @@ def install(hook: str, workdir: str) -> None:
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     hook, argv = sys.argv[1], [sys.argv[0]] + sys.argv[2:]
-    from linscale_jax import train
+    from linscale_jax.train import cli as train
 
     workdir = next(a.split("=", 1)[1] for a in argv if a.startswith("--workdir="))
     install(hook, workdir)

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAUNCH = ["linscale_jax/distributed.py"]
+LAUNCH = ["linscale_jax/dist/distributed.py"]
 ENTRY = {  # command -> the files that define its flags
-    "linscale_jax.train": ["linscale_jax/train.py", *LAUNCH],
-    "linscale_jax.describe": ["linscale_jax/describe.py"],
-    "linscale_jax.convert": ["linscale_jax/convert.py"],
+    "linscale_jax.train": ["linscale_jax/train/cli.py", *LAUNCH],
+    "linscale_jax.models.describe": ["linscale_jax/models/describe.py"],
+    "linscale_jax.interop.convert": ["linscale_jax/interop/convert.py"],
     "linscale_jax.data.train_spm": ["linscale_jax/data/train_spm.py"],
     "eval": ["eval/__main__.py"],
     "eval.export": ["eval/export.py"],

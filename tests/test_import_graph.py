@@ -2,10 +2,15 @@
 included):
 
     kernels_pallas  <-  linscale_jax  <-  eval  <-  study
-                         (contract)   <-  fit   <-  study
+                  (contract, errors)  <-  fit   <-  study
 
-Nothing imports upward; `fit` reads a table and imports nothing of the project but the stdlib-only
-`linscale_jax.contract`; and no two modules import each other, directly or through others.
+and inside linscale_jax, by subpackage (LINSCALE_LAYER):
+
+    contract, errors, axes  <-  cli_errors  <-  models  <-  config  <-  data, dist  <-  run  <-  interop, train
+
+Nothing imports upward or sideways within a layer; `fit` reads a table and imports nothing of the
+project but the stdlib-only `linscale_jax.contract` and `linscale_jax.errors`; and no two modules
+import each other, directly or through others.
 """
 
 from __future__ import annotations
@@ -16,6 +21,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("kernels_pallas", "linscale_jax", "eval", "fit", "study")
 LAYER = {"kernels_pallas": 0, "linscale_jax": 1, "eval": 2, "fit": 2, "study": 3}
+LINSCALE_LAYER = {  # a top-level module or subpackage of linscale_jax -> its level
+    "linscale_jax": 0, "contract": 0, "errors": 0, "axes": 0, "cli_errors": 1,
+    "models": 2, "config": 3, "data": 4, "dist": 4, "run": 5, "interop": 6, "train": 6,
+}
+STDLIB_ONLY = ("linscale_jax.contract", "linscale_jax.errors")  # what fit may import
 
 
 def _modules() -> dict[str, Path]:
@@ -59,31 +69,48 @@ def _edges(mods) -> dict[str, set[str]]:
     return edges
 
 
-def test_no_upward_imports():
-    mods = _modules()
+def group(m: str) -> str:
+    """A module's unit of layering: its top package, or for linscale_jax its subpackage/module."""
+    parts = m.split(".")
+    return parts[1] if parts[0] == "linscale_jax" and len(parts) > 1 else parts[0]
+
+
+def upward_imports(edges) -> list[str]:
     bad = []
-    for m, targets in _edges(mods).items():
+    for m, targets in edges.items():
         src = m.split(".")[0]
         for t in targets:
             dst = t.split(".")[0]
             if src == "fit" and dst != "fit":
-                if t != "linscale_jax.contract" and t != "linscale_jax":
-                    bad.append(f"{m} -> {t} (fit may import only linscale_jax.contract)")
+                if t not in STDLIB_ONLY and t != "linscale_jax":
+                    bad.append(f"{m} -> {t} (fit may import only {', '.join(STDLIB_ONLY)})")
             elif LAYER[dst] > LAYER[src] or (src != dst and LAYER[dst] == LAYER[src]):
                 bad.append(f"{m} -> {t}")
-    assert not bad, "imports against the layering:\n" + "\n".join(sorted(bad))
+            elif src == dst == "linscale_jax" and group(m) != group(t):
+                a, b = LINSCALE_LAYER[group(m)], LINSCALE_LAYER[group(t)]
+                if b >= a and group(t) != "linscale_jax":
+                    bad.append(f"{m} -> {t} (linscale_jax.{group(m)} is at level {a}, "
+                               f"linscale_jax.{group(t)} at {b})")
+    return sorted(bad)
 
 
-def test_contract_is_stdlib_only():
-    tree = ast.parse((ROOT / "linscale_jax" / "contract.py").read_text())
-    names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
-    names += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
-    assert set(names) <= {"__future__", "csv", "io", "os"}, names
-
-
-def test_no_module_cycles():
+def test_no_upward_imports():
     mods = _modules()
-    edges = _edges(mods)
+    unknown = {group(m) for m in mods if m.startswith("linscale_jax")} - set(LINSCALE_LAYER)
+    assert not unknown, f"give these a level in LINSCALE_LAYER: {sorted(unknown)}"
+    bad = upward_imports(_edges(mods))
+    assert not bad, "imports against the layering:\n" + "\n".join(bad)
+
+
+def test_stdlib_only_modules():
+    for mod in STDLIB_ONLY:
+        tree = ast.parse((ROOT / (mod.replace(".", "/") + ".py")).read_text())
+        names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+        names += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
+        assert set(names) <= {"__future__", "csv", "io", "os"}, (mod, names)
+
+
+def cycles_of(edges) -> list[str]:
     state, stack, cycles = {}, [], []
 
     def visit(m):
@@ -97,9 +124,14 @@ def test_no_module_cycles():
         stack.pop()
         state[m] = 2
 
-    for m in sorted(mods):
+    for m in sorted(edges):
         if m not in state:
             visit(m)
+    return cycles
+
+
+def test_no_module_cycles():
+    cycles = cycles_of(_edges(_modules()))
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
 
 
@@ -114,3 +146,14 @@ def test_the_checker_sees_a_cycle(tmp_path, monkeypatch):
     monkeypatch.setattr(__import__(__name__), "PACKAGES", ("study",))
     edges = _edges(_modules())
     assert edges["study.a"] == {"study.b"} and edges["study.b"] == {"study.a"}
+    assert cycles_of(edges) == ["study.a -> study.b -> study.a"]
+
+
+def test_the_checker_sees_an_upward_import():
+    """The layering check is not vacuous: models importing train, and fit importing eval, are found."""
+    edges = {"linscale_jax.models.tnl": {"linscale_jax.train.loop"}, "fit.api": {"eval.runner"},
+             "linscale_jax.train.loop": {"linscale_jax.models.tnl"}}
+    assert upward_imports(edges) == [
+        "fit.api -> eval.runner (fit may import only linscale_jax.contract, linscale_jax.errors)",
+        "linscale_jax.models.tnl -> linscale_jax.train.loop (linscale_jax.models is at level 2, "
+        "linscale_jax.train at 6)"]

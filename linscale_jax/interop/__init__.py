@@ -7,7 +7,7 @@
 Each format has a pair `model_config(hf_config) -> dict` (a `model` config section, with the
 released-variant switches set) and `to_params(hf_config, state) -> {param path: array}` (registry in
 `loading.CONVERTERS`); `loading.load(format, src) -> (model section, model)` reads a checkpoint
-directory (config.json + safetensors or PyTorch .bin). `python -m linscale_jax.convert` is the
+directory (config.json + safetensors or PyTorch .bin). `python -m linscale_jax.interop.convert` is the
 command-line front end; `hf_llama.from_model` the export.
 """
 

@@ -21,7 +21,7 @@ _ACT_NAMES = ("batch", "length", "heads", "kv")
 
 
 def linear_attention_flops(n_heads: int, key_dim: int, value_dim: int, chunk: int) -> int:
-    """Forward FLOPs per token of the chunked linear attention, chunk c (linscale_jax.accounting):
+    """Forward FLOPs per token of the chunked linear attention, chunk c (linscale_jax.models.accounting):
     intra-chunk QKᵀ and PV over the full c×c block 2c(k + v), inter-chunk q S and kᵀv 2·2kv."""
     return n_heads * (2 * chunk * (key_dim + value_dim) + 4 * key_dim * value_dim)
 

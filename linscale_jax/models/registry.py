@@ -8,7 +8,7 @@ the project (build_model, accounting, sizes, describe, config validation) looks 
     registry.linear_archs()                                                  # softmax_block=False
 
 Legend: l layers, d width, h heads, e = d/h head dim, n sequence length, c chunk length of the
-chunked linear attention (min(C, n)). The shared terms live in linscale_jax.accounting:
+chunked linear attention (min(C, n)). The shared terms live in linscale_jax.models.accounting:
 Table 1's N = 12·l·d² + `paper_params_extra`, C/D = 72·l·d²·(1 + `paper_flops_x`); the exact
 forward FLOPs per token = l·(2·4d² + 2·3dg + `layer_flops`) + 2dv + `once_flops` (see its doc).
 

@@ -19,7 +19,7 @@ from eval import runner
 from eval.__main__ import main as eval_main
 from eval.export import main as export_main
 from eval.loading import EvalError
-from linscale_jax import checkpoint as ckpt
+from linscale_jax.run import checkpoint as ckpt
 from linscale_jax import data
 from linscale_jax.models import ModelConfig, build_model
 

@@ -8,7 +8,7 @@ from flax import nnx
 from train_helpers import tiny_config
 
 from eval import val_loss as vl
-from linscale_jax import checkpoint as ckpt
+from linscale_jax.run import checkpoint as ckpt
 from linscale_jax import data
 from linscale_jax.models import ModelConfig, build_model
 

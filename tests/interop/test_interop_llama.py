@@ -112,8 +112,8 @@ def test_ours_to_hf(tmp_path):
 
 def test_cli_round_trip_and_bin_weights(tmp_path):
     """HF (.bin) -> convert --from -> Orbax workdir -> convert --to -> HF safetensors -> same logits."""
-    from linscale_jax import checkpoint as ckpt
-    from linscale_jax import convert
+    from linscale_jax.run import checkpoint as ckpt
+    from linscale_jax.interop import convert
 
     hf = hf_llama_model(5, kv_heads=2, tied=True)
     src = tmp_path / "hf_bin"

@@ -86,8 +86,8 @@ def test_switches_matter():
 
 
 def test_cli_writes_a_checkpoint_eval_can_load(tmp_path):
-    from linscale_jax import checkpoint as ckpt
-    from linscale_jax import convert as cli
+    from linscale_jax.run import checkpoint as ckpt
+    from linscale_jax.interop import convert as cli
 
     config, state, tokens, ref = read_fixture(CASES["hgrn2-fla"])
     src = tmp_path / "hf"

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import pytest
 from flax import nnx
 
-from linscale_jax import accounting
+from linscale_jax.models import accounting
 from linscale_jax.config import ARCHS
 from linscale_jax.models import ModelConfig, build_model, llama, sizes
 

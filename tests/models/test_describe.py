@@ -25,9 +25,9 @@ def load_config_file(name):
 
 
 def run_describe(*args):
-    """The command itself, `python -m linscale_jax.describe ARGS`, in a fresh process."""
+    """The command itself, `python -m linscale_jax.models.describe ARGS`, in a fresh process."""
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
-    out = subprocess.run([sys.executable, "-m", "linscale_jax.describe", *args], cwd=ROOT, env=env,
+    out = subprocess.run([sys.executable, "-m", "linscale_jax.models.describe", *args], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     return out.stdout
@@ -39,7 +39,7 @@ def describe_in_process(capsys, monkeypatch, *args):
     run_describe's job, once."""
     from absl import flags
 
-    from linscale_jax import describe
+    from linscale_jax.models import describe
 
     argv = ["describe", *args]
     monkeypatch.setattr(sys, "argv", argv)

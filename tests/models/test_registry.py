@@ -18,8 +18,10 @@ from train_helpers import tiny_config
 from eval import runner
 from fit import paper
 from fit.table import FitError
-from linscale_jax import accounting, describe, trainer
-from linscale_jax import checkpoint as ckpt
+from linscale_jax.models import accounting
+from linscale_jax.models import describe
+from linscale_jax.train import loop as trainer
+from linscale_jax.run import checkpoint as ckpt
 from linscale_jax.config import ARCHS
 from linscale_jax.models import ModelConfig, build_model, registry, sizes
 from linscale_jax.models.layers import KeyGen, Linear, make_norm, merge_heads, split_heads

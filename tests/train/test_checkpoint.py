@@ -8,8 +8,9 @@ import pytest
 from flax import nnx
 from train_helpers import tiny_config
 
-from linscale_jax import checkpoint as ckpt
-from linscale_jax import data, trainer
+from linscale_jax.run import checkpoint as ckpt
+from linscale_jax import data
+from linscale_jax.train import loop as trainer
 from linscale_jax.models import ModelConfig, build_model
 
 

@@ -24,8 +24,8 @@ import numpy as np
 import pytest
 from train_helpers import ROOT, cli_overrides, tiny_config
 
-from linscale_jax import checkpoint as ckpt
-from linscale_jax import distributed
+from linscale_jax.run import checkpoint as ckpt
+from linscale_jax.dist import distributed
 
 pytestmark = pytest.mark.slow  # over 30 s on 2 CPU cores: deselect with -m "not slow"
 

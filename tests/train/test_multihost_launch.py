@@ -3,7 +3,7 @@ clear errors for incomplete or inconsistent launches (no processes are started h
 
 import pytest
 
-from linscale_jax import distributed
+from linscale_jax.dist import distributed
 
 CLUSTER = ("TPU_WORKER_HOSTNAMES", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "JAX_COORDINATOR_ADDRESS",
            *distributed.ENV)

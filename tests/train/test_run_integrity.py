@@ -20,9 +20,14 @@ import orbax.checkpoint as ocp
 import pytest
 from train_helpers import ROOT, cli_overrides, tiny_config
 
-from linscale_jax import checkpoint as ckpt
-from linscale_jax import cli_errors, divergence, run_identity, run_integrity, trainer, workdir_lock
-from linscale_jax import metrics as metrics_lib
+from linscale_jax.run import checkpoint as ckpt
+from linscale_jax import cli_errors
+from linscale_jax.train import divergence
+from linscale_jax.run import identity
+from linscale_jax.run import integrity
+from linscale_jax.train import loop as trainer
+from linscale_jax.run import lock as workdir_lock
+from linscale_jax.train import metrics as metrics_lib
 
 STEPS = 6  # shares compilations with test_train_resume.py
 
@@ -74,7 +79,7 @@ def test_config_change_on_resume_is_refused_and_touches_nothing(run, change):
     c = config()
     for section, fields in change.items():
         c[section].update(fields)
-    with pytest.raises(run_identity.RunIdentityError) as e:
+    with pytest.raises(identity.RunIdentityError) as e:
         trainer.train(c, run)
     field = next(f"{s}.{k}" for s, f in change.items() for k in f)
     assert field in str(e.value) and "\n" not in str(e.value)
@@ -98,8 +103,8 @@ def test_allow_config_change_is_recorded(run):
     trainer.train(c, run, allow_config_change=True)
     meta = ckpt.load_metadata(run, STEPS)
     assert meta["config_changes"] == [dict(at_step=3, fields={"optim.lr": [1e-2, 1e-3]})]
-    assert meta["fingerprint"] == run_identity.fingerprint(c)["sha256"]
-    assert ckpt.load_metadata(run, 3)["fingerprint"] == run_identity.fingerprint(config())["sha256"]
+    assert meta["fingerprint"] == identity.fingerprint(c)["sha256"]
+    assert ckpt.load_metadata(run, 3)["fingerprint"] == identity.fingerprint(config())["sha256"]
 
 
 def test_model_change_refused_by_cli_in_one_line(run):
@@ -121,7 +126,7 @@ def test_model_change_refused_by_cli_in_one_line(run):
 
 
 def _holder(workdir):
-    code = ("import sys, time; from linscale_jax import workdir_lock\n"
+    code = ("import sys, time; from linscale_jax.run import lock as workdir_lock\n"
             "with workdir_lock.hold(sys.argv[1]):\n    print('held', flush=True); time.sleep(120)")
     p = subprocess.Popen([sys.executable, "-c", code, str(workdir)], cwd=ROOT,
                          stdout=subprocess.PIPE, text=True)
@@ -200,7 +205,7 @@ def test_damaged_latest_checkpoint_is_moved_aside_and_run_continues_exactly(
 def test_eval_loading_refuses_a_corrupt_checkpoint(run):
     for f in _files(run / "checkpoints" / "6", "params"):
         _flip(f, offset=len(f.read_bytes()) // 2)
-    from linscale_jax.ckpt_integrity import CheckpointCorruptError
+    from linscale_jax.run.checksums import CheckpointCorruptError
 
     with pytest.raises(CheckpointCorruptError, match="checksum mismatch"):
         ckpt.load_model(run, 6)
@@ -268,14 +273,17 @@ def test_divergence_names_a_really_good_checkpoint_and_the_advice_works(referenc
 
 _DIVERGENCE_CLI = """
 import sys, types
-from linscale_jax import cli_errors, divergence, trainer, train
+from linscale_jax import cli_errors
+from linscale_jax.train import divergence
+from linscale_jax.train import loop as trainer
+from linscale_jax.train import cli as train
 def boom(*a, **k):
     raise divergence.DivergenceError("training diverged at step 5: loss is nan", 5, 3, 1e-3)
 for name in ("_CONFIG", "_WORKDIR", "_INIT_FROM", "_RESUME_STEP", "_ALLOW_CHANGE"):
     setattr(train, name, types.SimpleNamespace(value=None))
 train._INITIALIZE = lambda: None  # no launch flags parsed here
 trainer.train = boom
-sys.argv = ["linscale_jax/train.py", "--workdir=" + sys.argv[1]]
+sys.argv = ["linscale_jax/train/cli.py", "--workdir=" + sys.argv[1]]
 sys.exit(cli_errors.run(train._train, workdir=sys.argv[1].split("=", 1)[1], command="train"))
 """
 
@@ -316,13 +324,13 @@ def test_ctrl_c_saves_like_sigterm_and_resume_is_exact(reference, tmp_path, monk
 
 def test_init_from_on_a_run_with_checkpoints_is_refused(run, reference):
     before = snapshot(run)
-    with pytest.raises(run_integrity.RunRefusedError, match="re-run without --init_from"):
+    with pytest.raises(integrity.RunRefusedError, match="re-run without --init_from"):
         trainer.train(config(), run, init_from=str(reference[0]))
     assert snapshot(run) == before
 
 
 def test_convert_refuses_a_non_empty_out(run, capsys):
-    from linscale_jax import convert
+    from linscale_jax.interop import convert
 
     before = snapshot(run)
     assert convert.main(["--from=hf-llama", "--src=/nonexistent", f"--workdir={run}"]) == 1

@@ -13,7 +13,7 @@ import ml_collections
 import pytest
 from jax.sharding import AbstractMesh, PartitionSpec as P
 
-from linscale_jax import sharding
+from linscale_jax.dist import sharding
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -80,7 +80,7 @@ SCRIPT = textwrap.dedent("""
     import jax, numpy as np
     sys.path.insert(0, "configs")
     import tiny
-    from linscale_jax import trainer
+    from linscale_jax.train import loop as trainer
     assert len(jax.devices()) == 8
     out = {}
     for arch, meshes in (("llama", ["single", "data", "fsdp", "data_tensor"]),):
@@ -139,9 +139,9 @@ def test_weight_decay_mask_skips_norms_and_lower_bounds():
     """Decay matrices and the embedding (>= 2 dims, the nanoGPT convention); never norm scales,
     HGRN2's per-layer lower bounds Γ (its stacked 'layers' axis does not count as a matrix dim),
     LRPE θ [h, e] or the TPE decay rates ('gain' dims are not matrix dims)."""
-    from linscale_jax import optim
+    from linscale_jax.train import optim
     from linscale_jax.config import model_defaults
-    from linscale_jax.sharding import _flatten, model_parts
+    from linscale_jax.dist.sharding import _flatten, model_parts
 
     for arch in ("hgrn2", "cosformer2", "llama"):
         m = model_defaults()

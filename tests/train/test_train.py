@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from train_helpers import tiny, tiny_config
 
-from linscale_jax import checkpoint as ckpt
-from linscale_jax import trainer
+from linscale_jax.run import checkpoint as ckpt
+from linscale_jax.train import loop as trainer
 
 
 @pytest.mark.parametrize("arch", ["llama", "tnl", "hgrn2", "cosformer2"])

@@ -12,9 +12,9 @@ import sys
 import pytest
 from train_helpers import ROOT, cli_overrides, tiny_config
 
-from linscale_jax import checkpoint as ckpt
-from linscale_jax import metrics as metrics_lib
-from linscale_jax import trainer
+from linscale_jax.run import checkpoint as ckpt
+from linscale_jax.train import metrics as metrics_lib
+from linscale_jax.train import loop as trainer
 
 STEPS = 6  # tiny_config(steps=6): shares compilations with test_train.py
 
@@ -81,7 +81,9 @@ def test_corrupt_latest_checkpoint_falls_back(reference, sigterm_run, tmp_path, 
 
 KILL_AT_STEP_5 = """
 import os, signal, sys, time
-from linscale_jax import checkpoint as ckpt, metrics as metrics_lib, train
+from linscale_jax.run import checkpoint as ckpt
+from linscale_jax.train import metrics as metrics_lib
+from linscale_jax.train import cli as train
 from absl import app
 write = metrics_lib.MetricsLogger.write
 def write_then_kill(self, row):

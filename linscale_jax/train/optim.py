@@ -10,7 +10,7 @@ a stacked 'layers' axis or dims with the logical name 'gain' (per-channel gains 
 as a table: LRPE θ [h, e], the xmixers TPE vectors). Norms, gains, decay rates and biases are not
 decayed (HGRN2's lower bounds, cosFormer2's TPE rates, LRPE θ). Gradients are clipped to a
 global norm of optim.clip_norm (0 disables) before AdamW. Gradient accumulation is exact and lives
-in the train step (a scan over micro-batches, linscale_jax.trainer). Parameters and optimizer state
+in the train step (a scan over micro-batches, linscale_jax.train.loop). Parameters and optimizer state
 are float32; model.dtype sets the compute dtype.
 """
 

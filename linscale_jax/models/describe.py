@@ -1,8 +1,8 @@
 """Print a model's shape, parameter counts and FLOPs (paper Table-1 and exact definitions).
 
-    python -m linscale_jax.describe --config=configs/paper.py:tnl-410m [--config.model.n_layers=4]
-    python -m linscale_jax.describe --paper          # table of the 24 paper configs
-    python -m linscale_jax.describe --paper --json   # the same as a JSON list
+    python -m linscale_jax.models.describe --config=configs/paper.py:tnl-410m [--config.model.n_layers=4]
+    python -m linscale_jax.models.describe --paper          # table of the 24 paper configs
+    python -m linscale_jax.models.describe --paper --json   # the same as a JSON list
 
 FLOPs are per token at --seq_len (default: config.train.seq_len; 8192 with --paper).
 Each row has the shape (l, d, h, head_dim = d/h, g, vocab), the parameter counts, both FLOP
@@ -17,7 +17,7 @@ import json
 from absl import app, flags
 from ml_collections import config_flags
 
-from linscale_jax import accounting
+from linscale_jax.models import accounting
 from linscale_jax.models import ModelConfig, registry, sizes
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/paper.py:tnl-410m.")

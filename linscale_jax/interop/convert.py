@@ -1,10 +1,10 @@
 """Convert released checkpoints to linscale_jax checkpoints, and LLaMA back to Hugging Face.
 
-    python -m linscale_jax.convert --from=FORMAT --src=HF_DIR --workdir=WORKDIR
+    python -m linscale_jax.interop.convert --from=FORMAT --src=HF_DIR --workdir=WORKDIR
         FORMAT: hf-llama | transnormerllm | hgrn2-fla | hgrn2-official
         -> WORKDIR/checkpoints/0/ (Orbax, via checkpoint.save_model; accepted by train --init_from
            and eval) and WORKDIR/config.json (the full experiment config)
-    python -m linscale_jax.convert --to=hf-llama --workdir=WORKDIR [--step=N] --out=HF_DIR
+    python -m linscale_jax.interop.convert --to=hf-llama --workdir=WORKDIR [--step=N] --out=HF_DIR
         -> HF_DIR/config.json + model.safetensors, loadable by transformers.LlamaForCausalLM
 """
 
@@ -19,7 +19,7 @@ from linscale_jax.interop import FORMATS
 
 
 def _parse(argv):
-    p = argparse.ArgumentParser(prog="python -m linscale_jax.convert", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m linscale_jax.interop.convert", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--from", dest="src_format", choices=FORMATS, help="import: format of --src")
     p.add_argument("--to", dest="dst_format", choices=("hf-llama",), help="export a llama --workdir")
@@ -40,8 +40,8 @@ def _parse(argv):
 
 
 def import_checkpoint(fmt: str, src: str, out: str) -> str:
-    from linscale_jax import checkpoint as ckpt
-    from linscale_jax.accounting import param_counts
+    from linscale_jax.run import checkpoint as ckpt
+    from linscale_jax.models.accounting import param_counts
     from linscale_jax.interop.loading import experiment_config, load
     from linscale_jax.models import ModelConfig
 
@@ -59,7 +59,7 @@ def import_checkpoint(fmt: str, src: str, out: str) -> str:
 
 
 def export_llama(src: str, out: str, step=None) -> str:
-    from linscale_jax import checkpoint as ckpt
+    from linscale_jax.run import checkpoint as ckpt
     from linscale_jax.interop import hf_io, hf_llama
 
     model, config, _ = ckpt.load_model(src, step=step)

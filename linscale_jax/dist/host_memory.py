@@ -72,5 +72,5 @@ def use_huge_pages() -> None:
     try:
         os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
     except OSError as e:  # keep running with 4 KiB pages: slower, never wrong
-        print(f"linscale_jax.host_memory: could not re-execute with {TUNABLE}=1 ({e}); "
+        print(f"linscale_jax.dist.host_memory: could not re-execute with {TUNABLE}=1 ({e}); "
               "continuing with glibc's default malloc", file=sys.stderr)

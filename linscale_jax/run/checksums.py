@@ -24,11 +24,12 @@ from dataclasses import dataclass, field
 
 from etils import epath
 from linscale_jax import contract
+from linscale_jax.errors import UserError
 
 CHECKSUMS = "checksums.json"
 
 
-class CheckpointCorruptError(RuntimeError):
+class CheckpointCorruptError(UserError, RuntimeError):
     """A checkpoint's files do not match the checksums recorded when it was saved."""
 
 

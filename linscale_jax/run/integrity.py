@@ -1,15 +1,15 @@
 """Before a trainer touches a workdir: lock it, check what it holds, then repair what is broken.
 
-    with run_integrity.guard(config, workdir, init_from, resume_step, allow_config_change) as g:
+    with integrity.guard(config, workdir, init_from, resume_step, allow_config_change) as g:
         ... restore the newest checkpoint, train, save with metadata extra=g.metadata ...
 
 Order (all refusals happen before anything in the workdir changes, and the lock file is removed
 again, so a refused command leaves the workdir byte-identical):
-  1. take the workdir lock (linscale_jax.workdir_lock; a second trainer is refused naming the holder)
-  2. scan the step dirs read-only (linscale_jax.ckpt_integrity: empty, unreadable, checksum mismatch)
+  1. take the workdir lock (linscale_jax.run.lock; a second trainer is refused naming the holder)
+  2. scan the step dirs read-only (linscale_jax.run.checksums: empty, unreadable, checksum mismatch)
   3. refuse --init_from when the workdir already has checkpoints (re-running resumes)
   4. refuse --resume_step=N when N is not a usable checkpoint
-  5. compare the config with the checkpoint to resume (linscale_jax.run_identity)
+  5. compare the config with the checkpoint to resume (linscale_jax.run.identity)
   6. move unusable step dirs to checkpoints_corrupt/ (one line each) and, with --resume_step=N, the
      later checkpoints to checkpoints_discarded/<time>/
 In multi-process runs process 0 locks and repairs; every process checks; all wait for process 0.
@@ -25,11 +25,15 @@ from etils import epath
 
 import jax
 
-from linscale_jax import ckpt_integrity, contract, run_identity, workdir_lock
-from linscale_jax import checkpoint as ckpt
+from linscale_jax import contract
+from linscale_jax.run import checksums
+from linscale_jax.run import identity
+from linscale_jax.run import lock as workdir_lock
+from linscale_jax.run import checkpoint as ckpt
+from linscale_jax.errors import Refusal
 
 
-class RunRefusedError(ValueError):
+class RunRefusedError(Refusal, ValueError):
     """A command that would mix or lose a run's data; nothing in the workdir was changed."""
 
 
@@ -41,8 +45,8 @@ def _sync(name: str) -> None:
 
 
 def _check(config, workdir: epath.Path, init_from, resume_step, allow_change):
-    plan = ckpt_integrity.scan(workdir)
-    usable = sorted(set(ckpt_integrity.step_dirs(workdir)) - set(plan.bad))
+    plan = checksums.scan(workdir)
+    usable = sorted(set(checksums.step_dirs(workdir)) - set(plan.bad))
     if init_from and usable:
         raise RunRefusedError(
             f"--init_from={init_from}: {workdir} already has checkpoints (steps {usable[0]}.."
@@ -54,7 +58,7 @@ def _check(config, workdir: epath.Path, init_from, resume_step, allow_change):
             raise RunRefusedError(
                 f"--resume_step={resume_step}: no usable checkpoint at that step in "
                 f"{ckpt.ckpt_dir(workdir)} (usable steps: {usable or 'none'}); pick one of those.")
-        problem = ckpt_integrity.verify(ckpt.ckpt_dir(workdir) / str(resume_step))
+        problem = checksums.verify(ckpt.ckpt_dir(workdir) / str(resume_step))
         if problem:
             raise RunRefusedError(f"--resume_step={resume_step}: that checkpoint is unusable "
                                   f"({problem}); pick an earlier step.")
@@ -64,16 +68,16 @@ def _check(config, workdir: epath.Path, init_from, resume_step, allow_change):
     meta, accepted = None, {}
     if target is not None:
         meta = ckpt.load_metadata(workdir, target)
-        accepted = run_identity.check_resume(meta.get("config", {}), config, workdir, target,
+        accepted = identity.check_resume(meta.get("config", {}), config, workdir, target,
                                              allow_change)
     return plan, target, meta, accepted
 
 
 def _repair(workdir: epath.Path, plan, target, resume_step) -> None:
-    ckpt_integrity.apply(workdir, plan)
+    checksums.apply(workdir, plan)
     if resume_step is None:
         return
-    later = sorted(s for s in ckpt_integrity.step_dirs(workdir) if target is None or s > target)
+    later = sorted(s for s in checksums.step_dirs(workdir) if target is None or s > target)
     if not later:
         return
     dst = epath.Path(workdir) / contract.CHECKPOINTS_DISCARDED / time.strftime("%Y%m%d-%H%M%S")
@@ -96,8 +100,8 @@ def guard(config, workdir, init_from=None, resume_step=None, allow_change=False)
         _sync("linscale_integrity_repaired")
         if accepted:
             print(f"--allow_config_change: continuing {workdir} with "
-                  f"{run_identity._fmt(accepted)} (recorded in checkpoint metadata).", flush=True)
+                  f"{identity._fmt(accepted)} (recorded in checkpoint metadata).", flush=True)
         yield types.SimpleNamespace(
-            metadata=run_identity.record(meta, accepted, target or 0), target=target,
-            record_checksums=(lambda steps: ckpt_integrity.record_missing(workdir, steps)) if lead
+            metadata=identity.record(meta, accepted, target or 0), target=target,
+            record_checksums=(lambda steps: checksums.record_missing(workdir, steps)) if lead
             else (lambda steps: None))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import shlex
 import statistics
+from linscale_jax.errors import UserError
 
 FACTOR = 3.0
 WINDOW = 20
@@ -26,7 +27,7 @@ LR_CUT = 10.0  # suggested lr: min(optim.lr, the good checkpoint's lr) / LR_CUT,
 LR_CAP = 1e-3  # above 1e-2 no AdamW LM here trains (presets use <= 3e-3): do not suggest 1e5
 
 
-class DivergenceError(FloatingPointError):
+class DivergenceError(UserError, FloatingPointError):
     """Training diverged; `last_good` (None: no usable checkpoint) and `lr` suggest the way out."""
 
     def __init__(self, msg, step, last_good, lr):
@@ -94,7 +95,7 @@ def resume_command(argv: list[str], step: int | None, lr: float) -> str:
 def diverged(monitor: Monitor, step: int, reason: str, grad_norm: float, workdir, mngr, lr: float,
              record_checksums=None) -> DivergenceError:
     """Wait for pending saves, pick the newest good checkpoint, and build the error to raise."""
-    from linscale_jax import checkpoint as ckpt
+    from linscale_jax.run import checkpoint as ckpt
 
     mngr.wait_until_finished()  # a pending async save must not appear after the advice
     if record_checksums is not None:

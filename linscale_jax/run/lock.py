@@ -25,13 +25,14 @@ import threading
 import time
 from etils import epath
 from linscale_jax import contract
+from linscale_jax.errors import Refusal
 
 LOCK_NAME = contract.LOCK
 HEARTBEAT_S = 30.0
 STALE_S = 300.0
 
 
-class WorkdirLockedError(RuntimeError):
+class WorkdirLockedError(Refusal, RuntimeError):
     """Another trainer holds the workdir."""
 
 

@@ -1,10 +1,10 @@
 """The training loop: sharded state, jitted train step, exact resume, checkpoints, metrics.
 
-    from linscale_jax import trainer
+    from linscale_jax.train import loop as trainer
     summary = trainer.train(config, workdir)                 # resumes from workdir's checkpoints
     summary = trainer.train(config, workdir, init_from=CKPT)  # start from converted weights
 
-State lives as pure dicts of jax.Arrays: params (float32, sharded by linscale_jax.sharding) and the
+State lives as pure dicts of jax.Arrays: params (float32, sharded by linscale_jax.dist.sharding) and the
 optax state (sharded like the params). The step `train_step(params, opt_state, rest, batch)` is
 jitted with in/out shardings and donates params and opt_state. A global batch [b, t] is split into
 train.grad_accum micro-batches and scanned; the loss is sum(weights * cross-entropy) / sum(weights)
@@ -28,10 +28,13 @@ import optax
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
-from linscale_jax import checkpoint as ckpt
-from linscale_jax import divergence
-from linscale_jax import metrics as metrics_lib
-from linscale_jax import distributed, optim, run_integrity, sharding
+from linscale_jax.run import checkpoint as ckpt
+from linscale_jax.train import divergence
+from linscale_jax.train import metrics as metrics_lib
+from linscale_jax.dist import distributed
+from linscale_jax.train import optim
+from linscale_jax.run import integrity
+from linscale_jax.dist import sharding
 from linscale_jax.models import ModelConfig
 
 BATCH_KEYS = ("inputs", "targets", "segment_ids", "weights")
@@ -228,15 +231,16 @@ def train(config, workdir, init_from: str | None = None, devices=None,
           resume_step: int | None = None, allow_config_change: bool = False) -> dict:
     """Train (or resume) the run in `workdir`; returns {step, losses: {step: loss}, stopped}.
 
-    The workdir is locked, checked and repaired first (linscale_jax.run_integrity): a config that
+    The workdir is locked, checked and repaired first (linscale_jax.run.integrity): a config that
     changes the run is refused unless allow_config_change; resume_step=N resumes from checkpoint N
     and moves later ones aside (0: start over)."""
-    with run_integrity.guard(config, workdir, init_from, resume_step, allow_config_change) as g:
+    with integrity.guard(config, workdir, init_from, resume_step, allow_config_change) as g:
         return _train(config, workdir, init_from, devices, g)
 
 
 def _train(config, workdir, init_from, devices, guard) -> dict:
-    from linscale_jax import accounting, data
+    from linscale_jax import data
+    from linscale_jax.models import accounting
 
     workdir = ckpt.as_path(workdir)
     if distributed.is_primary():

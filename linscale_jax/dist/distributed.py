@@ -1,6 +1,6 @@
 """Multi-process launch and the few collective helpers the trainer needs.
 
-    from linscale_jax import distributed
+    from linscale_jax.dist import distributed
     distributed.initialize(coordinator_address=None, num_processes=None, process_id=None)
     distributed.is_primary()            # process 0: the one that writes shared files
     distributed.barrier("name")         # every process waits here (no-op with one process)
@@ -28,11 +28,12 @@ import socket
 
 import jax
 import numpy as np
+from linscale_jax.errors import UserError
 
 ENV = ("LINSCALE_COORDINATOR_ADDRESS", "LINSCALE_NUM_PROCESSES", "LINSCALE_PROCESS_ID")
 
 
-class LaunchError(ValueError):
+class LaunchError(UserError, ValueError):
     """Inconsistent launch arguments (raised before anything connects)."""
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from linscale_jax.errors import Refusal
 
 RESUMABLE = ("name", "train.steps", "train.log_every", "train.eval_every", "train.eval_batches",
              "train.peak_flops", "checkpoint.", "mesh.")
@@ -32,7 +33,7 @@ SHAPE_FIELDS = tuple(f"model.{k}" for k in ("arch", "n_layers", "d_model", "n_he
                                             "scan_layers", "norm_scale", "tnl_gate", "tnl_lrpe"))
 
 
-class RunIdentityError(ValueError):
+class RunIdentityError(Refusal, ValueError):
     """A resume with a config that changes the run's identity (nothing in the workdir was touched)."""
 
 

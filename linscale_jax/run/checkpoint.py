@@ -14,11 +14,11 @@ Reading API (eval/ and the converters):
   save_model(workdir, model, config, step=0, metadata=None)
 A checkpoint is complete when Orbax finalised it (partial async writes stay in temporary dirs and
 are ignored) and its metadata parses. Every finished checkpoint gets DIR/checkpoints/<step>/
-checksums.json (sha256 of each file, linscale_jax.ckpt_integrity), verified before restoring; a
+checksums.json (sha256 of each file, linscale_jax.run.checksums), verified before restoring; a
 checkpoint that fails verification or restore is moved to DIR/checkpoints_corrupt/<step> with one
 warning line, and the previous one is used (load_model with an explicit step raises instead).
-Metadata also holds `fingerprint` (linscale_jax.run_identity) and, for training checkpoints, the
-step's `loss` and `running_loss` (linscale_jax.divergence).
+Metadata also holds `fingerprint` (linscale_jax.run.identity) and, for training checkpoints, the
+step's `loss` and `running_loss` (linscale_jax.train.divergence).
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ import orbax.checkpoint as ocp
 from etils import epath
 from flax import nnx
 
-from linscale_jax import ckpt_integrity, contract
+from linscale_jax import contract
+from linscale_jax.run import checksums
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +132,8 @@ def config_from_metadata(meta: dict) -> ml_collections.ConfigDict:
 
 def make_metadata(config, step: int, extra: dict | None = None) -> dict:
     """Step, tokens (all sequence positions), paper C, exact FLOPs, non-embedding params, config."""
-    from linscale_jax import accounting, run_identity
+    from linscale_jax.models import accounting
+    from linscale_jax.run import identity
     from linscale_jax.models import ModelConfig
 
     cfg = ModelConfig.from_config(config.model)
@@ -146,7 +148,7 @@ def make_metadata(config, step: int, extra: dict | None = None) -> dict:
         arch=cfg.arch,
         run=str(config.name),
         config=json.loads(config.to_json_best_effort()),
-        fingerprint=run_identity.fingerprint(config)["sha256"],
+        fingerprint=identity.fingerprint(config)["sha256"],
     )
     meta.update(extra or {})
     return meta
@@ -171,14 +173,14 @@ def restore(mngr, workdir, abstract_params, abstract_opt_state=None, step=None):
     steps = [step] if step is not None else list_steps(workdir)[::-1]
     for s in steps:
         step_dir = ckpt_dir(workdir) / str(s)
-        problem = ckpt_integrity.verify(step_dir)
-        if problem:  # checksums recorded at save (linscale_jax.ckpt_integrity)
-            err = ckpt_integrity.CheckpointCorruptError(
+        problem = checksums.verify(step_dir)
+        if problem:  # checksums recorded at save (linscale_jax.run.checksums)
+            err = checksums.CheckpointCorruptError(
                 f"checkpoint {step_dir} is corrupt ({problem}); use another step (complete: "
                 f"{list_steps(workdir)}) or re-create it.")
             if step is not None:
                 raise err
-            ckpt_integrity.quarantine(as_path(workdir), s, err)
+            checksums.quarantine(as_path(workdir), s, err)
             mngr.reload()
             continue
         present = {p.name for p in step_dir.iterdir()} if step_dir.is_dir() else set()
@@ -195,10 +197,10 @@ def restore(mngr, workdir, abstract_params, abstract_opt_state=None, step=None):
         except Exception as e:  # noqa: BLE001 - any failure means the checkpoint is unusable
             if step is not None:
                 raise RuntimeError(f"checkpoint {step_dir} could not be restored: {e}") from e
-            from linscale_jax import distributed
+            from linscale_jax.dist import distributed
 
             if distributed.is_primary():  # every process failed alike; one moves the files
-                ckpt_integrity.quarantine(as_path(workdir), s, e)
+                checksums.quarantine(as_path(workdir), s, e)
             distributed.barrier(f"linscale_quarantine_{s}")
             mngr.reload()  # forget the moved step
             continue
@@ -218,7 +220,7 @@ def _check_shape(x, ref):
 @functools.lru_cache(maxsize=8)
 def _model_parts(cfg, seed: int):
     """sharding.model_parts, once per (model config, seed): every checkpoint of a run shares it."""
-    from linscale_jax import sharding
+    from linscale_jax.dist import sharding
 
     return sharding.model_parts(cfg, seed)
 
@@ -266,7 +268,7 @@ def load_model(workdir, step: int | None = None, devices=None):
     if not steps:
         raise FileNotFoundError(
             f"no complete checkpoints under {ckpt_dir(workdir)}; train first "
-            "(python -m linscale_jax.train ...) or convert weights (python -m linscale_jax.convert).")
+            "(python -m linscale_jax.train ...) or convert weights (python -m linscale_jax.interop.convert).")
     if step is None:
         step = steps[-1]
     elif step not in steps:
@@ -295,7 +297,7 @@ def save_model(workdir, model, config, step: int = 0, metadata: dict | None = No
     finally:
         mngr.close()
     if jax.process_index() == 0:
-        ckpt_integrity.record(ckpt_dir(workdir) / str(step))
+        checksums.record(ckpt_dir(workdir) / str(step))
     return ckpt_dir(workdir) / str(step)
 
 

@@ -8,7 +8,7 @@
   --resume_step=N               resume from checkpoint N; later checkpoints move to
                                 DIR/checkpoints_discarded/ (0: start over). Used after a divergence.
   --allow_config_change         accept a config that differs from the run's beyond the fields that
-                                may change on resume (linscale_jax.run_identity); recorded in metadata.
+                                may change on resume (linscale_jax.run.identity); recorded in metadata.
 Re-running the same command resumes from DIR's newest verified checkpoint, with the same batches.
 One trainer per DIR (DIR/train.lock); eval may run beside it. SIGTERM or Ctrl-C saves a checkpoint
 and exits 0. A NaN/inf or exploding loss exits 1 naming the last good checkpoint and the command
@@ -21,11 +21,6 @@ process makes all of them save the same step and exit 0. See README "Running on 
 
 from __future__ import annotations
 
-if __name__ == "__main__":  # huge pages for XLA:CPU's step buffers (linscale_jax.host_memory)
-    from linscale_jax import host_memory
-
-    host_memory.use_huge_pages()
-
 import sys
 
 from linscale_jax import cli_errors  # noqa: F401  (before any library that logs at start-up)
@@ -33,7 +28,7 @@ from linscale_jax import cli_errors  # noqa: F401  (before any library that logs
 from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from linscale_jax import distributed
+from linscale_jax.dist import distributed
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file, optionally with an argument: configs/tiny.py:tnl-d64.")
@@ -49,11 +44,11 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 
 def _train() -> int:
-    from linscale_jax import divergence, trainer
+    from linscale_jax.train import divergence, loop
 
     _INITIALIZE()
     try:
-        summary = trainer.train(_CONFIG.value, _WORKDIR.value, init_from=_INIT_FROM.value,
+        summary = loop.train(_CONFIG.value, _WORKDIR.value, init_from=_INIT_FROM.value,
                                 resume_step=_RESUME_STEP.value,
                                 allow_config_change=_ALLOW_CHANGE.value)
     except divergence.DivergenceError as e:
@@ -88,5 +83,6 @@ def _parse_flags(argv):
         sys.exit(2)
 
 
-if __name__ == "__main__":
+def run() -> None:
+    """The command's entry point (linscale_jax/train/__main__.py)."""
     app.run(main, flags_parser=_parse_flags)

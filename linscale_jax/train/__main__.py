@@ -1,0 +1,9 @@
+"""`python -m linscale_jax.train --config=... --workdir=DIR` (the command: linscale_jax.train.cli)."""
+
+from linscale_jax.dist import host_memory
+
+host_memory.use_huge_pages()  # before jax is imported: XLA:CPU's step buffers on huge pages
+
+from linscale_jax.train import cli  # noqa: E402
+
+cli.run()
