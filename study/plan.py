@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import math
-import os
 import shlex
 from pathlib import Path
 

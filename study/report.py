@@ -169,12 +169,11 @@ def write_report(study, runs, workdir: str, approach: int, fit_errors: dict | No
     for a, err in (fit_errors or {}).items():
         L.append(f"\n**Not fitted: {a}** — {err}")
     L += ["", "![ours vs paper](fit/paper_overlay.png)", ""]
-    seed_sd = float(study.get("noise", {}).get("seed_sd", 0.0))
     result = judge(study, runs, workdir)
     L += _noise_section(table, result)
     L += holdout.report_section(workdir)
     lines, common, law = _comparisons(runs, table, fits, n_boot, int(study.fit.seed),
-                                      bool(study.fit.include_clamped), compare.noise_sd(table, seed_sd))
+                                      bool(study.fit.include_clamped), seed_noise(result))
     found, verdicts = findings.section(result)
     L += found + lines
     summary = dict(findings=result["findings"], estimators=result["estimators"], margin=result["margin"],
@@ -218,6 +217,13 @@ def judge(study, runs, workdir: str) -> dict:
                               tolerance=float(v.get("tolerance", verdicts.DEFAULT_TOLERANCE)),
                               seed_sd=float(study.get("noise", {}).get("seed_sd", 0.0)) or None,
                               n_boot=max(int(study.fit.bootstrap), 20), seed=int(study.fit.seed))
+
+
+def seed_noise(result: dict) -> dict:
+    """{arch: seed-to-seed sd} of the laws' estimator (the first), as study.verdicts measured it."""
+    first = result["estimators"][0]
+    return {a: float(v["sd"]) for a, v in result["by_estimator"][first]["seed_sd"].items()
+            if np.isfinite(v["sd"])}
 
 
 def _noise_section(table, result: dict) -> list[str]:
@@ -271,8 +277,8 @@ def _comparisons(runs, table, fits, n_boot: int, seed: int, include_clamped: boo
         L += [f"| {a} | {_ci(v)} | {_ci(law['by_arch'][a]) if a in law['by_arch'] else 'not fitted'} |"
               for a, v in sorted(c["by_arch"].items(), key=lambda kv: kv[1][0])]
         L += ["", "Both intervals resample whole runs and add, per draw, a normal error with the sd of one loss "
-              "point (checkpoint noise measured from this table (+) the measured seed-to-seed sd; see "
-              "'Noise floor'), so they cover a re-run with another seed. The law column refits L(C) on every "
+              "point (the arch's seed-to-seed sd; see 'Noise'), so they cover a re-run with another seed. "
+              "The law column refits L(C) on every "
               "resample. A difference whose interval includes 0 is reported as not resolved."]
     L += ["", "**Exponents side by side** (ours [95%] / paper):", "",
           "| arch | L(C) | N_opt(C) | D_opt(C) |", "|---|---|---|---|"]
