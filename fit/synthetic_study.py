@@ -15,6 +15,7 @@ import numpy as np
 
 from fit.synthetic import Law
 from fit.table import Table, from_columns
+from linscale_jax.contract import FLOPS_PER_PARAM_TOKEN, TABLE_COLUMNS
 
 # A miniature of the cpu preset: losses ≈ 2.5 .. 1.9 nats over 0.9 decades of N at 2.1M tokens.
 STUDY_LAW = Law(E=1.0, A=25.0, B=29.0, alpha=0.34, beta=0.28)
@@ -23,9 +24,10 @@ STUDY_SIZES = (3.8e4, 6.0e4, 9.0e4, 1.5e5, 3.3e5)
 
 def study_table(offsets: dict, *, law: Law = STUDY_LAW, sizes=STUDY_SIZES, tokens: float = 2.1e6,
                 points: int = 16, skip: float = 1 / 16, ckpt_sd: float = 0.01, run_sd: float = 0.025,
-                replicates: dict | None = None, seed: int = 0, flops_per_param_token: float = 6.0) -> Table:
+                replicates: dict | None = None, seed: int = 0,
+                flops_per_param_token: float = FLOPS_PER_PARAM_TOKEN) -> Table:
     rng = np.random.default_rng(seed)
-    cols = {k: [] for k in ("arch", "run", "step", "n_params", "tokens", "flops", "loss")}
+    cols = {k: [] for k in TABLE_COLUMNS}
     frac = np.linspace(skip, 1.0, points) if points > 1 else np.array([1.0])
     for arch, off in offsets.items():
         for i, n in enumerate(sizes):

@@ -3,8 +3,8 @@
 Everything that more than one package must agree on lives here, so that `fit` (which reads a table
 and imports nothing else of the project) and the JAX side can never drift apart:
 
-- units: PF_DAY, the paper's compute unit; BASELINE_ARCH, the softmax model the linear ones are
-  judged against;
+- units: PF_DAY, the paper's compute unit, and FLOPS_PER_PARAM_TOKEN, the k of C = k·N·D;
+  BASELINE_ARCH, the softmax model the linear ones are judged against;
 - the workdir layout: where a run keeps its checkpoints, metrics, eval results, logs and lock;
 - a study's folder: where `python -m study` keeps its runs, tables, fits and findings;
 - the checkpoint table: its columns (TABLE_COLUMNS, what fit needs; TABLE_LEAD, the order
@@ -20,6 +20,7 @@ import io
 import os
 
 PF_DAY = 8.64e19  # FLOPs in one PFLOP/s-day, the paper's compute unit.
+FLOPS_PER_PARAM_TOKEN = 6.0  # k in C = k·N·D (forward + backward), the compute-optimal allocation's
 BASELINE_ARCH = "llama"  # the softmax-attention baseline every linear architecture is compared with
 
 # ---- workdir layout: DIR/<name> -------------------------------------------------------------
@@ -87,6 +88,9 @@ def study_run_dir(workdir, run_name: str) -> str:
 # of the same arch and size as seed replicates either way.
 TABLE_COLUMNS = ("arch", "run", "step", "n_params", "tokens", "flops", "loss")
 TABLE_LEAD = TABLE_COLUMNS + ("flops_exact",)  # the order the writer puts first
+TABLE_LOSS = "loss"  # the column eval measures (its val_loss task)
+# the others come from each checkpoint's metadata (eval copies them into every results row)
+METADATA_COLUMNS = tuple(c for c in TABLE_LEAD if c != TABLE_LOSS)
 
 
 def write_table_csv(rows: list[dict], path) -> None:

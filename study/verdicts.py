@@ -41,7 +41,7 @@ import sys
 
 import numpy as np
 
-from linscale_jax.contract import BASELINE_ARCH
+from linscale_jax.contract import BASELINE_ARCH, TABLE_COLUMNS
 
 DEFAULT_MARGIN = 0.05  # nats: differences inside ±0.05 (≈2.5% of the study's losses) count as equal
 DEFAULT_TOLERANCE = 0.1  # nats: a held-out final loss within ±0.1 of the prediction (≈5%)
@@ -111,7 +111,7 @@ def _table(arch: str, curves) -> "object":
     """A fit.table.Table from [(n_params, flops, tokens, loss)], one run per entry."""
     from fit.table import Table
 
-    cols = {k: [] for k in ("arch", "run", "step", "n_params", "tokens", "flops", "loss")}
+    cols = {k: [] for k in TABLE_COLUMNS}
     for j, (n, fl, tk, ls) in enumerate(curves):
         k = len(ls)
         cols["arch"] += [arch] * k
