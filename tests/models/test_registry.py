@@ -214,9 +214,10 @@ def test_linear_archs_come_from_the_registry_and_a_fifth_is_judged_by_the_study(
     from linscale_jax.contract import BASELINE_ARCH
     from study import verdicts
 
-    assert registry.linear_archs() == ("tnl", "hgrn2", "cosformer2", PLAIN.name)
-    t = study_table({BASELINE_ARCH: 0.0, PLAIN.name: 0.3}, ckpt_sd=0.005, run_sd=0.01, points=4, seed=0)
+    name = plain.name
+    assert registry.linear_archs() == ("tnl", "hgrn2", "cosformer2", name)
+    t = study_table({BASELINE_ARCH: 0.0, name: 0.3}, ckpt_sd=0.005, run_sd=0.01, points=4, seed=0)
     res = verdicts.judge_all({"val_loss": t}, n_boot=20, holdout=False)
-    row = res["findings"]["equal_compute"]["archs"][PLAIN.name]
+    row = res["findings"]["equal_compute"]["archs"][name]
     assert row["verdict"] == "worse" and row["diff"] == pytest.approx(0.3, abs=0.05)
     assert res["findings"]["equal_compute"]["verdict"] == "not reproduced"
