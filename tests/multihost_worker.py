@@ -49,7 +49,7 @@ def wait_for_preemption_sync(timeout=120):
     from jax._src import distributed
 
     client, deadline = distributed.global_state.client, time.time() + timeout
-    while time.time() < deadline:
+    while client is not None and time.time() < deadline:
         if len(client.key_value_dir_get("PREEMPTION_CURRENT_COUNTER/")) >= jax.process_count():
             time.sleep(1.0)
             return
