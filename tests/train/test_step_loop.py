@@ -138,6 +138,8 @@ def test_non_log_steps_fetch_nothing_from_the_devices(instrumented):
     by_step = {}
     for s, name in fetches:
         by_step.setdefault(s, []).append(name)
+    print("device->host fetches on the main thread, by steps dispatched:",
+          {s: len(v) for s, v in sorted(by_step.items())})  # (docs/results.md quotes it)
     assert {1, 2, 4, 5}.isdisjoint(by_step), by_step
     assert by_step.get(3) and by_step.get(6)  # the counter sees the log steps' fetches
 
