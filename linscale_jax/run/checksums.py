@@ -21,7 +21,8 @@ in a restore by m processes, process j checks the files that the process of its 
 under an unchanged topology are the shards it reads itself. Every byte is checked by exactly one
 process, each reads 1/m of the checkpoint, and the callers agree on the outcome across processes
 (`distributed.first_problem`). share=None (a reader restoring every array: eval, load_model)
-checks all records. A file listed by no record is a problem once every writer's record exists.
+checks all records. A restore hashes VERIFY_THREADS files at a time (hashlib releases the GIL);
+the background record uses RECORD_THREADS, leaving the other cores to the step loop. A file listed by no record is a problem once every writer's record exists.
 
 A step without records (a kill -9 between Orbax's finalisation and the hash, or a checkpoint from
 before this module) is accepted as is. A legacy step_dir/checksums.json (one record of every file)
@@ -32,6 +33,7 @@ nothing blocks a rerun (Orbax refuses to save a step whose directory exists).
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import json
 import logging
@@ -49,6 +51,8 @@ from linscale_jax.errors import UserError
 log = logging.getLogger(__name__)
 
 LEGACY = "checksums.json"
+VERIFY_THREADS = min(8, os.cpu_count() or 1)  # a restore hashes files in parallel (GIL released)
+RECORD_THREADS = 1  # the background record stays on one core beside the step loop
 _RECORD = re.compile(r"^checksums-p(\d+)\.json$")
 _OWNER = re.compile(r"^(?:ocdbt\.)?process_(\d+)$")
 
@@ -83,6 +87,14 @@ def _digest(path: epath.Path) -> str:
     return h.hexdigest()
 
 
+def _digests(paths, threads: int) -> list[str]:
+    """sha256 of each path, `threads` files at a time."""
+    if threads <= 1 or len(paths) <= 1:
+        return [_digest(p) for p in paths]
+    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+        return list(pool.map(_digest, paths))
+
+
 def _walk(d: epath.Path):
     """Every file below d (an explicit walk: epath's rglob is refused on object stores)."""
     for p in d.iterdir():
@@ -96,15 +108,14 @@ def _files(step_dir: epath.Path) -> list[epath.Path]:
     return sorted(p for p in _walk(step_dir) if not _is_record(p.name))
 
 
-def record(step_dir, process: int = 0, processes: int = 1) -> dict:
+def record(step_dir, process: int = 0, processes: int = 1, threads: int = RECORD_THREADS) -> dict:
     """Hash the files `process` owns in step_dir; write step_dir/checksums-p<process>.json
     (atomically) and return it."""
     step_dir = epath.Path(step_dir)
-    files = {}
-    for p in _files(step_dir):
-        rel = str(p.relative_to(step_dir))
-        if owner(rel) == process or (process == 0 and owner(rel) >= processes):
-            files[rel] = _digest(p)
+    mine = [p for p in _files(step_dir)
+            if owner(rel := str(p.relative_to(step_dir))) == process
+            or (process == 0 and owner(rel) >= processes)]
+    files = {str(p.relative_to(step_dir)): d for p, d in zip(mine, _digests(mine, threads))}
     out = dict(algorithm="sha256", process=int(process), processes=int(processes), files=files,
                bytes=sum((step_dir / f).stat().length for f in files))
     tmp = step_dir / (record_name(process) + ".tmp")
@@ -217,18 +228,20 @@ def _verify_files(step_dir, files, recs, share) -> str | None:
     mine = {k: p for k, p in recs.items() if share is None or k % count == index}
     if (step_dir / LEGACY).is_file() and index == 0:
         mine[-1] = step_dir / LEGACY
-    loaded = {}
+    loaded, expected = {}, {}
     for k, path in sorted(mine.items()):
         rec = _load(path)
         if rec is None:
             return f"{path.name} unreadable"
         loaded[k] = rec
-        for rel, digest in rec["files"].items():
-            p = step_dir / rel
-            if not p.is_file():
-                return f"file {rel} is missing"
-            if _digest(p) != digest:
-                return f"checksum mismatch in {rel}"
+        expected.update(rec["files"])
+    for rel in expected:
+        if not (step_dir / rel).is_file():
+            return f"file {rel} is missing"
+    rels = sorted(expected)
+    for rel, digest in zip(rels, _digests([step_dir / r for r in rels], VERIFY_THREADS)):
+        if digest != expected[rel]:
+            return f"checksum mismatch in {rel}"
     # every file named by some record, once every writer recorded (share 0 looks; a listing only)
     if index == 0 and recs and -1 not in mine:
         first = loaded.get(0) or _load(recs[min(recs)]) or {}
