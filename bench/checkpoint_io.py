@@ -5,7 +5,7 @@ config's parameter shapes + AdamW state sharded over 8 simulated CPU devices (fs
                                   [--json]
 
 The state is the model's parameters (float32) and optax AdamW's mu and nu, each array with its
-real 1B shape and sharding (random values: zeros would compress). When the whole state exceeds
+real 1B shape and sharding (hashed integers as values: zeros would compress). When the whole state exceeds
 --max_gb, the bench keeps the embedding, the output head and as many whole layers as fit (the
 same shapes, fewer layers) and prints the fraction kept: every time below scales with the bytes.
 
@@ -93,9 +93,13 @@ def main(argv=None) -> None:
         shs = jax.tree.leaves(shardings)
         out = []
         for i, (x, sh) in enumerate(zip(leaves, shs)):
-            f = jax.jit(lambda k, x=x: jax.random.normal(k, x.shape, jnp.float32).astype(x.dtype),
-                        out_shardings=sh)
-            out.append(f(jax.random.key(seed * 10_000 + i)))
+            def fill(salt, x=x):  # a cheap integer hash: values that do not compress
+                n = jnp.arange(int(np.prod(x.shape)), dtype=jnp.uint32) * jnp.uint32(2654435761)
+                n = n + salt
+                n = n ^ (n >> 13)
+                return jax.lax.bitcast_convert_type(n, jnp.float32).reshape(x.shape).astype(x.dtype)
+
+            out.append(jax.jit(fill, out_shardings=sh)(jnp.uint32(seed * 10_000 + i)))
         return jax.tree.unflatten(treedef, out)
 
     params = random_like(parts.abstract_params, p_shard, 1)
@@ -135,7 +139,7 @@ def main(argv=None) -> None:
 
             r = m.restore(1, args=ocp.args.Composite(
                 params=ocp.args.StandardRestore(abs_p), opt_state=ocp.args.StandardRestore(abs_o)))
-            jax.block_until_ready(r)
+            jax.block_until_ready([r["params"], r["opt_state"]])
             return r
         finally:
             m.close()

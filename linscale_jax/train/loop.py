@@ -347,8 +347,8 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
                 profile.after(step, m)
                 do_eval = eval_set is not None and (step % eval_every == 0 or step == total)
                 do_log = step % log_every == 0 or step == total
-                preempted = preemption.reached(step, do_log or do_eval or step in save_at)
-                if do_log or step in save_at or do_eval or preempted:
+                at_sync = do_log or do_eval or step in save_at  # steps that fetch metrics
+                if at_sync:
                     row = flush()
                     if do_eval:
                         sums = [eval_fn(params, rest, b) for b in eval_set]
@@ -358,6 +358,9 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
                     if do_log or do_eval:
                         logger.write(row)
                         logger.progress(row)
+                preempted = preemption.reached(step, at_sync)  # the same answer on every process
+                if preempted and pending:
+                    flush()  # the saved step's loss (checkpoint metadata), not a logged row
                 if step in save_at or preempted:
                     finish_saves()  # (Orbax waits for the previous save anyway)
                     logger.flush()
