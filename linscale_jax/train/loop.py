@@ -37,6 +37,7 @@ from linscale_jax.run import checkpoint as ckpt
 from linscale_jax.run import checksums
 from linscale_jax.train import divergence
 from linscale_jax.train import overlap
+from linscale_jax.train.batches import BATCH_KEYS, GlobalBatches
 from linscale_jax.train.preemption import Preemption
 from linscale_jax.train import metrics as metrics_lib
 from linscale_jax.dist import distributed
@@ -45,9 +46,7 @@ from linscale_jax.run import integrity
 from linscale_jax.dist import sharding
 from linscale_jax.models import ModelConfig
 
-BATCH_KEYS = ("inputs", "targets", "segment_ids", "weights")
-PREFETCH = 2  # batches made and put on the devices ahead of the running step
-
+PREFETCH = 2  # batches read and put on the devices ahead of the running step
 
 NonFiniteLossError = divergence.DivergenceError  # NaN/inf or exploding loss; checkpoints are kept
 
@@ -160,6 +159,12 @@ def _key(config, mesh):
     return json.dumps([x.to_json() if hasattr(x, "to_json") else x for x in sections]), mesh
 
 
+def compiled(config, mesh):
+    """The shardings and jitted init / train / eval functions of `config` on `mesh` (cached: runs
+    with the same model, optimizer, steps, seed and mesh in one process share their compilations)."""
+    return _compiled(_key(config, mesh))
+
+
 @functools.lru_cache(maxsize=8)
 def _compiled(key):
     """Shardings and jitted functions of a (model, optimizer, mesh); cached so that repeated runs
@@ -227,10 +232,11 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
     if seq_len > model_cfg.max_seq_len:
         raise ValueError(f"train.seq_len={seq_len} exceeds model.max_seq_len={model_cfg.max_seq_len}.")
 
-    # every process packs the same global batch and keeps the rows its devices hold
-    it = data.make_iterator(config, split="train")  # data errors surface before compiling
-    fns = _compiled(_key(config, mesh))
+    rows = data.train_rows(config)  # data errors surface before compiling
+    fns = compiled(config, mesh)
     abs_params, abs_opt, init_opt, b_shard = fns.abs_params, fns.abs_opt, fns.init_opt, fns.b_shard
+    batches = GlobalBatches(rows, b_shard)  # batches(s): the global batch of update s + 1; each
+    #                                         process reads only the rows its devices hold
     rest = fns.rest()
 
     mngr = ckpt.manager(workdir, config.checkpoint)
@@ -244,7 +250,7 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
         if opt_state is None:
             opt_state = init_opt(params)
     elif init_from:
-        src_dir, src_step = ckpt._resolve(init_from, None)
+        src_dir, src_step = ckpt.resolve(init_from, None)
         steps = ckpt.list_steps(src_dir)
         if not steps:
             raise FileNotFoundError(f"--init_from={init_from}: no complete checkpoint there.")
@@ -262,9 +268,7 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
         opt_state = init_opt(params)
 
     if data_state is not None:
-        it.set_state(data_state)
-    elif step > 0:
-        _say(f"Checkpoint step {step} has no data-iterator state: data starts from the beginning.")
+        batches.check_state(data_state)  # the batches themselves follow from the step (a seek)
 
     step_fn, eval_fn = fns.step_fn, fns.eval_fn
 
@@ -325,7 +329,9 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
         unrecorded.clear()
 
     try:
-        feed = overlap.Prefetcher(it, to_global, PREFETCH) if step < total else None
+        if step < total:  # host rows of steps step..total-1, read and put on the devices ahead
+            host_rows = (batches.local(s) for s in range(step, total))
+            feed = overlap.Prefetcher(host_rows, batches.put, PREFETCH)
         t_compile = time.perf_counter()
         if feed is not None:  # compile before the clock starts: the first progress row is a rate
             batch0 = feed.next()
@@ -338,7 +344,7 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
         with Preemption() as preemption:
             last = None  # the last dispatched step's loss: busy until the devices finished it
             while step < total:
-                (batch, data_state), batch0 = (batch0 or feed.next(busy=last)), None
+                (batch, _), batch0 = (batch0 or feed.next(busy=last)), None
                 profile.before(step + 1)
                 params, opt_state, m = step_fn(params, opt_state, rest, batch)
                 step += 1
@@ -366,7 +372,7 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
                     logger.flush()
                     extra = dict(guard.metadata, **monitor.health_metadata(step, losses.get(step)))
                     ckpt.save(mngr, step, params, ckpt.make_metadata(config, step, extra),
-                              opt_state=opt_state, data_state=data_state)
+                              opt_state=opt_state, data_state=batches.state(step))
                     unrecorded.append(step)
                 if preempted:
                     stopped = preemption.name or "SIGTERM"
