@@ -11,7 +11,7 @@ train.grad_accum micro-batches and scanned; the loss is sum(weights * cross-entr
 over the whole global batch, so accumulation is exact up to summation order.
 Step s means "after s optimizer updates"; the row logged at step s holds the loss of update s.
 
-The step loop never waits on the devices between log steps: batches are made and put on the
+The step loop never waits on the devices between log steps: batches are read and put on the
 devices by a background thread (linscale_jax.train.overlap), each step's metrics stay on the
 devices until a log, eval or checkpoint step fetches them all at once, and preemption is decided by
 JAX's preemption sync service (linscale_jax.train.preemption), a host-side call. Checkpoint
