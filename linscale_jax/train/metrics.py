@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from etils import epath
-from linscale_jax import contract
+from linscale_jax import cli_errors, contract
 
 CHUNK_S = 60.0  # object stores: seconds between chunk files of metrics rows
 _CHUNK = re.compile(re.escape(contract.METRICS) + r"\.(\d+)$")
@@ -279,14 +279,16 @@ class Profile:
 def _tensorboard_writer(logdir: epath.Path):
     """A function row -> None writing scalars with tf.summary (None flushes); None if TF is absent."""
     try:
-        import tensorflow as tf
+        with cli_errors.quiet_native_stderr():  # oneDNN / cudart / absl start-up lines: to the log
+            import tensorflow as tf
     except ImportError:
         print("TensorBoard event files disabled: tensorflow is not installed.", file=sys.stderr)
         return None
-    try:
-        tf.config.set_visible_devices([], "GPU")
-    except RuntimeError:
-        pass
+    for kind in ("GPU", "TPU"):  # TensorFlow only writes event files: it must not take accelerators
+        try:
+            tf.config.set_visible_devices([], kind)
+        except (RuntimeError, ValueError):
+            pass
     from tensorflow.core.framework import summary_pb2
 
     # tf.summary.write with the 'scalars' plugin tag: what tensorboard.summary.scalar writes,
