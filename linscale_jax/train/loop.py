@@ -198,6 +198,13 @@ def _compiled(key):
     )
 
 
+def step_functions(config, devices=None):
+    """(jitted functions of the run's model, optimizer and mesh, the mesh): the same cached objects
+    the trainer uses in this process, so a caller reusing them (study.cooldown) compiles nothing."""
+    mesh = sharding.make_mesh(config.mesh, devices)
+    return _compiled(_key(config, mesh)), mesh
+
+
 def _say(msg: str) -> None:
     """A status line, printed by process 0 only."""
     if distributed.is_primary():
