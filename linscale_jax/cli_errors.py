@@ -9,7 +9,8 @@ to DIR/logs/<command>-<time>.log, naming that file on the same line. Refusals th
 workdir untouched (another trainer holds it, the config changes the run, --init_from on a run
 with checkpoints, --resume_step to a missing step) write no log file, so the workdir stays
 byte-identical. A workdir the failed command created and left without checkpoints is removed (its
-log then goes to $TMPDIR/linscale_jax-logs/). A full disk is recognised anywhere in the exception
+log then goes to $TMPDIR/linscale_jax-logs/). A gs://... workdir stays one (etils.epath): its log
+goes to gs://.../logs/. A full disk is recognised anywhere in the exception
 chain (errno ENOSPC or TensorStore's "No space left on device").
 
 `quiet_native_stderr()` captures file descriptor 2 while TensorFlow / CUDA stubs load (oneDNN,
@@ -130,13 +131,25 @@ def one_line(e: BaseException, workdir=None) -> str:
             "problem; the log has the traceback to report).")
 
 
-def _has_checkpoints(workdir: Path) -> bool:
+def as_dir(workdir):
+    """A workdir as a path object: local paths absolute (pathlib), gs://... kept (etils.epath)."""
+    if workdir is None:
+        return None
+    if "://" in str(workdir):
+        from etils import epath
+
+        return epath.Path(str(workdir))
+    return Path(workdir).absolute()
+
+
+def _has_checkpoints(workdir) -> bool:
     d = workdir / contract.CHECKPOINTS
     return d.is_dir() and any(p.name.isdigit() for p in d.iterdir())
 
 
 def write_log(workdir, command: str, e: BaseException) -> Path:
-    base = Path(workdir) / contract.LOGS if workdir is not None and Path(workdir).is_dir() else \
+    workdir = as_dir(workdir)
+    base = workdir / contract.LOGS if workdir is not None and workdir.is_dir() else \
         Path(tempfile.gettempdir()) / "linscale_jax-logs"
     base.mkdir(parents=True, exist_ok=True)
     path = base / f"{command}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
@@ -148,7 +161,7 @@ def write_log(workdir, command: str, e: BaseException) -> Path:
 
 def run(fn, workdir=None, command: str = "command") -> int:
     """Call fn(); on failure print one line (see the module docstring) and return 1."""
-    workdir = Path(workdir).absolute() if workdir else None
+    workdir = as_dir(workdir) if workdir else None
     existed = workdir is not None and workdir.exists()
     install_log_capture()
     try:
@@ -160,7 +173,11 @@ def run(fn, workdir=None, command: str = "command") -> int:
         log = None
         if workdir is not None and not existed and workdir.exists() \
                 and not _has_checkpoints(workdir):
-            shutil.rmtree(workdir, ignore_errors=True)  # a failed start leaves no empty workdir
+            if isinstance(workdir, Path):  # a failed start leaves no empty workdir
+                shutil.rmtree(workdir, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    workdir.rmtree()
         if not isinstance(e, Refusal):
             with contextlib.suppress(OSError):
                 log = write_log(workdir, command, e)

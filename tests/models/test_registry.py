@@ -224,3 +224,17 @@ def test_state_floats_match_the_decoding_cache():
 def test_fifth_arch_state_floats_default_reads_its_cache(plain):
     cfg = ModelConfig(arch="plainlin", d_model=32, n_heads=2, ffn_dim=32, n_layers=1, vocab_size=8)
     assert registry.get("plainlin").state_floats(cfg, 7) == 2 * 16 * 16
+def test_linear_archs_come_from_the_registry_and_a_fifth_is_judged_by_the_study(plain):
+    """registry.linear_archs() (softmax_block=False) decides which archs the study judges against
+    the baseline: the fifth architecture above appears in study.verdicts' finding 2."""
+    from fit.synthetic_study import study_table
+    from linscale_jax.contract import BASELINE_ARCH
+    from study import verdicts
+
+    name = plain.name
+    assert registry.linear_archs() == ("tnl", "hgrn2", "cosformer2", name)
+    t = study_table({BASELINE_ARCH: 0.0, name: 0.3}, ckpt_sd=0.005, run_sd=0.01, points=4, seed=0)
+    res = verdicts.judge_all({"val_loss": t}, n_boot=20, holdout=False)
+    row = res["findings"]["equal_compute"]["archs"][name]
+    assert row["verdict"] == "worse" and row["diff"] == pytest.approx(0.3, abs=0.05)
+    assert res["findings"]["equal_compute"]["verdict"] == "not reproduced"
