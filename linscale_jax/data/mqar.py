@@ -106,7 +106,9 @@ def sequences(rng: np.random.Generator, n: int, seq_len: int, n_pairs, n_keys: i
 def to_batch(x: np.ndarray, query: np.ndarray) -> dict:
     """The text pipeline's batch dict from sequences x [b, t + 1] and their query mask."""
     b, t = x.shape[0], x.shape[1] - 1
-    return dict(inputs=x[:, :-1].copy(), targets=x[:, 1:].copy(),
+    inputs = x[:, :-1].copy()
+    inputs[:, 1:][query[:, :t - 1]] = 0  # the answers are targets only, never inputs
+    return dict(inputs=inputs, targets=x[:, 1:].copy(),
                 segment_ids=np.ones((b, t), np.int32),
                 weights=query[:, :-1].astype(np.float32))
 
