@@ -1,6 +1,7 @@
 """One CLI style: every entry point's flags are snake_case, the README's command reference lists
-each of them, and every documented `python -m ...` invocation (README, eval/README, the notebook,
-docstrings) uses only flags its command defines. Read from the sources; nothing is imported."""
+each of them, and every documented `python -m ...` invocation (README, docs/, eval/README,
+tests/README, the notebook, docstrings) uses only flags its command defines. Read from the
+sources; nothing is imported."""
 
 import re
 from pathlib import Path
@@ -54,7 +55,8 @@ def test_flags_are_snake_case_and_in_the_reference(command):
 
 
 def _documents():
-    yield from (ROOT / p for p in ("README.md", "eval/README.md", "notebooks/explore.ipynb"))
+    yield from (ROOT / p for p in ("README.md", "eval/README.md", "tests/README.md", "notebooks/explore.ipynb"))
+    yield from (ROOT / "docs").glob("*.md")
     for pkg in ("configs", "eval", "fit", "study", "linscale_jax"):
         yield from (ROOT / pkg).rglob("*.py")
 

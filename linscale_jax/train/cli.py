@@ -16,7 +16,7 @@ that resumes from it. Errors are one line; tracebacks go to DIR/logs/.
 Multi-host: run the same command on every host (TPU pod slices and SLURM are detected);
 elsewhere add --coordinator_address=HOST:PORT --num_processes=N --process_id=I (or the variables
 LINSCALE_COORDINATOR_ADDRESS, LINSCALE_NUM_PROCESSES, LINSCALE_PROCESS_ID). SIGTERM to any one
-process makes all of them save the same step and exit 0. See README "Running on several hosts".
+process makes all of them save the same step and exit 0. See docs/training.md, "Running on several hosts".
 """
 
 from __future__ import annotations
