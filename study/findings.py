@@ -8,15 +8,16 @@
    linear arch (registry.linear_archs) minus the baseline at the largest common compute, by the
    fitted L(C) laws: better / worse / equivalent (TOST, ±margin) / not_resolved.
 3. The baseline leads on retrieval: the MQAR recall experiment (configs/study/recall.py, read from
-   study.recall_from), baseline minus each linear arch per (width, pairs) cell with a normal
-   interval from the query counts.
+   study.recall_from via study.recall.verdict_input), baseline minus each linear arch per (width,
+   pairs) cell with a normal interval from the cells' intervals (query noise and seed spread);
+   "not measured" unless the baseline's positive control (>= 0.9 in some cell) is met; cells that
+   did not train are left out.
 Every finding is judged under each loss estimator the study computed; where they disagree the
 verdict is "depends on the estimator", with each estimator's values shown.
 """
 
 from __future__ import annotations
 
-import csv
 import os
 
 import numpy as np
@@ -70,21 +71,19 @@ def equal_compute(f: dict, est: list[str], by: dict) -> list[str]:
     return L
 
 
-def read_recall(path: str) -> list[dict]:
-    """DIR/recall.csv of a recall study (study.recall) as rows with numeric fields."""
-    rows = []
-    with open(path) as f:
-        for r in csv.DictReader(f):
-            rows.append(dict(arch=r["arch"], d_model=int(r["d_model"]), n_pairs=int(r["n_pairs"]),
-                             accuracy=float(r["accuracy"]), queries=int(r["queries"])))
-    return rows
+def read_recall(path: str) -> dict:
+    """study.recall.verdict_input of DIR/recall.csv: the trained cells' seed-mean rows, the
+    positive control and the cells that did not train."""
+    from study.recall import verdict_input
+
+    return verdict_input(path)
 
 
 def recall_differences(rows: list[dict]) -> list[tuple]:
-    """(d_model, n_pairs, arch, [llama − arch, lo, hi]) per cell: normal interval from the counts."""
+    """(d_model, n_pairs, arch, [baseline − arch, lo, hi]) per cell of trained seed-mean rows: normal
+    interval from each row's 95% interval, which holds the seed spread."""
     out = []
-    cells = sorted({(r["d_model"], r["n_pairs"]) for r in rows})
-    for d, p in cells:
+    for d, p in sorted({(r["d_model"], r["n_pairs"]) for r in rows}):
         at = {r["arch"]: r for r in rows if (r["d_model"], r["n_pairs"]) == (d, p)}
         if BASELINE_ARCH not in at:
             continue
@@ -93,28 +92,34 @@ def recall_differences(rows: list[dict]) -> list[tuple]:
             if a not in at:
                 continue
             x = at[a]
-            se = np.hypot(np.sqrt(ll["accuracy"] * (1 - ll["accuracy"]) / ll["queries"]),
-                          np.sqrt(x["accuracy"] * (1 - x["accuracy"]) / x["queries"]))
+            se = np.hypot(ll["ci_high"] - ll["ci_low"], x["ci_high"] - x["ci_low"]) / (2 * 1.96)
             diff = ll["accuracy"] - x["accuracy"]
             out.append((d, p, a, [diff, diff - 1.96 * se, diff + 1.96 * se]))
     return out
 
 
-def retrieval(recall_rows: list[dict] | None, source: str) -> tuple[str, list[str]]:
-    """Finding 3 from the recall experiment's rows (None: not run)."""
-    if not recall_rows:
+def retrieval(recall: dict | None, source: str) -> tuple[str, list[str]]:
+    """Finding 3 from read_recall's dict (None: not run). Without the positive control (the
+    baseline >= 0.9 in some cell) it is not measured; cells that did not train are left out."""
+    from study.recall import control_sentence
+
+    if not recall:
         return ("**not measured here**: run `python -m study --config=configs/study/recall.py "
                 "--workdir=R` and pass `--config.recall_from=R`", [])
-    diffs = recall_differences(recall_rows)
+    skipped = ([f"Did not train (left out): {', '.join(f'{a} d{d} e{e} P={p}' for a, d, e, p in recall['did_not_train'])}."]
+               if recall["did_not_train"] else [])
+    if not recall["control"]["met"]:
+        return f"**not measured** ({control_sentence(recall['control'])})", skipped
+    diffs = recall_differences(recall["rows"])
     lead = sum(v[1] > 0 for *_, v in diffs)
     behind = sum(v[2] < 0 for *_, v in diffs)
     verdict = ("**reproduced**" if diffs and lead == len(diffs) else
                "**not reproduced**" if behind > lead else "**partly reproduced**")
     verdict += (f": LLaMA's MQAR accuracy is higher, resolved, in {lead} of {len(diffs)} "
                 f"(width, pairs, linear arch) cells; lower, resolved, in {behind}")
-    return verdict, [f"From {source} (MQAR; llama minus arch, accuracy [95%]):", "",
+    return verdict, [f"From {source} (MQAR; llama minus arch, seed-mean accuracy [95%]):", "",
                      "| d | pairs | arch | llama − arch |", "|---|---|---|---|",
-                     *(f"| {d} | {p} | {a} | {_ci(v)} |" for d, p, a, v in diffs)]
+                     *(f"| {d} | {p} | {a} | {_ci(v)} |" for d, p, a, v in diffs), "", *skipped]
 
 
 def section(result: dict) -> tuple[list[str], dict]:
@@ -144,8 +149,8 @@ def section(result: dict) -> tuple[list[str], dict]:
     return L, verdicts
 
 
-def recall_rows_from(study) -> tuple[list[dict] | None, str]:
-    """The recall rows named by study.recall_from (a recall study's workdir), or (None, '')."""
+def recall_rows_from(study) -> tuple[dict | None, str]:
+    """read_recall of the recall study named by study.recall_from (its workdir), or (None, '')."""
     src = str(study.get("recall_from", "") or "")
     if not src:
         return None, ""

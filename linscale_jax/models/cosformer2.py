@@ -97,4 +97,5 @@ registry.register(registry.ArchSpec(
     name="cosformer2", mixer=Cosformer2Attention, model=Cosformer2,
     paper_params_extra=lambda l, d, h: 2 * l * d * d // h + d * d // h,
     paper_flops_x=lambda d, h, n: 3 / (4 * h) + 23 / (72 * d),
-    layer_flops=_layer_flops, once_flops=_once_flops, paper_layers={"410m": 25}))
+    layer_flops=_layer_flops, once_flops=_once_flops, paper_layers={"410m": 25},
+    state_floats=lambda cfg, n: cfg.n_heads * 2 * cfg.head_dim * cfg.head_dim))  # k = 2e (LRPE)

@@ -116,4 +116,5 @@ registry.register(registry.ArchSpec(
     paper_params_extra=lambda l, d, h: l * d,
     paper_flops_x=lambda d, h, n: 1 / (3 * h) + 29 / (72 * d),
     layer_flops=lambda cfg, n, chunk: linear_attention_flops(cfg.n_heads, cfg.head_dim, cfg.head_dim,
-                                                             chunk)))
+                                                             chunk),
+    state_floats=lambda cfg, n: cfg.n_heads * cfg.head_dim * cfg.head_dim))  # expand ratio e

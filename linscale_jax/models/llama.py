@@ -219,4 +219,5 @@ registry.register(registry.ArchSpec(
     name="llama", mixer=LlamaAttention, model=Llama,
     paper_params_extra=lambda l, d, h: 0,
     paper_flops_x=lambda d, h, n: n / (6 * d) + 5 / (18 * d),
-    layer_flops=_layer_flops, softmax_block=True))
+    layer_flops=_layer_flops, softmax_block=True,
+    state_floats=lambda cfg, n: 2 * cfg.kv_heads * cfg.head_dim * n))  # KV cache: 2·d·n

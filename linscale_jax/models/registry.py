@@ -39,6 +39,21 @@ def _no_extras(cfg) -> dict:
     return {}
 
 
+def cache_floats(cfg, seq_len: int) -> int:
+    """Floats of one layer's decoding state for one sequence of seq_len tokens, read from the
+    mixer's init_cache (abstractly: nothing is allocated)."""
+    import jax
+    from flax import nnx
+
+    from linscale_jax.models import build_model
+
+    def cache():
+        model = build_model(cfg.replace(scan_layers=False, n_layers=1), rngs=nnx.Rngs(0))
+        return model.layers[0].mixer.init_cache(1, seq_len)
+
+    return int(sum(x.size for x in jax.tree.leaves(jax.eval_shape(cache))))
+
+
 @dataclasses.dataclass(frozen=True)
 class ArchSpec:
     """One architecture.
@@ -58,6 +73,10 @@ class ArchSpec:
                        linear models' O(1) recurrent state, SimpleRMSNorm and identity-GLU, notes §2)
     describe_extras    cfg -> extra columns for `describe` (TNL: decay_per_layer, HGRN2:
                        lower_bound_per_layer)
+    state_floats       (cfg, seq_len) -> floats of one layer's decoding state for one sequence:
+                       the recurrent state h·k·e of a linear mixer (k its key width), a softmax
+                       block's KV cache 2·kv_heads·e·seq_len (default: counted from the mixer's
+                       init_cache, `cache_floats`)
     """
 
     name: str
@@ -70,6 +89,7 @@ class ArchSpec:
     paper_layers: dict = dataclasses.field(default_factory=dict)
     softmax_block: bool = False
     describe_extras: Callable[[Any], dict] = _no_extras
+    state_floats: Callable[[Any, int], int] = cache_floats
 
 
 _REGISTRY: dict[str, ArchSpec] = {}

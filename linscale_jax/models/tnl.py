@@ -126,4 +126,5 @@ registry.register(registry.ArchSpec(
     paper_params_extra=lambda l, d, h: 2 * l * d * d // h,
     paper_flops_x=lambda d, h, n: 1 / (2 * h) + 5 / (18 * d),
     layer_flops=_layer_flops, paper_layers={"410m": 25},
-    describe_extras=lambda cfg: {"decay_per_layer": decay_per_layer(cfg)}))
+    describe_extras=lambda cfg: {"decay_per_layer": decay_per_layer(cfg)},
+    state_floats=lambda cfg, n: cfg.n_heads * (2 if cfg.tnl_lrpe else 1) * cfg.head_dim ** 2))

@@ -207,6 +207,23 @@ def test_fifth_arch_decodes_from_its_recurrent_state(plain):
                                rtol=1e-4, atol=1e-4)
 
 
+def test_state_floats_match_the_decoding_cache():
+    """ArchSpec.state_floats (the formula each arch module states) equals the floats of one layer's
+    init_cache: h·e·e for TNL and HGRN2, h·2e·e for cosFormer2 (and TNL with LRPE), 2·kv·e·n for
+    LLaMA's KV cache."""
+    for arch, extra in (("llama", {}), ("llama", dict(n_kv_heads=2)), ("tnl", {}),
+                        ("tnl", dict(tnl_lrpe=True)), ("hgrn2", {}), ("cosformer2", {})):
+        cfg = ModelConfig(arch=arch, d_model=32, n_heads=4, ffn_dim=32, n_layers=2, vocab_size=8,
+                          **extra)
+        assert registry.get(arch).state_floats(cfg, 24) == registry.cache_floats(cfg, 24)
+    cfg = ModelConfig(arch="hgrn2", d_model=64, n_heads=4, ffn_dim=32, n_layers=2, vocab_size=8)
+    assert registry.get("hgrn2").state_floats(cfg, 1) == 64 * 16  # d·e
+    assert registry.get("llama").state_floats(cfg.replace(arch="llama"), 10) == 2 * 64 * 10
+
+
+def test_fifth_arch_state_floats_default_reads_its_cache(plain):
+    cfg = ModelConfig(arch="plainlin", d_model=32, n_heads=2, ffn_dim=32, n_layers=1, vocab_size=8)
+    assert registry.get("plainlin").state_floats(cfg, 7) == 2 * 16 * 16
 def test_linear_archs_come_from_the_registry_and_a_fifth_is_judged_by_the_study(plain):
     """registry.linear_archs() (softmax_block=False) decides which archs the study judges against
     the baseline: the fifth architecture above appears in study.verdicts' finding 2."""

@@ -37,18 +37,20 @@ def test_section_states_each_finding_from_the_verdicts():
     assert findings.section(res)[1]["equal_compute"] == "not resolved"  # never "reproduced"
 
 
-def test_retrieval_from_recall_counts(tmp_path):
-    path = tmp_path / "recall.csv"
-    path.write_text("arch,d_model,n_pairs,seq_len,accuracy,ci_low,ci_high,queries\n"
-                    "llama,32,4,64,0.30,0,0,1000\ntnl,32,4,64,0.02,0,0,1000\n"
-                    "hgrn2,32,4,64,0.29,0,0,1000\n")
-    rows = findings.read_recall(str(path))
-    diffs = findings.recall_differences(rows)
-    assert [(a, round(v[0], 2)) for *_, a, v in diffs] == [("tnl", 0.28), ("hgrn2", 0.01)]
+def test_retrieval_from_recall_cells():
+    def row(arch, acc, half):
+        return dict(arch=arch, d_model=32, n_pairs=4, accuracy=acc, ci_low=acc - half, ci_high=acc + half)
+
+    rec = dict(rows=[row("llama", 0.95, 0.03), row("tnl", 0.02, 0.01), row("hgrn2", 0.93, 0.03)],
+               control=dict(met=True, best=0.95, cell=(32, 8, 4)), did_not_train=[])
+    diffs = findings.recall_differences(rec["rows"])
+    assert [(a, round(v[0], 2)) for *_, a, v in diffs] == [("tnl", 0.93), ("hgrn2", 0.02)]
     assert diffs[0][3][1] > 0 and diffs[1][3][1] < 0 < diffs[1][3][2]
-    verdict, _ = findings.retrieval(rows, str(path))
+    verdict, _ = findings.retrieval(rec, "recall.csv")
     assert "partly reproduced" in verdict and "1 of 2" in verdict
     assert "not measured" in findings.retrieval(None, "")[0]
+    rec["control"] = dict(met=False, best=0.5, cell=(32, 8, 4))  # positive control not met
+    assert findings.retrieval(rec, "recall.csv")[0].startswith("**not measured**")
 
 
 def test_recall_from_names_a_missing_file(tmp_path):
