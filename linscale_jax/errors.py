@@ -13,6 +13,11 @@ class UserError(Exception):
     """Bad input, a bad environment or an impossible request; str(e) names the problem and the fix."""
 
 
+class Stopped(UserError):
+    """A clean stop by a signal (SIGTERM, Ctrl-C) after everything was saved: the command prints
+    str(e), one line saying what was saved and how to resume, and exits 0."""
+
+
 class Refusal(UserError):
     """A command refused before it changed anything (another trainer holds the workdir, a config
     that would change the run, ...)."""
