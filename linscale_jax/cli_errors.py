@@ -14,8 +14,8 @@ the line names the file either way). Storage failures are recognised anywhere in
 chain, by errno or by TensorStore's text, and each gets its own fix: ENOSPC (full disk), EDQUOT
 (quota), EFBIG (`ulimit -f` or the file system's largest file), EROFS (read-only mount), EACCES /
 EPERM (permissions). A `Stopped` (a clean stop by a signal, everything saved) prints its line
-without ERROR: and returns 0. `ArgumentParser` gives argparse commands the same one-line usage
-error (rc 2).
+without ERROR: and returns 0. argparse commands use linscale_jax.errors.ArgumentParser for the
+same one-line usage error (rc 2).
 
 In a multi-process run (linscale_jax.dist.supervise) the line goes to the console even where
 stdout/stderr go to the process's log, prefixed with the process id: `ERROR: [process 1] ...`.
@@ -26,7 +26,6 @@ cudart, cuInit, absl::InitializeLog lines); the captured text joins the log of a
 
 from __future__ import annotations
 
-import argparse
 import collections
 import contextlib
 import errno
@@ -102,6 +101,16 @@ def install_log_capture() -> None:
                                                         args.exc_traceback)))
 
     threading.excepthook = hook
+    default = sys.excepthook
+
+    def library(exc_type, exc, tb):  # printed by native code (TensorStore's callbacks into a closed
+        frames = traceback.extract_tb(tb)  # asyncio loop after a failed write): keep for the log
+        if any(lib in f.filename for f in frames for lib in _LibraryNoise.NOISY):
+            NOISE.append("".join(traceback.format_exception(exc_type, exc, tb)))
+        else:
+            default(exc_type, exc, tb)
+
+    sys.excepthook = library
 
 
 def _chain(e: BaseException):
@@ -191,7 +200,8 @@ def one_line(e: BaseException, workdir=None) -> str:
         return "interrupted; re-run the same command to resume from the last checkpoint."
     storage = storage_line(e, workdir)
     if storage and not isinstance(e, UserError):
-        return storage
+        named = next((x for x in _chain(e) if isinstance(x, UserError)), None)
+        return _first_line(named) if named else storage  # e.g. the save that failed first
     user = (UserError, ValueError, FileNotFoundError, FileExistsError, FloatingPointError,
             NotADirectoryError)
     if isinstance(e, user):
@@ -235,14 +245,6 @@ def print_error(text: str) -> None:
     """Print `ERROR: <text>` as the command's one line (on the console, with the process prefix)."""
     sys.stdout.flush()
     print(f"ERROR: {CONSOLE['prefix']}{text}", file=CONSOLE["stream"] or sys.stderr, flush=True)
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    """argparse with the commands' one-line usage error: `ERROR: bad command line: ...`, rc 2."""
-
-    def error(self, message):
-        print_error(f"bad command line: {message}; see `{self.prog} --help` for the flags.")
-        sys.exit(2)
 
 
 def _wait_for_peer_verdict() -> None:

@@ -28,6 +28,7 @@ import optax
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
+from linscale_jax.run import async_save
 from linscale_jax.run import checkpoint as ckpt
 from linscale_jax.train import divergence
 from linscale_jax.train import metrics as metrics_lib
@@ -308,6 +309,7 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
     logger = metrics_lib.MetricsLogger(workdir, total, step)
     losses, pending, stopped = {}, [], None
     monitor = divergence.Monitor(step)
+    saving = async_save.Pending(mngr, workdir)  # a failed background write stops the step it fails
     batch0 = to_global(next(it)) if step < total else None
     t_compile = time.perf_counter()
     if batch0 is not None:  # compile before the clock starts: the first progress line is a real rate
@@ -344,6 +346,7 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
                 batch, batch0 = (batch0 if batch0 is not None else to_global(next(it))), None
                 params, opt_state, m = step_fn(params, opt_state, rest, batch)
                 step += 1
+                saving.check(step)
                 pending.append((step, m))
                 do_eval = eval_set is not None and (step % eval_every == 0 or step == total)
                 if step % log_every == 0 or step == total or step in save_at or do_eval \
@@ -364,6 +367,7 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
                     extra = dict(guard.metadata, **monitor.health_metadata(step, losses.get(step)))
                     ckpt.save(mngr, step, params, ckpt.make_metadata(config, step, extra),
                               opt_state=opt_state, data_state=it.get_state())
+                    saving.started(step)
                 if preempted:
                     stopped = term.name or "SIGTERM"
                     _say(f"{stopped}: saved checkpoint at step {step}; re-run the same command to "
