@@ -113,6 +113,43 @@ def install_log_capture() -> None:
     sys.excepthook = library
 
 
+class _TracebackFilter:
+    """sys.stderr while a command runs: Python tracebacks that libraries print from their threads
+    and callbacks (Orbax/TensorStore after a failed write: `RuntimeError: Event loop is closed`)
+    go to NOISE (the failure log); every other line passes through."""
+
+    def __init__(self, stream):
+        self._stream, self._buf, self._capture = stream, "", None
+
+    def write(self, text: str) -> int:
+        self._buf += text
+        while "\n" in self._buf:
+            line, self._buf = self._buf.split("\n", 1)
+            self._line(line + "\n")
+        return len(text)
+
+    def _line(self, line: str) -> None:
+        if self._capture is None and line.startswith("Traceback (most recent call last)"):
+            self._capture = []
+        if self._capture is None:
+            self._stream.write(line)
+            return
+        self._capture.append(line)
+        if line[:1] not in (" ", "\n", "\t") and not line.startswith(
+                ("Traceback", "During handling", "The above exception")):
+            NOISE.append("".join(self._capture))  # the exception's own line ends the traceback
+            self._capture = None
+
+    def flush(self) -> None:
+        if self._buf and self._capture is None:
+            self._stream.write(self._buf)
+            self._buf = ""
+        self._stream.flush()
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
 def _chain(e: BaseException):
     seen = set()
     while e is not None and id(e) not in seen:
@@ -261,6 +298,17 @@ def run(fn, workdir=None, command: str = "command") -> int:
     workdir = Path(workdir).absolute() if workdir else None
     existed = workdir is not None and workdir.exists()
     install_log_capture()
+    if not isinstance(sys.stderr, _TracebackFilter):  # kept to the end: threads print at exit too
+        original = sys.stderr
+        sys.stderr = _TracebackFilter(original)
+        handlers = list(logging.getLogger().handlers)
+        with contextlib.suppress(Exception):
+            from absl import logging as absl_logging
+
+            handlers.append(absl_logging.get_absl_handler().python_handler)
+        for h in handlers:  # log handlers that hold the original stream
+            if isinstance(h, logging.StreamHandler) and h.stream is original:
+                h.setStream(sys.stderr)
     try:
         return int(fn() or 0)
     except SystemExit:
@@ -271,7 +319,8 @@ def run(fn, workdir=None, command: str = "command") -> int:
         return 0
     except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - the one place errors become lines
         if os.environ.get("LINSCALE_SUPERVISED") and peer_failure(e):
-            traceback.print_exc()  # to this process's log (its stderr)
+            sys.stderr.flush()  # the traceback to this process's log (file descriptor 2)
+            os.write(2, "".join(traceback.format_exception(type(e), e, e.__traceback__)).encode())
             _wait_for_peer_verdict()
         msg = one_line(e, workdir)
         log = None

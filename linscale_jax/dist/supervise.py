@@ -196,13 +196,17 @@ def _resume(workdir, argv, command) -> str:
 
 
 def _alive(pid: int) -> bool:
+    """A live process (a zombie, e.g. a killed process no parent has reaped, is not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in "ZX"
+    except (OSError, IndexError):
+        return True
 
 
 def _release_lock(workdir: str | None, pid: int) -> None:
