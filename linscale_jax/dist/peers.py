@@ -6,8 +6,9 @@
 The bound is T = --peer_timeout, else $LINSCALE_PEER_TIMEOUT, else 60 seconds:
   - a process that died (kill -9, a crash, a host that went down) stops sending heartbeats; the
     coordination service declares it dead after 3/4 T and every other process then stops;
-  - every process must have registered with the coordinator within T of its launch
-    ($LINSCALE_LAUNCH_TIME, set by the supervisor), else each one stops naming who is missing;
+  - every process must have registered with the coordinator within T - 5 s of its launch
+    ($LINSCALE_LAUNCH_TIME, set by the supervisor), else each one stops naming who is missing
+    (the 5 s are for stopping and reporting, so the line comes within T);
   - the shutdown barrier at exit waits at most T.
 The stop itself is JAX's (a fatal error in the coordination-service agent); the supervisor of each
 process (linscale_jax.dist.supervise) turns it into one line with `explain`.
@@ -25,6 +26,7 @@ from linscale_jax.errors import UserError
 DEFAULT_TIMEOUT_S = 60
 TIMEOUT_ENV = "LINSCALE_PEER_TIMEOUT"
 LAUNCH_TIME_ENV = "LINSCALE_LAUNCH_TIME"
+REPORT_S = 5  # of the bound, kept for stopping and reporting after the registration deadline
 
 
 class PeerTimeoutError(UserError, ValueError):
@@ -53,7 +55,7 @@ def initialize_kwargs(value=None) -> dict:
     """The timeouts of jax.distributed.initialize for the bound T."""
     t = timeout_s(value)
     launched = float(os.environ.get(LAUNCH_TIME_ENV) or time.time())
-    left = int(t - (time.time() - launched))
+    left = int(t - REPORT_S - (time.time() - launched))
     return dict(initialization_timeout=max(3, left), heartbeat_timeout_seconds=heartbeat_timeout_s(t),
                 shutdown_timeout_seconds=t)
 
@@ -114,8 +116,8 @@ def explain(text: str, process_id: int, num_processes: int, coordinator: str | N
     if kind == "coordinator":
         head = f"process 0 (the coordinator, {coordinator}) stopped: it died or its host went down"
     elif kind == "died" and who:
-        head = (f"{_ids(who)} stopped sending heartbeats for {heartbeat_timeout_s(t)} s: killed, "
-                "crashed or its host went down")
+        head = (f"{_ids(who)} stopped sending heartbeats (timeout {heartbeat_timeout_s(t)} s): "
+                "killed, crashed or its host went down")
     else:
         head = "another process of this run went away (a collective lost its connection)"
     return (f"{head}; its own console or DIR/logs/ says why. Fix that, then re-run the same "
