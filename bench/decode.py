@@ -60,7 +60,7 @@ def bench_arch(arch: str, size: str, contexts: list[int], steps: int) -> list[di
     for i in range(steps + 8):  # the first rounds compile / warm up
         for j in range(len(contexts)):
             t = time.perf_counter()
-            tok, states[j] = gen._step(gen.params, toks[j][:, None], states[j], key, 0.0, 0, 1.0)
+            tok, states[j] = gen.step_fn(gen.params, toks[j][:, None], states[j], key, 0.0, 0, 1.0)
             jax.block_until_ready(tok)
             toks[j] = np.asarray(tok)
             if i >= 8:

@@ -35,9 +35,9 @@ if __name__ == "__main__":  # huge pages for XLA:CPU's step buffers (linscale_ja
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from kernels_pallas import linear_attention  # noqa: E402
+from kernels_pallas import DecayKind, linear_attention  # noqa: E402
 
-DECAYS = ("none", "head", "data")
+DECAYS = tuple(k.value for k in DecayKind)  # none, head, data
 LINEAR_IMPLS = ("reference", "xla", "pallas")
 SOFTMAX_VARIANTS = {"softmax": "plain XLA", "softmax_dpa": "jax.nn.dot_product_attention"}
 
@@ -47,13 +47,11 @@ def make_inputs(batch, seq_len, heads, head_dim, decay, dtype, seed=0):
     kq, kk, kv, kd = jax.random.split(jax.random.PRNGKey(seed), 4)
     shape = (batch, seq_len, heads, head_dim)
     q, k, v = (0.1 * jax.random.normal(x, shape, dtype) for x in (kq, kk, kv))
-    if decay == "none":
-        d = None
-    elif decay == "head":
-        d = -jnp.exp2(-8.0 * jnp.arange(1, heads + 1) / heads)  # ALiBi slopes
-    else:
-        d = jax.nn.log_sigmoid(3.0 + jax.random.normal(kd, shape, jnp.float32))
-    return q, k, v, d
+    make_decay = DecayKind(decay).pick(
+        lambda: None,
+        lambda: -jnp.exp2(-8.0 * jnp.arange(1, heads + 1) / heads),  # ALiBi slopes
+        lambda: jax.nn.log_sigmoid(3.0 + jax.random.normal(kd, shape, jnp.float32)))
+    return q, k, v, make_decay()
 
 
 def linear_step(impl, chunk_size):

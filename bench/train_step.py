@@ -44,7 +44,7 @@ def bench_one(arch, size, batch, seq, steps):
     sizes.apply_model(c.model, sizes.ladder_model(arch, size))
     c.train.update(steps=1000, batch_size=batch, seq_len=seq)
     mesh = sharding.make_mesh(c.mesh, jax.devices()[:1])
-    fns = trainer._compiled(trainer._key(c, mesh))
+    fns = trainer.compiled(c, mesh)
     params, rest = fns.init_params(), fns.rest()
     opt = fns.init_opt(params)
     rng = np.random.default_rng(0)

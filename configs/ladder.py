@@ -21,12 +21,8 @@ Why these shapes (a miniature keeps the paper's structure; `python -m linscale_j
   tests/models/test_ladder.py checks all of this for every ladder size.
 * g. The paper rounds 8d/3 up to a multiple of 256, < 10 % above 8d/3 at its sizes; here a
   multiple of 8 (g = 88 at d32, 256 at d96), not 32 (which gave 4d at d16).
-* Cost. The cpu preset trains d32 d40 d48 d64 d96 (N 3.8e4 .. 3.3e5 non-embedding, 0.9 decades)
-  on the same token budget as before (d16 d32 d48 d64 d96 at 2-3 layers). Its exact FLOPs per token
-  summed over the five sizes are 1.05-1.25x the old ones (accounting.flops_per_token_exact; the third
-  layer at the small sizes, with d16 replaced by d32 and d32 by d40) and it has 15 layers in all
-  instead of 11: expect ~1.3x the old 40 minutes. d96 stays the largest size so the old and new
-  studies compare at the same width; d80 is on the ladder for studies that can afford it.
+* Cost. The cpu preset trains d32 d40 d48 d64 d96 (N 3.8e4 .. 3.3e5 non-embedding, 0.9 decades,
+  15 layers in all); d80 is on the ladder for studies that can afford it.
 The other sections keep base_config()'s tiny-run defaults (embedded corpus, byte vocab).
 """
 

@@ -33,7 +33,7 @@ def collect(workdirs) -> list[dict]:
                 if k in ROW_KEYS or k in SKIP or isinstance(v, (list, dict)):
                     continue
                 if r["task"] == "val_loss":
-                    line["loss" if k == "val_loss" else k] = v
+                    line[contract.TABLE_LOSS if k == "val_loss" else k] = v
                 else:
                     line[f"{r['task']}.{k}"] = v
     return [table[k] for k in sorted(table, key=lambda k: (str(k[0]), k[1]))]

@@ -86,7 +86,8 @@ class Generator:
         self.cfg = model.cfg
         self.chunk_size, self.min_chunk = int(chunk_size), min(int(min_chunk), int(chunk_size))
         graphdef, self.params = nnx.split(model)
-        self._extend, self._step = _compiled(graphdef)
+        # step_fn(params, tok [b, 1], state, key, temperature, top_k, top_p) -> (next tok [b], state)
+        self._extend, self.step_fn = _compiled(graphdef)
         self._sample = _sample
 
     def _check_len(self, total: int, max_len: int):
@@ -143,7 +144,7 @@ class Generator:
             if done.all() or (stop_fn is not None and stop_fn(np.stack(out, 1))):
                 break
             key, sub = jax.random.split(key)
-            tok, state = self._step(self.params, tok[:, None], state, sub, float(temperature),
+            tok, state = self.step_fn(self.params, tok[:, None], state, sub, float(temperature),
                                     int(top_k), float(top_p))
             out.append(np.asarray(tok))
             if stop_id is not None:

@@ -22,7 +22,7 @@ from linscale_jax import contract
 from eval.suite import TASKS, TaskContext
 from linscale_jax.run.checksums import CheckpointCorruptError
 
-ROW_KEYS = ("step", "tokens", "flops", "flops_exact", "n_params", "arch", "run")
+ROW_KEYS = contract.METADATA_COLUMNS  # the table columns each row copies from checkpoint metadata
 
 
 def results_path(workdir: str, out: str | None = None) -> str:

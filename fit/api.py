@@ -22,6 +22,7 @@ import numpy as np
 from fit import approach1, approach2, approach3, report
 from fit.bootstrap import bootstrap
 from fit.table import FitError, Table, compute_scale, load
+from linscale_jax.contract import FLOPS_PER_PARAM_TOKEN
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,7 +36,7 @@ class FitOptions:
     archs: tuple[str, ...] | None = None
     irreducible: bool = False  # approaches 1, 2: L(C) = E + c C^e
     include_clamped: bool = False  # approach 1: keep ranges where the smallest/largest run is optimal
-    flops_per_param_token: float = 6.0  # approach 3: k in C = k N D
+    flops_per_param_token: float = FLOPS_PER_PARAM_TOKEN  # approach 3: k in C = k N D
 
     def __post_init__(self):
         if self.approach not in (1, 2, 3):

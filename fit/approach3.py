@@ -25,6 +25,7 @@ from scipy import optimize
 
 from fit.powerlaw import PowerLaw
 from fit.table import FitError, Table, require
+from linscale_jax.contract import FLOPS_PER_PARAM_TOKEN
 
 PARAMS = ("E", "A", "B", "alpha", "beta")
 DELTA = 1e-3
@@ -126,7 +127,7 @@ def minimise(ln_n, ln_d, ln_l, starts, n_starts: int | None = 16):
     return best
 
 
-def allocation_laws(E, A, B, alpha, beta, k: float = 6.0) -> dict[str, PowerLaw]:
+def allocation_laws(E, A, B, alpha, beta, k: float = FLOPS_PER_PARAM_TOKEN) -> dict[str, PowerLaw]:
     """Compute-optimal L(C), N_opt(C), D_opt(C) implied by the fit under C = k N D."""
     s = alpha + beta
     a_n, a_d, gamma = beta / s, alpha / s, alpha * beta / s
@@ -136,7 +137,7 @@ def allocation_laws(E, A, B, alpha, beta, k: float = 6.0) -> dict[str, PowerLaw]
             "D_opt_C": PowerLaw(k**-a_d / g, a_d)}
 
 
-def fit(table: Table, *, flops_per_param_token: float = 6.0, n_starts: int | None = 16,
+def fit(table: Table, *, flops_per_param_token: float = FLOPS_PER_PARAM_TOKEN, n_starts: int | None = 16,
         init: np.ndarray | None = None) -> Result:
     """Approach 3 on every point of one arch.
 

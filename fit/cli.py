@@ -15,6 +15,7 @@ import argparse
 import sys
 
 from fit.api import FitOptions, FitResult, fit_table
+from linscale_jax.contract import FLOPS_PER_PARAM_TOKEN
 from fit.table import FitError
 from linscale_jax.errors import ArgumentParser
 
@@ -35,7 +36,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="approaches 1 and 2: fit L(C) = E + c C^e instead of a pure power law")
     p.add_argument("--include_clamped", action="store_true",
                    help="approach 1: keep compute ranges where the smallest/largest run is optimal")
-    p.add_argument("--flops_per_param_token", type=float, default=6.0,
+    p.add_argument("--flops_per_param_token", type=float, default=FLOPS_PER_PARAM_TOKEN,
                    help="approach 3: k in C = k N D for the implied allocation")
     return p.parse_args(argv)
 

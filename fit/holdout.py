@@ -30,6 +30,7 @@ import numpy as np
 from fit import approach3
 from fit.bootstrap import bootstrap
 from fit.table import FitError, Table
+from linscale_jax.contract import FLOPS_PER_PARAM_TOKEN
 
 CSV_COLUMNS = ("arch", "n_params", "tokens", "predicted", "ci_low", "ci_high", "actual")
 
@@ -84,7 +85,7 @@ def _held_curve(held: Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def predict(table: Table, *, n_boot: int = 200, seed: int = 0, extra_sd: float = 0.0,
-            flops_per_param_token: float = 6.0, level: float = 0.95) -> Prediction:
+            flops_per_param_token: float = FLOPS_PER_PARAM_TOKEN, level: float = 0.95) -> Prediction:
     """Fit approach 3 on one arch's runs below its largest size; predict the largest (see module)."""
     rest, held = split_largest(table)
     arch = str(table.arch[0])

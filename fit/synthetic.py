@@ -12,6 +12,7 @@ import dataclasses
 import numpy as np
 
 from fit.table import Table, from_columns
+from linscale_jax.contract import FLOPS_PER_PARAM_TOKEN, TABLE_COLUMNS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,11 +35,11 @@ class Law:
 
 def planted_table(law: Law = Law(), *, arch: str = "planted", sizes=None, points_per_run: int = 30,
                   tokens_per_param=(0.5, 400.0), noise: float = 0.003, seed: int = 0,
-                  flops_per_param_token: float = 6.0) -> Table:
+                  flops_per_param_token: float = FLOPS_PER_PARAM_TOKEN) -> Table:
     """One arch's runs: ``sizes`` (N values), each with checkpoints at D = N * tokens_per_param."""
     rng = np.random.default_rng(seed)
     sizes = np.geomspace(1e6, 3e8, 12) if sizes is None else np.asarray(sizes, dtype=np.float64)
-    cols = {k: [] for k in ("arch", "run", "step", "n_params", "tokens", "flops", "loss")}
+    cols = {k: [] for k in TABLE_COLUMNS}
     for n in sizes:
         d = n * np.geomspace(*tokens_per_param, points_per_run)
         loss = law.loss(n, d) * np.exp(noise * rng.standard_normal(points_per_run))

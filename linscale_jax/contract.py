@@ -3,7 +3,7 @@
 Everything that more than one package must agree on lives here, so that `fit` (which reads a table
 and imports nothing else of the project) and the JAX side can never drift apart:
 
-- units: PF_DAY, the paper's compute unit;
+- units: PF_DAY, the paper's compute unit, and FLOPS_PER_PARAM_TOKEN, the k of C = k·N·D;
 - the workdir layout: where a run keeps its checkpoints, metrics, eval results, logs and lock;
 - the checkpoint table: its columns (TABLE_COLUMNS, what fit needs; TABLE_LEAD, the order
   eval.export writes) with one CSV writer and one CSV reader.
@@ -18,6 +18,7 @@ import io
 import os
 
 PF_DAY = 8.64e19  # FLOPs in one PFLOP/s-day, the paper's compute unit.
+FLOPS_PER_PARAM_TOKEN = 6.0  # k in C = k·N·D (forward + backward), the compute-optimal allocation's
 
 # ---- workdir layout: DIR/<name> -------------------------------------------------------------
 CHECKPOINTS = "checkpoints"  # DIR/checkpoints/<step>/ (Orbax: params, opt_state, data, metadata)
@@ -45,6 +46,9 @@ def workdir_file(workdir, name: str) -> str:
 # far, flops = the paper's compute C = (C/token) * tokens, loss = validation loss.
 TABLE_COLUMNS = ("arch", "run", "step", "n_params", "tokens", "flops", "loss")
 TABLE_LEAD = TABLE_COLUMNS + ("flops_exact",)  # the order the writer puts first
+TABLE_LOSS = "loss"  # the column eval measures (its val_loss task)
+# the others come from each checkpoint's metadata (eval copies them into every results row)
+METADATA_COLUMNS = tuple(c for c in TABLE_LEAD if c != TABLE_LOSS)
 
 
 def write_table_csv(rows: list[dict], path) -> None:

@@ -1,4 +1,4 @@
-"""Studies side by side: replicates (another seed, another machine) or a before/after pair.
+"""Studies side by side: replicates (another seed, another machine) or two versions of the code.
 
     python -m study.side_by_side --workdir=A --workdir=B [--out=FILE.md]
 

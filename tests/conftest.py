@@ -12,6 +12,8 @@ suite quick on 2 cores: cheap XLA compiles, one compilation cache per run, two x
   a second test, worker or CLI process is read back instead of rebuilt, and nothing depends on
   what an earlier run left in ~/.cache. LINSCALE_COMPILATION_CACHE set by the caller wins
   (=off: no cache).
+- A fresh prepared-records cache per test run likewise (LINSCALE_DATA_CACHE, data.rows): the
+  default corpus is prepared once per run (seconds) and the test corpora do not pile up in ~/.cache.
 - Two xdist workers for a run over test directories (pyproject's `-n auto --dist loadfile`: a test
   file per worker at a time, so module fixtures are built once); a run naming test files or ids
   stays in this process.
@@ -34,16 +36,20 @@ for _flag, _value in _TEST_XLA_FLAGS.items():
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --{_flag}={_value}".strip()
 
 _FRESH_CACHE = None
+_FRESH_DATA = None
 
 
 def pytest_configure(config):
     """The controller (or a run without xdist) makes the run's cache; workers inherit the env."""
-    global _FRESH_CACHE
+    global _FRESH_CACHE, _FRESH_DATA
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False  # the order of pytest_collection_modifyitems below
     if not hasattr(config, "workerinput") and not os.environ.get("LINSCALE_COMPILATION_CACHE"):
         _FRESH_CACHE = tempfile.mkdtemp(prefix="linscale-test-xla-cache-")
         os.environ["LINSCALE_COMPILATION_CACHE"] = _FRESH_CACHE
+    if not hasattr(config, "workerinput") and not os.environ.get("LINSCALE_DATA_CACHE"):
+        _FRESH_DATA = tempfile.mkdtemp(prefix="linscale-test-records-")
+        os.environ["LINSCALE_DATA_CACHE"] = _FRESH_DATA
 
 
 def pytest_xdist_auto_num_workers(config):
@@ -83,8 +89,9 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_unconfigure(config):
-    if _FRESH_CACHE:
-        shutil.rmtree(_FRESH_CACHE, ignore_errors=True)
+    for path in (_FRESH_CACHE, _FRESH_DATA):
+        if path:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -9,7 +9,9 @@ linscale_jax.dist.sharding, the kernels inside jax.shard_map) equal the unsharde
 documents whose boundaries fall inside and at the edge of sequence shards.
 `tpu`: jax.export of the trainer's sharded train step for platform "tpu" (impl="pallas",
 bf16, head dim 128) from this CPU host; every Mosaic custom call must sit inside an
-sdy.manual_computation (shard_map) region. The same step compiled for the 8 CPU devices
+sdy.manual_computation (shard_map) region, carry a cost estimate, and feed its matmuls bf16
+operands (f32 accumulation) except the data decay's log-decay range sums (0/1 mask x f32, fp32
+contract precision; tests/mosaic_payload.py decodes the kernels). The same step compiled for the 8 CPU devices
 (same SPMD partitioner, impl="xla") must hold no all-gather of a [b, t, h, e] kernel operand
 (q, k, v or the decay); the gathers left are parameters, the LASP shard states and, for
 cosFormer2, its TPE output [b, t, d] (head-sharded; a note for #15's TPE).
@@ -157,6 +159,24 @@ def mosaic_outside_manual(mlir):
     return bad
 
 
+def check_mosaic_payloads(arch, mlir, chunk, sub):
+    """Every kernel: a cost estimate with FLOPs and bytes; matmuls bf16 x bf16 -> f32 except the
+    range sums (f32 at fp32 precision, a [chunk, chunk] or [sub*sub, sub] 0/1 mask on the left).
+    Returns (bf16 matmuls, f32 matmuls)."""
+    from mosaic_payload import is_bf16, tpu_kernels
+
+    masks = {f"vector<{chunk}x{chunk}xf32>", f"vector<{sub * sub}x{sub}xf32>"}
+    n_bf16 = n_f32 = 0
+    for kern in tpu_kernels(mlir):
+        cost = kern["cost_estimate"]
+        assert cost and cost["flops"] > 0 and cost["bytes_accessed"] > 0, f"{arch}: {cost}"
+        f32 = [m for m in kern["matmuls"] if not is_bf16(m)]
+        assert all(m[3] and m[0] in masks for m in f32), f"{arch}: f32 matmuls {f32}"
+        n_bf16, n_f32 = n_bf16 + len(kern["matmuls"]) - len(f32), n_f32 + len(f32)
+    assert n_bf16 > 0 and (n_f32 > 0) == (arch == "hgrn2"), (arch, n_bf16, n_f32)
+    return n_bf16, n_f32
+
+
 def check_tpu():
     real_backend = jax.default_backend
     jax.default_backend = lambda: "tpu"  # the Pallas path compiles for Mosaic (interpret=False)
@@ -173,8 +193,10 @@ def check_tpu():
             assert n > 0, f"{arch}: no Mosaic kernel in the lowered step"
             bad = mosaic_outside_manual(mlir)
             assert not bad, f"{arch}: Mosaic calls outside shard_map in {bad}"
+            n_bf16, n_f32 = check_mosaic_payloads(arch, mlir, chunk=16, sub=16)
             print(f"{arch}: TPU export: {n} Mosaic custom calls, all inside "
-                  f"{mlir.count('sdy.manual_computation(')} shard_map regions", flush=True)
+                  f"{mlir.count('sdy.manual_computation(')} shard_map regions, each with a cost "
+                  f"estimate; matmuls: {n_bf16} bf16, {n_f32} f32 log-decay range sums", flush=True)
             trainer._compiled.cache_clear()
     finally:
         jax.default_backend = real_backend

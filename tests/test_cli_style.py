@@ -14,6 +14,7 @@ ENTRY = {  # command -> the files that define its flags
     "linscale_jax.models.describe": ["linscale_jax/models/describe.py"],
     "linscale_jax.interop.convert": ["linscale_jax/interop/convert.py"],
     "linscale_jax.data.train_spm": ["linscale_jax/data/train_spm.py"],
+    "linscale_jax.data.prepare": ["linscale_jax/data/prepare.py"],
     "eval": ["eval/__main__.py"],
     "eval.export": ["eval/export.py"],
     "eval.generate": ["eval/generate.py"],

@@ -15,6 +15,29 @@ reference point between them (every exponent <= 0), pairs inside one sub-chunk u
 The key/value head dims are not blocked: every model in the paper uses 128 (cosFormer2 256 for q/k),
 and one 256 x 128 fp32 state is 128 KiB of VMEM. On TPU the head dims must be multiples of 128
 (lane tiling) and chunk sizes multiples of 8 (16 for bf16 inputs: sublane tiling).
+
+Blocks per TPU generation (`TPU_BLOCKS`, chosen from jax's device kind by `default_blocks`; chip
+figures and their sources in kernels_pallas/tpu.py):
+
+    gen  device kind            MXU      VMEM/core  chunk  sub  grid     VMEM limit  est. peak (k=256)
+    v4   TPU v4                 128x128   16 MiB     128    16   h,b,n    12 MiB      4.1 MiB
+    v5e  TPU v5 lite / v5e      128x128  128 MiB     128    16   b,h,n    96 MiB      4.1 MiB
+    v5p  TPU v5p / v5           128x128   64 MiB     128    16   h,b,n    48 MiB      4.1 MiB
+    v6e  TPU v6 lite / v6e      256x256  128 MiB     256    32   b,h,n    96 MiB     10.4 MiB
+
+- chunk: the MXU side. The within-chunk products [C, k] x [k, C] and [C, C] x [C, v] and the state
+  update (contraction over C) then fill the systolic array in C; a longer chunk adds within-chunk
+  FLOPs (2C(k + v) per token and head against 4kv for the state) without filling it further.
+- sub: the data-dependent decay's exact diagonal sub-block (VPU work C·sub·k per chunk); the
+  off-diagonal sub-chunk matmuls have `sub` rows, so the 256-wide MXU gets 32.
+- grid: v4 and v5p have two TensorCores per chip (megacore) that split the leading "parallel" grid
+  axis; heads lead there (a data-parallel shard often holds one sequence, a head shard several).
+- VMEM limit: the scoped limit passed to Mosaic, 3/4 of the core's VMEM. The estimate
+  (`vmem_bytes`: every pipelined block twice for double buffering, the scratch state, and the
+  in-kernel temporaries) of the largest of the four kernels at k = 256, v = 128, bf16, data decay
+  with segments must stay under half the limit (`check_vmem`, tested for every row).
+An explicit `blocks=` (or `chunk_size=`) overrides the table; CPU (interpret mode) and GPU keep
+`DEFAULTS`; a TPU whose device kind is not in the table gets DEFAULTS["tpu"].
 """
 
 from __future__ import annotations
@@ -23,19 +46,28 @@ import dataclasses
 
 import jax
 
+from kernels_pallas import tpu
+
 _LANE = 128
+GRID_ORDERS = ("bhn", "hbn")  # batch, heads, chunks; the chunk axis (sequential) is always last
 
 
 @dataclasses.dataclass(frozen=True)
 class LinearAttentionBlocks:
-    """chunk_size: tokens per grid step; sub_chunk: diagonal sub-block of the data-dependent decay."""
+    """chunk_size: tokens per grid step; sub_chunk: diagonal sub-block of the data-dependent decay;
+    grid_order: "bhn" (grid batch, heads, chunks) or "hbn"; vmem_limit_bytes: Mosaic's scoped
+    VMEM limit (None: the compiler's default)."""
 
     chunk_size: int = 64
     sub_chunk: int = 16
+    grid_order: str = "bhn"
+    vmem_limit_bytes: int | None = None
 
     def __post_init__(self):
         if self.chunk_size < 1 or self.sub_chunk < 1:
             raise ValueError(f"block sizes must be positive, got {self}.")
+        if self.grid_order not in GRID_ORDERS:
+            raise ValueError(f"grid_order={self.grid_order!r}: choose one of {GRID_ORDERS}.")
         if self.chunk_size % self.sub_chunk:
             raise ValueError(
                 f"chunk_size={self.chunk_size} must be a multiple of sub_chunk={self.sub_chunk}."
@@ -46,8 +78,21 @@ class LinearAttentionBlocks:
         sub = self.sub_chunk
         while chunk_size % sub:
             sub //= 2
-        return LinearAttentionBlocks(chunk_size=chunk_size, sub_chunk=max(sub, 1))
+        return dataclasses.replace(self, chunk_size=chunk_size, sub_chunk=max(sub, 1))
 
+
+def _tpu_blocks(gen: tpu.TpuGeneration, chunk: int, sub: int) -> LinearAttentionBlocks:
+    return LinearAttentionBlocks(chunk_size=chunk, sub_chunk=sub,
+                                 grid_order="hbn" if gen.tensorcores > 1 else "bhn",
+                                 vmem_limit_bytes=gen.vmem_bytes * 3 // 4)
+
+
+TPU_BLOCKS = {
+    "v4": _tpu_blocks(tpu.GENERATIONS["v4"], 128, 16),
+    "v5e": _tpu_blocks(tpu.GENERATIONS["v5e"], 128, 16),
+    "v5p": _tpu_blocks(tpu.GENERATIONS["v5p"], 128, 16),
+    "v6e": _tpu_blocks(tpu.GENERATIONS["v6e"], 256, 32),
+}
 
 DEFAULTS = {
     "tpu": LinearAttentionBlocks(chunk_size=128, sub_chunk=16),
@@ -109,9 +154,58 @@ def default_chunk_size(impl: str, backend: str | None = None, key_dim: int | Non
     return 1
 
 
-def default_blocks(backend: str | None = None) -> LinearAttentionBlocks:
+def default_blocks(backend: str | None = None, device_kind: str | None = None) -> LinearAttentionBlocks:
+    """The backend's blocks; on TPU the generation's row of TPU_BLOCKS, found from `device_kind`
+    (default: the first device's kind), DEFAULTS["tpu"] for an unknown TPU."""
     backend = backend or jax.default_backend()
-    return DEFAULTS.get(backend, DEFAULTS["cpu"])
+    if backend != "tpu":
+        return DEFAULTS.get(backend, DEFAULTS["cpu"])
+    if device_kind is None:
+        devices = jax.devices()
+        device_kind = devices[0].device_kind if devices[0].platform == "tpu" else None
+    gen = tpu.generation(device_kind)
+    return TPU_BLOCKS[gen.name] if gen else DEFAULTS["tpu"]
+
+
+def _tile(rows: int, width: int, itemsize: int) -> int:
+    """VMEM bytes of a [rows, width] block: the lane dim padded to 128 (a [C, 1] block takes a
+    full [C, 128] tile)."""
+    return rows * (-(-width // _LANE) * _LANE) * itemsize
+
+
+def vmem_bytes(blocks: LinearAttentionBlocks, key_dim: int, value_dim: int, itemsize: int,
+               data_decay: bool = True, segments: bool = True) -> dict:
+    """Estimated VMEM bytes of each kernel (forward, intra, dq, reverse) for one grid step:
+    2 x (input + output blocks) for double buffering + scratch + temporaries. Temporaries: six
+    [C, C] and eight [C, max(k, v)] float32 arrays, plus four [sub, sub, k] ones for the data decay.
+    q, k, v, o, do blocks take `itemsize`; the decay, segment counts, states and gradients f32."""
+    c, s, k, v = blocks.chunk_size, blocks.sub_chunk, key_dim, value_dim
+    f = 4
+    q_, v_ = _tile(c, k, itemsize), _tile(c, v, itemsize)
+    g32, k32, v32 = _tile(c, k, f), _tile(c, k, f), _tile(c, v, f)
+    state = _tile(v, k, f)
+    dec = (g32 if data_decay else 0) + (_tile(c, 1, f) if segments else 0)
+    temps = 6 * _tile(c, c, f) + 8 * _tile(c, max(k, v), f) + (4 * s * _tile(s, k, f) if data_decay else 0)
+    io = {
+        "forward": (dec + 2 * q_ + v_ + state, v_ + state, state),
+        "intra": (dec + 2 * q_ + 2 * v_, 2 * k32 + v32, 0),
+        "dq": (dec + q_ + 2 * v_ + state, k32, state),
+        "reverse": (dec + 2 * q_ + 2 * v_ + state, k32 + v32 + state, state),
+    }
+    return {name: 2 * (i + o) + scratch + temps for name, (i, o, scratch) in io.items()}
+
+
+def check_vmem(blocks: LinearAttentionBlocks, key_dim: int, value_dim: int, itemsize: int,
+               data_decay: bool, segments: bool) -> None:
+    """Raise a ValueError when the largest kernel's estimate exceeds half the VMEM limit."""
+    if blocks.vmem_limit_bytes is None:
+        return
+    need = max(vmem_bytes(blocks, key_dim, value_dim, itemsize, data_decay, segments).values())
+    if 2 * need > blocks.vmem_limit_bytes:
+        raise ValueError(
+            f"linear_attention(impl='pallas'): blocks {blocks} need ~{need / 2**20:.1f} MiB of VMEM "
+            f"per kernel, over half the {blocks.vmem_limit_bytes / 2**20:.0f} MiB limit; use a "
+            "smaller chunk_size or pass blocks with a larger vmem_limit_bytes.")
 
 
 def check_tiling(blocks: LinearAttentionBlocks, key_dim: int, value_dim: int, num_heads: int,

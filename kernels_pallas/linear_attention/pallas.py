@@ -1,7 +1,7 @@
 """impl="pallas": chunked linear attention as Pallas TPU (Mosaic) kernels, with a custom VJP.
 
     linear_attention_pallas(q, k, v, log_decay=None, initial_state=None, starts=None, *,
-                            kind=None, chunk_size=None)
+                            kind=None, chunk_size=None, blocks=None, matmul_dtype=None)
         -> (o [b, t, h, v] in q.dtype, final_state [b, h, k, v] float32)
 
 Shapes (legend: b batch, t sequence, h heads, k key dim, v value dim): q, k [b, t, h, k] and v
@@ -20,6 +20,17 @@ depend on B only through q_t ⊙ exp(B_t), k_s ⊙ exp(-B_s) and exp(B_T) S_0, s
 
 computed in plain JAX from the kernels' float32 dq, dk (the per-head decay sums it over b, t, k).
 
+Precision (`matmul_dtype`, default the input dtype): with bfloat16 q, k, v every in-kernel matmul
+of q, k, v, do, P and the state takes bfloat16 operands with float32 accumulation (the MXU's one-pass
+rate); decay factors, exp of the log-decay sums (range sums of float32 log decays, kept float32 at
+HIGHEST), the carried state and its gradient stay float32 and are rounded to bfloat16 only as a
+matmul operand, after scaling. matmul_dtype=jnp.float32 multiplies everything in float32 at
+HIGHEST (the reference path: several MXU passes on TPU). Measured tolerances: tests and
+docs/results.md ("Pallas kernels on TPU").
+
+Blocks: `blocks` (chunk, sub-chunk, grid order, VMEM limit) default to the TPU generation's row
+(config.TPU_BLOCKS, from the device kind); each pallas_call carries a pl.CostEstimate (cost.py).
+
 Backends: TPU compiles with Mosaic; CPU runs the same kernels in TPU interpret mode (out-of-bounds
 reads raise, scratch starts as NaN) so tests execute the real kernel code. GPU is not supported
 (the kernels use TPU memory spaces and grid semantics): a clear error says to use impl='xla'.
@@ -37,6 +48,7 @@ from kernels_pallas.linear_attention import pallas_bwd, pallas_fwd
 from kernels_pallas.linear_attention.config import (
     LinearAttentionBlocks,
     check_tiling,
+    check_vmem,
     default_blocks,
 )
 from kernels_pallas.linear_attention.kind import DecayKind
@@ -80,27 +92,34 @@ def _check(q, k, v, log_decay, initial_state):
 
 def linear_attention_pallas(q, k, v, log_decay=None, initial_state=None, starts=None, *,
                             kind=None, chunk_size=None, blocks: LinearAttentionBlocks | None = None,
-                            interpret=None):
+                            interpret=None, matmul_dtype=None):
     """See the module docstring. `kind`: DecayKind (None: resolved from log_decay). `blocks`
-    overrides the backend's default block sizes, `interpret` the backend's default execution mode
-    (True: the generic Pallas interpreter)."""
+    overrides the backend's (TPU: the generation's) default blocks, `interpret` the backend's
+    default execution mode (True: the generic Pallas interpreter), `matmul_dtype` (float32 |
+    bfloat16; None: q's dtype) the dtype of the in-kernel matmul operands."""
     _check(q, k, v, log_decay, initial_state)
     backend = jax.default_backend()
     if interpret is None:
         interpret = default_interpret(backend)
-    blocks = blocks or default_blocks(backend)
+    mosaic = interpret is False  # Mosaic TPU compilation (also when exporting from a CPU host)
+    blocks = blocks or default_blocks("tpu" if mosaic else backend)
+    mxu = jnp.dtype(q.dtype if matmul_dtype is None else matmul_dtype)
+    if mxu not in _DTYPES:
+        raise ValueError(f"linear_attention_pallas: matmul_dtype={mxu.name}; use float32 or "
+                         "bfloat16.")
     b, t, h, dk = q.shape
     dv = v.shape[-1]
     # Never use a chunk longer than the (16-rounded) sequence: prefill of a short prompt.
     chunk = min(chunk_size or blocks.chunk_size, -(-t // 16) * 16)
     blocks = blocks.with_chunk_size(chunk)
-    # interpret=False means Mosaic TPU compilation (also when exporting for TPU from a CPU host).
-    check_tiling(blocks, dk, dv, h, q.dtype, "tpu" if interpret is False else "cpu")
+    check_tiling(blocks, dk, dv, h, q.dtype, "tpu" if mosaic else "cpu")
 
-    kind = (DecayKind.of(log_decay) if kind is None else DecayKind(kind)).value
+    kind = DecayKind.of(log_decay) if kind is None else DecayKind(kind)
+    check_vmem(blocks, dk, dv, q.dtype.itemsize, kind == DecayKind.DATA, starts is not None)
     st = Static(kind=kind, chunk=blocks.chunk_size, sub=blocks.sub_chunk, num_heads=h,
                 key_dim=dk, value_dim=dv, t_real=t, interpret=interpret,
-                segments=starts is not None)
+                segments=starts is not None, mxu=mxu.name, grid_order=blocks.grid_order,
+                vmem_limit_bytes=blocks.vmem_limit_bytes if mosaic else None)
     tp = -(-t // st.chunk) * st.chunk
     seg = None
     if starts is not None:  # starts counted from each chunk start, [b, tp, 1] float32
@@ -112,9 +131,9 @@ def linear_attention_pallas(q, k, v, log_decay=None, initial_state=None, starts=
         return x.reshape(b, tp, -1)
 
     decay = None
-    if kind == "head":
+    if kind == DecayKind.HEAD:
         decay = log_decay.astype(F32)
-    elif kind == "data":
+    elif kind == DecayKind.DATA:
         decay = flat(log_decay.astype(F32))
     if initial_state is None:
         s0 = jnp.zeros((b, h, dv, dk), F32)
@@ -140,12 +159,12 @@ def _core_bwd(st, res, cts):
     dq, dk, dv, ds0 = pallas_bwd.backward(
         st, q, k, v, decay, s0, do, ds_final.astype(F32), seg)
     d_decay = None
-    if st.kind != "none":
+    if st.kind != DecayKind.NONE:
         b, tp, _ = q.shape
         grad_cum = q.astype(F32) * dq - k.astype(F32) * dk  # dL/dB_t, [b, t, h*k]
         at_end = jnp.sum(ds_final * s_final, axis=-2).reshape(b, 1, -1)  # rowsum(dS_T ⊙ S_T)
         d_step = jax.lax.cumsum(grad_cum, axis=1, reverse=True) + at_end
-        if st.kind == "data":
+        if st.kind == DecayKind.DATA:
             d_decay = d_step
         else:  # per-head: every real step of every row and key channel shares the decay
             d_decay = jnp.sum(d_step[:, :st.t_real].reshape(b, st.t_real, st.num_heads, -1),

@@ -24,6 +24,18 @@ In-chunk range sums are matmuls of g with 0/1 triangular masks. For the data-dep
 so the query and key factors are separately <= 1 and one matmul covers all earlier sub-chunks; pairs
 inside one sub-chunk use an exact [s, s, k] elementwise form. Scalar decays use exp(a·(n_i − n_j))
 with integer step counts.
+
+Matmul precision (Static.mxu, `mm(a, b, dt)`): "bfloat16" rounds both operands to bf16 and
+accumulates in f32 (one MXU pass); "float32" multiplies f32 operands at Precision.HIGHEST. The
+operands are q, k, v, do as loaded, or f32 values (q ⊙ decay, P ⊙ D, the state) rounded only at
+the matmul. The range sums of the log decays always run in f32 at HIGHEST (their exp would
+amplify a bf16 rounding of the sums), and every exp, decay factor, mask, carried state and
+gradient accumulator stays f32. The matmuls that produce dq and dk feed a float32 operand (the
+state, dS, decayed P) as a bf16 hi + lo pair (`mm_split`: 2 passes, 3 when both operands are
+float32): the log-decay gradient is a difference q ⊙ dq - k ⊙ dk of nearly equal terms, which a
+one-pass rounding of dq and dk would leave at ~3e-2 error ratio; the backward kernels are
+HBM-bound on every generation (bench/tpu_roofline.py), so the extra passes fit under the memory
+time.
 """
 
 from __future__ import annotations
@@ -35,33 +47,74 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+from kernels_pallas.linear_attention.kind import DecayKind
+
 F32 = jnp.float32
 _HI = jax.lax.Precision.HIGHEST
 
 
-def mm(a, b):
-    """a [m, c] @ b [c, n] in float32."""
-    return jax.lax.dot_general(a, b, (((1,), (0,)), ((), ())), precision=_HI,
-                               preferred_element_type=F32)
+def _dot(a, b, dims, dt):
+    """dot_general with `dt` operands and float32 accumulation: float32 at HIGHEST precision
+    (the reference path), or bfloat16 operands as the MXU takes them (one pass)."""
+    dt = jnp.dtype(dt)
+    return jax.lax.dot_general(a.astype(dt), b.astype(dt), (dims, ((), ())),
+                               precision=_HI if dt == F32 else None, preferred_element_type=F32)
 
 
-def mm_nt(a, b):
+def mm(a, b, dt=F32):
+    """a [m, c] @ b [c, n], operands in dt, result float32."""
+    return _dot(a, b, ((1,), (0,)), dt)
+
+
+def mm_nt(a, b, dt=F32):
     """a [m, c] @ b[n, c]ᵀ."""
-    return jax.lax.dot_general(a, b, (((1,), (1,)), ((), ())), precision=_HI,
-                               preferred_element_type=F32)
+    return _dot(a, b, ((1,), (1,)), dt)
 
 
-def mm_tn(a, b):
+def mm_tn(a, b, dt=F32):
     """a[c, m]ᵀ @ b [c, n]."""
-    return jax.lax.dot_general(a, b, (((0,), (0,)), ((), ())), precision=_HI,
-                               preferred_element_type=F32)
+    return _dot(a, b, ((0,), (0,)), dt)
+
+
+def _split(x, dt):
+    """x as (hi, lo) in dt with hi + lo = x to ~2^-16 (lo None when x already is dt)."""
+    if x.dtype == dt:
+        return x, None
+    hi = x.astype(dt)
+    return hi, (x.astype(F32) - hi.astype(F32)).astype(dt)
+
+
+def _dot_split(a, b, dims, dt):
+    dt = jnp.dtype(dt)
+    if dt == F32:
+        return _dot(a, b, dims, F32)
+    (ah, al), (bh, bl) = _split(a, dt), _split(b, dt)
+    out = _dot(ah, bh, dims, dt)
+    if al is not None:
+        out = out + _dot(al, bh, dims, dt)
+    if bl is not None:
+        out = out + _dot(ah, bl, dims, dt)
+    return out
+
+
+def mm_split(a, b, dt=F32):
+    """a [m, c] @ b [c, n] with every float32 operand fed as a bf16 (hi, lo) pair: 2 MXU passes
+    (3 when both are float32), relative error ~2^-16 instead of ~2^-9. For dq and dk, whose
+    products q ⊙ dq - k ⊙ dk the log-decay gradient differences."""
+    return _dot_split(a, b, ((1,), (0,)), dt)
+
+
+def mm_tn_split(a, b, dt=F32):
+    """a[c, m]ᵀ @ b [c, n], as mm_split."""
+    return _dot_split(a, b, ((0,), (0,)), dt)
 
 
 @dataclasses.dataclass(frozen=True)
 class Static:
-    """Compile-time description of one call: decay kind, block sizes, dims, real length."""
+    """Compile-time description of one call: decay kind, block sizes, dims, real length, the
+    matmul operand dtype and the grid order."""
 
-    kind: str  # "none" | "head" | "data"
+    kind: DecayKind
     chunk: int
     sub: int
     num_heads: int
@@ -70,6 +123,23 @@ class Static:
     t_real: int  # sequence length before padding (the head kind masks its decay beyond it)
     interpret: object  # False (compile with Mosaic) | pltpu.InterpretParams | True
     segments: bool = False  # a seg operand follows the decay operand
+    mxu: str = "float32"  # matmul operand dtype: "bfloat16" (MXU rate) | "float32" (HIGHEST)
+    grid_order: str = "bhn"  # "bhn": grid (b, h, n) | "hbn": grid (h, b, n)
+    vmem_limit_bytes: int | None = None
+
+    @property
+    def dt(self):
+        return jnp.dtype(self.mxu)
+
+    def grid(self, b: int, n: int):
+        return (b, self.num_heads, n) if self.grid_order == "bhn" else (self.num_heads, b, n)
+
+    def batch_head(self, i, j):
+        """(batch, head) of grid indices (i, j) of the two leading axes."""
+        return (i, j) if self.grid_order == "bhn" else (j, i)
+
+    def head_id(self):
+        return pl.program_id(1 if self.grid_order == "bhn" else 0)
 
 
 @dataclasses.dataclass
@@ -121,21 +191,21 @@ def _mask(n, fn):
 
 def range_sums(g, fn):
     """Σ_r [fn(i, r)] g_r for every row i: g [C, k] -> [C, k] (a direct sum, as a 0/1 matmul)."""
-    return mm(_mask(g.shape[0], fn).astype(F32), g)
+    return mm(_mask(g.shape[0], fn).astype(F32), g, F32)
 
 
 def chunk_decay(st: Static, a_ref, g_ref, reverse: bool = False) -> ChunkDecay:
     """Decay factors for the current grid step (chunk) and head."""
     n = st.chunk
-    if st.kind == "data":
+    if st.kind == DecayKind.DATA:
         g = g_ref[...].astype(F32)
         upto = range_sums(g, lambda i, r: r <= i)  # Σ_{r<=i} g_r
         after = range_sums(g, lambda i, r: r > i)  # Σ_{r>i} g_r
         return ChunkDecay(gq=jnp.exp(upto), gk=jnp.exp(after), gs=jnp.exp(upto[n - 1:n]), g=g)
     causal = _mask(n, lambda r, c: c <= r)
-    if st.kind == "none":
+    if st.kind == DecayKind.NONE:
         return ChunkDecay(d=causal.astype(F32))
-    a = a_ref[pl.program_id(1)]
+    a = a_ref[st.head_id()]
     # Steps beyond the real length (padding) do not decay: count the real steps of this chunk.
     count = jnp.clip(st.t_real - chunk_index(reverse) * n, 0, n)
     pos_r = _mask(n, lambda r, c: jnp.minimum(r + 1, count)).astype(F32)
@@ -170,7 +240,7 @@ class SubChunks:
         j = jax.lax.broadcasted_iota(jnp.int32, (s, s, s), 1)
         r = jax.lax.broadcasted_iota(jnp.int32, (s, s, s), 2)
         sel = ((j < r) & (r <= i)).astype(F32).reshape(s * s, s)
-        expo = mm(sel, g).reshape(s, s, -1)
+        expo = mm(sel, g, F32).reshape(s, s, -1)
         keep = jax.lax.broadcasted_iota(jnp.int32, (s, s, 1), 1) <= \
             jax.lax.broadcasted_iota(jnp.int32, (s, s, 1), 0)
         return jnp.exp(jnp.where(keep, expo, -jnp.inf))
@@ -194,14 +264,16 @@ def chunk_spec(st: Static, width: int, reverse: bool = False):
     """One chunk of one head of a [b, t, h*width] array."""
     heads = width != 1  # a [b, t, 1] operand (seg) is shared by the heads
 
-    def index(b, h, c):
+    def index(i, j, c):
+        b, h = st.batch_head(i, j)
         return (b, pl.num_programs(2) - 1 - c if reverse else c, h if heads else 0)
 
     return pl.BlockSpec((None, st.chunk, width), index)
 
 
 def state_spec(st: Static):
-    return pl.BlockSpec((None, None, st.value_dim, st.key_dim), lambda b, h, c: (b, h, 0, 0))
+    return pl.BlockSpec((None, None, st.value_dim, st.key_dim),
+                        lambda i, j, c: (*st.batch_head(i, j), 0, 0))
 
 
 def smem_spec():
@@ -212,13 +284,21 @@ def decay_specs(st: Static, reverse: bool = False):
     """In-specs of the decay operand (head -> a [h] in SMEM, data -> g chunk, none -> nothing),
     then of the seg operand when st.segments (one chunk of [b, t, 1])."""
     specs = []
-    if st.kind == "head":
+    if st.kind == DecayKind.HEAD:
         specs.append(smem_spec())
-    elif st.kind == "data":
+    elif st.kind == DecayKind.DATA:
         specs.append(chunk_spec(st, st.key_dim, reverse))
     if st.segments:
         specs.append(chunk_spec(st, 1, reverse))
     return specs
+
+
+def exact_or_scaled(x_in, x32, g, m):
+    """x ⊙ g ⊙ m as a matmul operand: float32 when a decay g scales it, else (a 0/1 mask m at
+    most) exactly x's input dtype, so a split matmul needs no low part."""
+    if g is None:
+        return scale_mask(x32, m).astype(x_in.dtype)
+    return scale_mask(x32 * g, m)
 
 
 def scale_mask(x, m):
@@ -226,9 +306,11 @@ def scale_mask(x, m):
     return x if m is None else x * m
 
 
-def call(kernel, st: Static, grid, in_specs, out_specs, out_shape, scratch, sequential: bool):
-    """pallas_call with TPU grid semantics; out_shape: (shape, dtype) pairs. Inside shard_map the
-    outputs are declared varying over every mesh axis any operand varies over."""
+def call(kernel, st: Static, grid, in_specs, out_specs, out_shape, scratch, sequential: bool,
+         cost=None):
+    """pallas_call with TPU grid semantics; out_shape: (shape, dtype) pairs; cost: a
+    pl.CostEstimate (kernels_pallas.linear_attention.cost). Inside shard_map the outputs are
+    declared varying over every mesh axis any operand varies over."""
     semantics = ("parallel", "parallel", "arbitrary" if sequential else "parallel")
     single = isinstance(out_shape, tuple)
 
@@ -244,8 +326,12 @@ def call(kernel, st: Static, grid, in_specs, out_specs, out_shape, scratch, sequ
             out_specs=out_specs,
             out_shape=shapes[0] if single else shapes,
             scratch_shapes=scratch,
-            compiler_params=pltpu.CompilerParams(dimension_semantics=semantics),
+            compiler_params=pltpu.CompilerParams(dimension_semantics=semantics,
+                                                 vmem_limit_bytes=st.vmem_limit_bytes),
             interpret=st.interpret,
+            cost_estimate=cost,
+            name="linear_attention_" + getattr(kernel, "func", kernel).__name__.strip("_")
+            .removesuffix("_kernel"),
         )
         if varying:  # every operand must vary over the same axes as the outputs
             args = [jax.lax.pcast(x, tuple(varying - jax.typeof(x).mat.varying), to="varying")
@@ -259,9 +345,9 @@ def split_decay_refs(st: Static, refs):
     """Kernels receive (decay operand?, seg operand?, *rest); returns (a_ref, g_ref, seg_ref,
     rest)."""
     a_ref = g_ref = seg_ref = None
-    if st.kind == "head":
+    if st.kind == DecayKind.HEAD:
         a_ref, refs = refs[0], refs[1:]
-    elif st.kind == "data":
+    elif st.kind == DecayKind.DATA:
         g_ref, refs = refs[0], refs[1:]
     if st.segments:
         seg_ref, refs = refs[0], refs[1:]

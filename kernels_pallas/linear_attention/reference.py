@@ -33,19 +33,16 @@ def linear_attention_reference(q, k, v, log_decay=None, initial_state=None, star
         initial_state = jnp.zeros((b, h, dk, dv), f32)
     state0 = initial_state.astype(f32)
 
-    decay_seq = None
-    if kind == DecayKind.HEAD:
-        head_decay = jnp.exp(log_decay.astype(f32))[None, :, None, None]  # [1, h, 1, 1]
-    elif kind == DecayKind.DATA:
-        decay_seq = jnp.moveaxis(jnp.exp(log_decay.astype(f32)), 1, 0)  # [t, b, h, k]
+    ld = kind.expand(log_decay)  # None | [1, 1, h, 1] | [b, t, h, k]
+    decay_seq = None if ld is None else jnp.moveaxis(
+        jnp.broadcast_to(jnp.exp(ld.astype(f32)), (ld.shape[0], t, h, ld.shape[-1])), 1, 0)
     keep = None if starts is None else jnp.moveaxis(1.0 - starts.astype(f32), 1, 0)  # [t, b]
 
     def step(state, inputs):
-        q_t, k_t, v_t, d_t, keep_t = inputs  # [b, h, k], [b, h, k], [b, h, v], [b, h, k]|None, [b]|None
-        if kind == DecayKind.DATA:
+        # [b, h, k], [b, h, k], [b, h, v], None | [1, h, 1] | [b, h, k], None | [b]
+        q_t, k_t, v_t, d_t, keep_t = inputs
+        if d_t is not None:
             state = state * d_t[..., None]
-        elif kind == DecayKind.HEAD:
-            state = state * head_decay
         if keep_t is not None:
             state = state * keep_t[:, None, None, None]
         state = state + k_t[..., :, None] * v_t[..., None, :]

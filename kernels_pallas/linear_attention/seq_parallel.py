@@ -142,7 +142,7 @@ def linear_attention_seq_parallel(
         initial_state = jnp.zeros((b, h, dk, dv), _F32)
     seq_spec = P(bax, axis_name, head_axis, None)
     state_spec = P(bax, head_axis, None, None)
-    decay_spec = {DecayKind.NONE: P(), DecayKind.HEAD: P(head_axis), DecayKind.DATA: seq_spec}[kind]
+    decay_spec = kind.pick(P(), P(head_axis), seq_spec)
     decay_arg = jnp.zeros((), _F32) if log_decay is None else log_decay
     ids_spec = P(bax, axis_name)
     ids_arg = jnp.zeros((b, t), jnp.int32) if segment_ids is None else segment_ids
@@ -172,16 +172,13 @@ def _carry_across_shards(q, ld, reads, s_loc, s_init, kind, axis_name):
     p = jax.lax.axis_index(axis_name)
     shard_ids = jnp.arange(n)
 
-    if kind == DecayKind.HEAD:
-        g = ld.astype(_F32)  # [h]
-        steps = jnp.arange(1, t_loc + 1, dtype=_F32)
-        lcum = g[None, None, :, None] * steps[None, :, None, None]  # [1, t_loc, h, 1]
-        tot = jnp.broadcast_to(g[None, :, None] * t_loc, (b, h, 1))
-    elif kind == DecayKind.DATA:
-        lcum = jnp.cumsum(ld.astype(_F32), axis=1)  # [b, t_loc, h, k]
-        tot = lcum[:, -1]  # [b, h, k]
-    else:
+    e = kind.expand(ld)  # None | [1, 1, h, 1] | [b, t_loc, h, k]
+    if e is None:
         lcum, tot = None, jnp.zeros((b, h, 1), _F32)
+    else:  # log decay summed from the shard start: [1 | b, t_loc, h, 1 | k]
+        per_step = jnp.broadcast_to(e.astype(_F32), (e.shape[0], t_loc, h, e.shape[-1]))
+        lcum = jnp.cumsum(per_step, axis=1)
+        tot = jnp.broadcast_to(lcum[:, -1], (b, h, e.shape[-1]))  # [b, h, 1 | k]
     q_read = q.astype(_F32) if lcum is None else q.astype(_F32) * jnp.exp(lcum)
     if reads is not None:
         q_read = q_read * reads[:, :, None, None].astype(_F32)

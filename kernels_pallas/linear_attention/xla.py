@@ -92,7 +92,7 @@ def linear_attention_xla(q, k, v, log_decay=None, initial_state=None, starts=Non
         x = x[:, :main]
         return jnp.moveaxis(x.reshape(x.shape[0], nb, block_len, *x.shape[2:]), 1, 0)
 
-    data = kind == DecayKind.DATA
+    data = kind.per_token
     xs = (blocks(q), blocks(k), blocks(v), blocks(log_decay) if data else None,
           None if starts is None else blocks(starts))
     b, _, h, dk = q.shape
@@ -120,7 +120,7 @@ def _chunked(q, k, v, log_decay, initial_state, starts, kind, chunk_size):
     b, t, h, dk = q.shape
     dv = v.shape[-1]
 
-    if kind == DecayKind.DATA:  # a sequence shorter than one chunk: pad to a power of two
+    if kind.per_token:  # a sequence shorter than one chunk: pad to a power of two
         c = min(int(chunk_size), 1 << (t - 1).bit_length())
     else:
         c = min(int(chunk_size), t)
@@ -132,16 +132,8 @@ def _chunked(q, k, v, log_decay, initial_state, starts, kind, chunk_size):
         return x.reshape(b, n, c, h, x.shape[-1]).transpose(0, 3, 1, 2, 4)
 
     qc, kc, vc = chunked(q), chunked(k), chunked(v)
-    if kind == DecayKind.NONE:
-        a = jnp.einsum("bhnik,bhnjk->bhnij", qc, kc) * jnp.tril(jnp.ones((c, c), _F32))
-        q_in, k_out, decay = qc, kc, None
-    elif kind == DecayKind.HEAD:
-        a, q_in, k_out, decay = _head_decay_terms(qc, kc, log_decay.astype(_F32), t)
-        decay = decay[None, :, :, None]  # [1, h, n, 1]
-    else:
-        terms = jax.checkpoint(_data_decay_terms) if xla_remat_data_decay() else _data_decay_terms
-        a, lf, lr = terms(qc, kc, chunked(log_decay))
-        q_in, k_out, decay = qc * jnp.exp(lf), kc * jnp.exp(lr), jnp.exp(lf[..., -1, :])
+    terms = kind.pick(_no_decay, _head_decay, _data_decay)
+    a, q_in, k_out, decay = terms(qc, kc, log_decay, chunked, t)
     if starts is not None:
         a, q_in, k_out, decay = _segment_masks(starts, n, c, a, q_in, k_out, decay)
 
@@ -152,6 +144,28 @@ def _chunked(q, k, v, log_decay, initial_state, starts, kind, chunk_size):
     o = jnp.einsum("bhnij,bhnjv->bhniv", a, vc) + jnp.einsum("bhnik,bhnkv->bhniv", q_in, starts_s)
     o = o.transpose(0, 2, 3, 1, 4).reshape(b, n * c, h, dv)[:, :t]
     return o.astype(q.dtype), final
+
+
+# The decay kinds' chunk terms: (qc, kc [b, h, n, c, k], log_decay, chunked, t) -> (a [b, h, n, c, c]
+# the masked intra-chunk scores, q_in / k_out [b, h, n, c, k] the queries decayed from the chunk start
+# and the keys to its end, decay None | broadcastable to [b, h, n, k] the whole-chunk decay).
+
+
+def _no_decay(qc, kc, log_decay, chunked, t):
+    c = qc.shape[-2]
+    a = jnp.einsum("bhnik,bhnjk->bhnij", qc, kc) * jnp.tril(jnp.ones((c, c), _F32))
+    return a, qc, kc, None
+
+
+def _head_decay(qc, kc, log_decay, chunked, t):
+    a, q_in, k_out, decay = _head_decay_terms(qc, kc, log_decay.astype(_F32), t)
+    return a, q_in, k_out, decay[None, :, :, None]  # decay [1, h, n, 1]
+
+
+def _data_decay(qc, kc, log_decay, chunked, t):
+    terms = jax.checkpoint(_data_decay_terms) if xla_remat_data_decay() else _data_decay_terms
+    a, lf, lr = terms(qc, kc, chunked(log_decay))
+    return a, qc * jnp.exp(lf), kc * jnp.exp(lr), jnp.exp(lf[..., -1, :])
 
 
 def _segment_masks(starts, n, c, a, q_in, k_out, decay):

@@ -1,81 +1,107 @@
-"""Data: seqio Tasks, vocabularies, and packed, host-sharded, exactly resumable batches.
+"""Data: prepared records (packed, tokenised rows read by global index), vocabularies, raw documents.
 
-  vocab = data.get_vocabulary(config.data)                 # seqio.Vocabulary; vocab.vocab_size
-  it = data.make_iterator(config, split="train")            # the global batches (what training reads)
-  batch = next(it)   # numpy [b, t] with b = train.batch_size // host_count, t = train.seq_len:
-                     #   inputs, targets, segment_ids (0 = padding), weights (float32)
-  state = it.get_state(); it.set_state(state)              # JSON-serialisable, exact resume
-  data.eval_batches(config, split="validation", num_batches=N)   # fixed list of batches
-  data.corpus_documents(config.data, split)                # raw document strings
+  rows = data.train_rows(config)          # what training reads
+  rows.rows(step, [r0, r1, ...])          # numpy [k, t]: rows r0, r1, ... of the global batch of step
+                                          #   `step` (0-based): inputs, targets, segment_ids (int32),
+                                          #   weights (float32); a pure function of (data.seed, step, r)
+  rows.state(step); rows.check_state(s)   # JSON-serialisable; resuming is a seek to a step
+  it = data.make_iterator(config)         # the whole global batches in order (get_state/set_state)
+  data.eval_batches(config, split="validation", num_batches=N)   # fixed list of global batches
+  data.corpus_documents(config.data, split)                      # raw document strings
+  vocab = data.get_vocabulary(config.data)                      # seqio.Vocabulary (eval, decoding)
 
-Multi-process training reads the global iterator (host_count=1) on every process and each process
-copies the shards of its devices (sharding.global_batch): the batch of step s and the iterator
-state are then independent of the number of processes. host_index/host_count give disjoint
-per-host document shares for other uses.
-Config (config.data): task (stdlib | files | tfds:<name> | mqar: synthetic recall, see data.mqar),
-vocab (byte | sentencepiece:<path> | cl100k_base), paths, text_key, txt_document, tfds_data_dir,
-tiktoken_file, val_fraction, seed.
-Importing this package imports TensorFlow (CPU only, 2 threads) and registers the default Tasks.
+Global batch. Row r of step s is record order[s·B + r] of the train split, where B =
+train.batch_size and order is Grain's index shuffle of the rows seeded by data.seed (a new
+permutation every epoch; data.records). The batch is defined by the config alone: each process
+reads only the rows its devices hold (linscale_jax.train.batches), and the same rows come back for
+any process count. Evaluation reads the first num_batches·B rows of the validation split in the
+order of data.seed (one pass; the last batch is padded with empty rows).
+
+Config (config.data): task (stdlib | files | tfds:<name> | records:<dir> | mqar), vocab (byte |
+sentencepiece:<path> | cl100k_base | hf:<tokenizer.json>), paths, text_key, txt_document,
+tfds_data_dir, tiktoken_file, val_fraction, seed. task=records:<dir> reads what
+`python -m linscale_jax.data.prepare` wrote; every other text task is prepared on first use into
+a local cache (data.cache: $LINSCALE_DATA_CACHE, else ~/.cache/linscale_jax/records).
+Importing this package does not import TensorFlow; seqio Tasks (get_task) and tfds inputs do.
 """
 
 from __future__ import annotations
 
 from typing import Iterator
 
-from linscale_jax.data import corpora, pipeline, tasks
+from linscale_jax.data import corpora, tokenize
 from linscale_jax.data.errors import DataError
-from linscale_jax.data.pipeline import DataIterator
-from linscale_jax.data.tasks import get_task
-from linscale_jax.data.vocab import get_vocabulary
+from linscale_jax.data.records import Records
+from linscale_jax.data.rows import RecordRows, StepIterator, check_model_vocab, open_records, records_dir
 
-__all__ = ["DataError", "DataIterator", "corpus_documents", "eval_batches", "get_task", "get_vocabulary",
-           "make_iterator"]
-
-tasks.register_defaults()
+__all__ = ["DataError", "Records", "RecordRows", "corpus_documents", "eval_batches", "get_task", "get_vocabulary",
+           "make_iterator", "open_records", "records_dir", "train_rows"]
 
 
-def make_iterator(config, split: str = "train", host_index: int = 0, host_count: int = 1) -> DataIterator:
-    """Infinite deterministic iterator of this host's packed batches (order fixed by config.data.seed)."""
-    b = pipeline.host_batch_size(config.train.batch_size, host_count, host_index)
+def get_task(data_config):
+    """The registered seqio.Task of a stdlib/files/tfds corpus (imports TensorFlow)."""
+    from linscale_jax.data import tasks
+
+    return tasks.get_task(data_config)
+
+
+def get_vocabulary(data_config):
+    """The seqio.Vocabulary named by data.vocab (imports TensorFlow); data.tokenize has the same ids."""
+    from linscale_jax.data import vocab
+
+    return vocab.get_vocabulary(data_config)
+
+
+def train_rows(config):
+    """The row source of training (see module docstring): records, or synthetic MQAR."""
     if config.data.task == "mqar":
         from linscale_jax.data import mqar
 
-        return mqar.make_iterator(config, split, b, host_index, host_count)
-    task = get_task(config.data)
-    pipeline.check_model_vocab(config, task.output_features["targets"].vocabulary)
-    return DataIterator(task, split=split, batch_size=b, seq_len=config.train.seq_len, seed=config.data.seed,
-                        host_index=host_index, host_count=host_count)
+        return mqar.MQARRows(config, "train")
+    return RecordRows(open_records(config, "train"), int(config.train.batch_size), int(config.data.seed))
 
 
-def eval_batches(config, split: str = "validation", num_batches: int = 4, host_index: int = 0,
-                 host_count: int = 1) -> list[dict]:
-    """The first `num_batches` batches of one pass over `split` (fewer if the split is short).
-
-    In-memory corpora (listed sorted by path) are read in the fixed permutation of data.seed, so a
-    few batches sample the whole split; tfds splits are read in their stored order.
-    """
-    b = pipeline.host_batch_size(config.train.batch_size, host_count, host_index)
+def make_iterator(config, split: str = "train") -> StepIterator:
+    """Infinite iterator of whole global batches of `split` (step 0, 1, ...)."""
     if config.data.task == "mqar":
         from linscale_jax.data import mqar
 
-        it = mqar.make_iterator(config, split, b, host_index, host_count)
-        return [next(it) for _ in range(num_batches)]
-    task = get_task(config.data)
-    pipeline.check_model_vocab(config, task.output_features["targets"].vocabulary)
-    it = DataIterator(task, split=split, batch_size=b, seq_len=config.train.seq_len, seed=config.data.seed,
-                      host_index=host_index, host_count=host_count,
-                      shuffle=isinstance(task.source, corpora.InMemorySource), repeat=False)
-    batches = [batch for batch, _ in zip(it, range(num_batches))]
-    pipeline.warn_short(batches, num_batches, task.name, split)
-    return batches
+        return StepIterator(mqar.MQARRows(config, split))
+    return StepIterator(RecordRows(open_records(config, split), int(config.train.batch_size), int(config.data.seed)))
+
+
+def eval_batches(config, split: str = "validation", num_batches: int = 4) -> list[dict]:
+    """The first `num_batches` global batches of one pass over `split` in data.seed's order
+    (fewer if the split is short; the last one padded with empty rows)."""
+    if config.data.task == "mqar":
+        from linscale_jax.data import mqar
+
+        rows = mqar.MQARRows(config, split)
+        return [rows.rows(i, range(rows.batch_size)) for i in range(num_batches)]
+    source = RecordRows(open_records(config, split), int(config.train.batch_size), int(config.data.seed))
+    return source.one_pass(num_batches)
 
 
 def corpus_documents(data_config, split: str = "train") -> Iterator[str]:
-    """Raw document strings of `split` in source order (unshuffled, untokenised)."""
-    source = get_task(data_config).source
-    if isinstance(source, corpora.InMemorySource):
-        yield from source.texts(split)
+    """Raw document strings of `split` in source order (unshuffled, untokenised); for
+    task=records:<dir>, the documents decoded from the records."""
+    kind = data_config.task
+    if kind == "stdlib":
+        for t in corpora.split_texts(corpora.stdlib_corpus(), split, data_config.val_fraction):
+            yield from corpora.pieces(t, corpora.STDLIB_PIECE_CHARS)
         return
+    if kind == "files":
+        yield from corpora.split_texts(corpora.files_corpus(data_config.paths, data_config.text_key,
+                                                            data_config.txt_document), split,
+                                       data_config.val_fraction)
+        return
+    if kind.startswith("records:"):
+        from linscale_jax.data import rows
+
+        yield from rows.record_documents(data_config, split)
+        return
+    from linscale_jax.data import tasks
+
     text_key = tasks.text_key(data_config)
-    for example in source.get_dataset(split=split, shuffle=False).as_numpy_iterator():
+    for example in get_task(data_config).source.get_dataset(split=split, shuffle=False).as_numpy_iterator():
         yield example[text_key].decode("utf-8")

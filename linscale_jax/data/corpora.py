@@ -8,9 +8,12 @@
           the files' pieces (`pieces`, STDLIB_PIECE_CHARS): runs of whole lines of about 1 KB cut
           at blank lines, so a shuffled batch mixes code from many modules instead of spending
           dozens of consecutive steps inside one long file.
-  files   local .txt / .jsonl files (data.paths: comma-separated files, directories or glob
-          patterns). jsonl: one JSON object per line, text under data.text_key. txt: documents are
+  files   local .txt, .jsonl (each also .gz or .zst compressed) and .parquet files (data.paths:
+          comma-separated files, directories or glob patterns). jsonl: one JSON object per line, text
+          under data.text_key; parquet: the string column data.text_key. txt: documents are
           blank-line separated paragraphs, lines, or whole files (data.txt_document).
+          `iter_file_documents` streams one file (what `prepare` reads); `files_corpus` holds all
+          in memory (what tokenizer training and the eval suites read).
 
 Every document has a stable id (stdlib: relative path; files: "<file name>:<n>"); a document belongs
 to the validation split when a hash of its id falls below data.val_fraction, so the split never
@@ -22,21 +25,22 @@ from __future__ import annotations
 import dataclasses
 import functools
 import glob
+import gzip
 import hashlib
+import io
 import json
 import os
 import re
 import sysconfig
+from typing import Iterator
 
-import numpy as np
-
-from linscale_jax.data._tf import seqio, tf
 from linscale_jax.data.errors import DataError
 
 SPLITS = ("train", "validation")
 STDLIB_SKIP_DIRS = {"site-packages", "dist-packages", "__pycache__", "test", "tests", "idle_test", "lib-dynload"}
 TXT_DOCUMENTS = ("paragraph", "line", "file")
 STDLIB_PIECE_CHARS = 1024
+FILE_TYPES = (".txt", ".jsonl", ".txt.gz", ".jsonl.gz", ".txt.zst", ".jsonl.zst", ".parquet")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,7 +103,7 @@ def stdlib_corpus(root: str | None = None) -> Corpus:
             if text.strip():
                 ids.append(os.path.relpath(path, root).replace(os.sep, "/"))
                 texts.append(text)
-    order = np.argsort(ids, kind="stable")  # sorted by relative path, independent of os.walk order
+    order = sorted(range(len(ids)), key=ids.__getitem__)  # by relative path, independent of os.walk order
     if not ids:
         raise DataError(f"no Python sources found under the standard library directory {root}")
     return Corpus(f"the stdlib corpus ({root})", tuple(ids[i] for i in order), tuple(texts[i] for i in order))
@@ -109,12 +113,13 @@ def expand_paths(paths: str) -> list[str]:
     """data.paths (comma-separated files, directories, glob patterns) -> sorted existing files."""
     entries = [p.strip() for p in paths.split(",") if p.strip()]
     if not entries:
-        raise DataError("data.task='files' needs data.paths: comma-separated .txt/.jsonl files, dirs or globs")
+        raise DataError("data.task='files' needs data.paths: comma-separated .txt/.jsonl[.gz|.zst]/.parquet "
+                        "files, directories or globs")
     files, missing = [], []
     for entry in entries:
         entry = os.path.expanduser(entry)
         if os.path.isdir(entry):
-            found = [p for ext in ("txt", "jsonl") for p in glob.glob(os.path.join(entry, "**", f"*.{ext}"), recursive=True)]
+            found = [p for ext in FILE_TYPES for p in glob.glob(os.path.join(entry, "**", f"*{ext}"), recursive=True)]
         elif any(c in entry for c in "*?["):
             found = glob.glob(entry, recursive=True)
         else:
@@ -123,29 +128,53 @@ def expand_paths(paths: str) -> list[str]:
     if missing:
         raise DataError(f"data files not found: {missing}; fix data.paths (comma-separated files, directories or globs)")
     for f in files:
-        if not f.endswith((".txt", ".jsonl")):
-            raise DataError(f"{f}: unsupported file type; data.paths takes .txt and .jsonl files")
+        if not f.endswith(FILE_TYPES):
+            raise DataError(f"{f}: unsupported file type; data.paths takes {', '.join(FILE_TYPES)} files")
     return files
 
 
+def _utf8_error(path: str, raw: bytes, e: UnicodeDecodeError, line: int | None = None) -> DataError:
+    line = raw[: e.start].count(b"\n") + 1 if line is None else line
+    return DataError(
+        f"{path}: not valid UTF-8 at byte offset {e.start} (line {line}, bytes {raw[e.start:e.start + 4]!r}). "
+        "Convert the file to UTF-8 (e.g. `iconv -f latin1 -t utf-8 IN > OUT`) or remove it from data.paths."
+    )
+
+
+def open_binary(path: str):
+    """A binary file object of `path`, decompressing .gz and .zst; raises DataError if missing."""
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        raise DataError(f"data file not found: {path}; fix data.paths / --input") from None
+    if path.endswith(".gz"):
+        return gzip.GzipFile(fileobj=f)
+    if path.endswith(".zst"):
+        import zstandard
+
+        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(f, closefd=True))
+    return f
+
+
 def read_utf8(path: str) -> str:
-    with open(path, "rb") as f:
-        raw = f.read()
+    with open_binary(path) as f:
+        try:
+            raw = f.read()
+        except (OSError, EOFError, ValueError) as e:  # truncated or corrupt compressed stream
+            raise DataError(f"{path}: cannot decompress ({e}); re-create or remove the file") from None
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        line = raw[: e.start].count(b"\n") + 1
-        raise DataError(
-            f"{path}: not valid UTF-8 at byte offset {e.start} (line {line}, bytes {raw[e.start:e.start + 4]!r}). "
-            "Convert the file to UTF-8 (e.g. `iconv -f latin1 -t utf-8 IN > OUT`) or remove it from data.paths."
-        ) from None
+        raise _utf8_error(path, raw, e) from None
 
 
-def file_documents(path: str, text_key: str, txt_document: str) -> list[str]:
-    text = read_utf8(path)
-    if path.endswith(".jsonl"):
-        docs = []
-        for n, line in enumerate(text.splitlines(), 1):
+def _jsonl_documents(path: str, text_key: str) -> Iterator[str]:
+    with open_binary(path) as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise _utf8_error(path, raw, e, n) from None
             if not line.strip():
                 continue
             try:
@@ -154,15 +183,47 @@ def file_documents(path: str, text_key: str, txt_document: str) -> list[str]:
                 raise DataError(f"{path}:{n} is not valid JSON ({e.msg}); each line must be one JSON object") from None
             if not isinstance(record, dict) or not isinstance(record.get(text_key), str):
                 raise DataError(f"{path}:{n}: no string field {text_key!r}; set data.text_key to the text field")
-            docs.append(record[text_key])
-        return docs
-    if txt_document == "paragraph":
-        return [p.strip("\r\n") for p in re.split(r"\n[ \t\r\f\v]*\n", text)]
-    if txt_document == "line":
-        return text.splitlines()
-    if txt_document == "file":
-        return [text]
-    raise DataError(f"unknown data.txt_document={txt_document!r}; use one of {TXT_DOCUMENTS}")
+            yield record[text_key]
+
+
+def _parquet_documents(path: str, text_key: str) -> Iterator[str]:
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+    except FileNotFoundError:
+        raise DataError(f"data file not found: {path}; fix data.paths / --input") from None
+    except Exception as e:  # pyarrow.ArrowInvalid and friends
+        raise DataError(f"{path}: not a readable Parquet file ({e}); re-create or remove it") from None
+    if text_key not in pf.schema_arrow.names:
+        raise DataError(f"{path}: no column {text_key!r} (columns: {pf.schema_arrow.names}); set data.text_key "
+                        "to the text column")
+    for batch in pf.iter_batches(columns=[text_key], batch_size=1024):
+        for text in batch.column(0).to_pylist():
+            if text is not None:
+                yield text
+
+
+def iter_file_documents(path: str, text_key: str = "text", txt_document: str = "paragraph") -> Iterator[str]:
+    """The documents of one file, streamed (see module docstring)."""
+    if txt_document not in TXT_DOCUMENTS:
+        raise DataError(f"unknown data.txt_document={txt_document!r}; use one of {TXT_DOCUMENTS}")
+    if path.endswith(".parquet"):
+        yield from _parquet_documents(path, text_key)
+    elif path.endswith((".jsonl", ".jsonl.gz", ".jsonl.zst")):
+        yield from _jsonl_documents(path, text_key)
+    else:
+        text = read_utf8(path)
+        if txt_document == "paragraph":
+            yield from (p.strip("\r\n") for p in re.split(r"\n[ \t\r\f\v]*\n", text))
+        elif txt_document == "line":
+            yield from text.splitlines()
+        else:
+            yield text
+
+
+def file_documents(path: str, text_key: str, txt_document: str) -> list[str]:
+    return list(iter_file_documents(path, text_key, txt_document))
 
 
 @functools.lru_cache(maxsize=8)
@@ -177,45 +238,3 @@ def files_corpus(paths: str, text_key: str = "text", txt_document: str = "paragr
     if not texts:
         raise DataError(f"no non-empty documents in data.paths={paths!r}; the files are empty or whitespace only")
     return Corpus(f"data.paths={paths!r}", tuple(ids), tuple(texts))
-
-
-class InMemorySource(seqio.FunctionDataSource):
-    """seqio source over an in-memory corpus: {"text": str} per document.
-
-    Shuffling is a full permutation of the split drawn from the seed (performs_internal_shuffling),
-    so no shuffle buffer is needed and resuming can skip examples before tokenisation. With
-    piece_chars > 0 the examples are the `pieces` of the split's documents (the split itself is
-    decided per document, so no document has pieces on both sides).
-    """
-
-    def __init__(self, load_corpus, val_fraction: float, piece_chars: int = 0):
-        self._load_corpus = load_corpus  # () -> Corpus, called lazily (listing costs I/O)
-        self._val_fraction = val_fraction
-        self._piece_chars = piece_chars
-        super().__init__(dataset_fn=self._dataset_fn, splits=SPLITS, caching_permitted=False)
-        self._performs_internal_shuffling = True
-
-    def texts(self, split: str) -> list[str]:
-        texts = split_texts(self._load_corpus(), split, self._val_fraction)
-        if self._piece_chars:
-            texts = [p for t in texts for p in pieces(t, self._piece_chars)]
-        return texts
-
-    def num_input_examples(self, split: str) -> int:
-        return len(self.texts(split))
-
-    def ordered_texts(self, split: str, shuffle: bool, seed: int | None) -> list[str]:
-        """The split's texts, permuted by `seed` when shuffling (the order of every pass over the source)."""
-        texts = self.texts(split)
-        if not shuffle:
-            return texts
-        return [texts[i] for i in np.random.default_rng(seed or 0).permutation(len(texts))]
-
-    def _dataset_fn(self, split: str, shuffle_files: bool, seed: int | None = None) -> tf.data.Dataset:
-        texts = self.ordered_texts(split, shuffle_files, seed)
-        return tf.data.Dataset.from_tensor_slices({"text": tf.constant(texts, tf.string)})
-
-    def get_dataset(self, split="train", shuffle=True, seed=None, shard_info=None, **unused):
-        if shard_info and shard_info.num_shards > 1:
-            raise ValueError("InMemorySource shards examples: use tf.data.Dataset.shard")
-        return self._dataset_fn(split=split, shuffle_files=shuffle, seed=seed)

@@ -91,51 +91,41 @@ def batch(rng: np.random.Generator, batch_size: int, seq_len: int, n_pairs, n_ke
     return to_batch(*sequences(rng, batch_size, seq_len, n_pairs, n_keys, n_values))
 
 
-class MQARIterator:
-    """Infinite iterator of MQAR batches; state = number of batches served (exact resume)."""
+class MQARRows:
+    """The row source of MQAR (the interface of data.rows.RecordRows): batch `step` of a split is
+    drawn from rng(data.seed, split, step), whole, and the requested rows are returned."""
 
-    def __init__(self, *, split: str, batch_size: int, seq_len: int, seed: int, n_pairs: list[int],
-                 n_keys: int, n_values: int, host_index: int = 0, host_count: int = 1):
+    kind = "mqar"
+
+    def __init__(self, config, split: str):
+        opts = options(config.data)
+        need = vocab_size(opts["n_keys"], opts["n_values"])
+        model = config.get("model")
+        if model is not None and model.get("vocab_size", need) < need:
+            raise DataError(f"model.vocab_size={model.vocab_size} < {need} MQAR ids (1 + n_keys + n_values); "
+                            f"lower data.mqar.n_keys/n_values or set --config.model.vocab_size={need}")
         if split not in SPLITS:
             raise DataError(f"MQAR split {split!r}: choose one of {sorted(SPLITS)}")
-        for p in n_pairs:
-            check(seq_len, p, n_keys, n_values)
-        self.split, self.batch_size, self.seq_len, self.seed = split, batch_size, seq_len, seed
-        self.n_pairs, self.n_keys, self.n_values = list(n_pairs), n_keys, n_values
-        self.host_index, self.host_count = host_index, host_count
-        self._batches = 0
+        self.seq_len, self.batch_size = int(config.train.seq_len), int(config.train.batch_size)
+        for p in opts["n_pairs"]:
+            check(self.seq_len, p, opts["n_keys"], opts["n_values"])
+        self.split, self.seed, self.opts = split, int(config.data.seed), opts
+        self.tokens_read = 0
 
-    def __iter__(self):
-        return self
+    def rows(self, step: int, row_ids) -> dict:
+        rng = np.random.default_rng([self.seed, SPLITS[self.split], int(step), 0, 1])
+        pairs = rng.choice(self.opts["n_pairs"], size=self.batch_size)
+        full = batch(rng, self.batch_size, self.seq_len, pairs, self.opts["n_keys"], self.opts["n_values"])
+        idx = np.asarray(list(row_ids), np.int64)
+        self.tokens_read += idx.size * self.seq_len
+        return {k: v[idx] for k, v in full.items()}
 
-    def __next__(self) -> dict:
-        rng = np.random.default_rng([self.seed, SPLITS[self.split], self._batches, self.host_index,
-                                     self.host_count])
-        pairs = rng.choice(self.n_pairs, size=self.batch_size)
-        self._batches += 1
-        return batch(rng, self.batch_size, self.seq_len, pairs, self.n_keys, self.n_values)
+    def state(self, step: int) -> dict:
+        return dict(kind="mqar", task="mqar", split=self.split, seed=self.seed, step=int(step))
 
-    def get_state(self) -> dict:
-        return dict(task="mqar", split=self.split, seed=self.seed, batches=self._batches,
-                    host_index=self.host_index, host_count=self.host_count)
-
-    def set_state(self, state: dict) -> None:
-        mine = self.get_state()
-        diff = {k: (state.get(k), mine[k]) for k in ("task", "split", "seed", "host_index", "host_count")
-                if state.get(k) != mine[k]}
+    def check_state(self, state: dict) -> None:
+        mine = self.state(0)
+        diff = {k: (state.get(k), mine[k]) for k in ("task", "split", "seed") if state.get(k) != mine[k]}
         if diff:
             raise DataError(f"MQAR iterator state does not match (saved, current): {diff}; resume with "
-                            "the same data.seed and host layout")
-        self._batches = int(state["batches"])
-
-
-def make_iterator(config, split: str, batch_size: int, host_index: int = 0,
-                  host_count: int = 1) -> MQARIterator:
-    opts = options(config.data)
-    need = vocab_size(opts["n_keys"], opts["n_values"])
-    model = config.get("model")
-    if model is not None and model.get("vocab_size", need) < need:
-        raise DataError(f"model.vocab_size={model.vocab_size} < {need} MQAR ids (1 + n_keys + n_values); "
-                        f"lower data.mqar.n_keys/n_values or set --config.model.vocab_size={need}")
-    return MQARIterator(split=split, batch_size=batch_size, seq_len=int(config.train.seq_len),
-                        seed=int(config.data.seed), host_index=host_index, host_count=host_count, **opts)
+                            "the same data.seed")

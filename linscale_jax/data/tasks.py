@@ -1,6 +1,6 @@
 """seqio Tasks for every corpus, one per (corpus, vocabulary, corpus options).
 
-Registered when the package is imported (byte vocabulary, default options):
+Registered when this module is imported (byte vocabulary, default options):
   linscale_stdlib                 the embedded default corpus (corpora.stdlib_corpus)
   linscale_c4, linscale_wikipedia, linscale_pg19, linscale_lm1b
                                   tfds corpora (read from the tfds data dir; never downloaded)
@@ -8,8 +8,8 @@ Other combinations (a SentencePiece or cl100k vocabulary, local files, a tfds da
 val_fraction) are registered on first use by `get_task(data_config)` under a name with a short hash.
 
 Every Task maps a document to {"targets": int32 [t]}: rekey the text field, then tokenize with the
-vocabulary and append EOS (one sequential map). The training pipeline reads the Task's source and runs
-the same tokenize + EOS in Python (pipeline.tokenizer); tests check both give the same ids.
+vocabulary and append EOS (one sequential map). Training reads prepared records instead, tokenised by
+data.tokenize with the same ids (tests check it); `prepare` reads tfds corpora through these Tasks.
 """
 
 from __future__ import annotations
@@ -18,12 +18,15 @@ import functools
 import hashlib
 import os
 
+import numpy as np
+
 from linscale_jax.data import corpora
 from linscale_jax.data._tf import seqio, tf
 from linscale_jax.data.errors import DataError
 from linscale_jax.data.vocab import cl100k_file, get_vocabulary, vocab_key
 
-TASK_FORMS = "stdlib | files | tfds:<name>[:<version>] (aliases: tfds:c4, tfds:wikipedia, tfds:pg19, tfds:lm1b)"
+TASK_FORMS = ("stdlib | files | tfds:<name>[:<version>] (aliases: tfds:c4, tfds:wikipedia, tfds:pg19, tfds:lm1b) | "
+              "records:<prepared dir> | mqar")
 # alias -> (tfds name, text field, {our split: tfds split}; None = carve validation from train)
 PUBLIC_TFDS = {
     "c4": ("c4/en:3.1.0", "text", {"train": "train", "validation": "validation"}),
@@ -32,6 +35,42 @@ PUBLIC_TFDS = {
     "lm1b": ("lm1b:1.1.0", "text", {"train": "train", "validation": "test"}),
 }
 DEFAULTS = dict(text_key="text", txt_document="paragraph", val_fraction=0.05, tfds_data_dir="", paths="")
+
+
+class InMemorySource(seqio.FunctionDataSource):
+    """seqio source over an in-memory corpus: {"text": str} per document.
+
+    Shuffling is a full permutation of the split drawn from the seed. With piece_chars > 0 the
+    examples are the `corpora.pieces` of the split's documents (the split itself is decided per
+    document, so no document has pieces on both sides).
+    """
+
+    def __init__(self, load_corpus, val_fraction: float, piece_chars: int = 0):
+        self._load_corpus = load_corpus  # () -> Corpus, called lazily (listing costs I/O)
+        self._val_fraction = val_fraction
+        self._piece_chars = piece_chars
+        super().__init__(dataset_fn=self._dataset_fn, splits=corpora.SPLITS, caching_permitted=False)
+        self._performs_internal_shuffling = True
+
+    def texts(self, split: str) -> list[str]:
+        texts = corpora.split_texts(self._load_corpus(), split, self._val_fraction)
+        if self._piece_chars:
+            texts = [p for t in texts for p in corpora.pieces(t, self._piece_chars)]
+        return texts
+
+    def num_input_examples(self, split: str) -> int:
+        return len(self.texts(split))
+
+    def _dataset_fn(self, split: str, shuffle_files: bool, seed: int | None = None) -> tf.data.Dataset:
+        texts = self.texts(split)
+        if shuffle_files:
+            texts = [texts[i] for i in np.random.default_rng(seed or 0).permutation(len(texts))]
+        return tf.data.Dataset.from_tensor_slices({"text": tf.constant(texts, tf.string)})
+
+    def get_dataset(self, split="train", shuffle=True, seed=None, shard_info=None, **unused):
+        if shard_info and shard_info.num_shards > 1:
+            raise ValueError("InMemorySource shards examples: use tf.data.Dataset.shard")
+        return self._dataset_fn(split=split, shuffle_files=shuffle, seed=seed)
 
 
 def _options(data_config) -> dict:
@@ -93,10 +132,10 @@ def _register(name: str, data_config) -> None:
     opts = _options(data_config)
     kind = data_config.task
     if kind == "stdlib":
-        source = corpora.InMemorySource(corpora.stdlib_corpus, opts["val_fraction"], corpora.STDLIB_PIECE_CHARS)
+        source = InMemorySource(corpora.stdlib_corpus, opts["val_fraction"], corpora.STDLIB_PIECE_CHARS)
     elif kind == "files":
         load = functools.partial(corpora.files_corpus, opts["paths"], opts["text_key"], opts["txt_document"])
-        source = corpora.InMemorySource(load, opts["val_fraction"])
+        source = InMemorySource(load, opts["val_fraction"])
     else:
         tfds_id = tfds_name(data_config)
         splits = PUBLIC_TFDS.get(kind[5:], (None, None, None))[2]
@@ -114,7 +153,7 @@ def _register(name: str, data_config) -> None:
             tokenize_with_eos,
         ],
         output_features={"targets": seqio.Feature(vocabulary, add_eos=True, dtype=tf.int32)},
-        shuffle_buffer_size=None if isinstance(source, corpora.InMemorySource) else 10_000,
+        shuffle_buffer_size=None if isinstance(source, InMemorySource) else 10_000,
     )
 
 
@@ -174,3 +213,6 @@ def register_defaults() -> None:
         cfg = ml_collections.ConfigDict(dict(DEFAULTS, task=task, vocab="byte"))
         if task_name(cfg) not in seqio.TaskRegistry.names():
             _register(task_name(cfg), cfg)
+
+
+register_defaults()

@@ -1,4 +1,5 @@
-"""The four architectures of the paper as Flax NNX modules (more register via models.registry).
+"""The four architectures of the paper as Flax NNX modules (more register via models.registry:
+a module in this package that calls `registry.register` is found and imported on import).
 
     from linscale_jax.models import build_model, ModelConfig
     cfg = ModelConfig.from_config(config.model)
@@ -11,7 +12,8 @@ from linscale_jax.models import registry
 from linscale_jax.models.build import build_model, model_class
 from linscale_jax.models.config import ModelConfig
 
-# The paper's four register themselves on import, in the paper's order (registry.ARCHS).
-from linscale_jax.models import llama, tnl, hgrn2, cosformer2  # noqa: E402,F401  isort: skip
+# Every module of this package that registers an architecture is imported here, found by
+# registry.discover (no list to edit): a new architecture is one file in linscale_jax/models/.
+registry.discover(__name__, __path__)
 
 __all__ = ["ModelConfig", "build_model", "model_class", "registry"]

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from kernels_pallas import linear_attention
+from kernels_pallas import DecayKind, linear_attention
 from kernels_pallas.linear_attention import seq_parallel
 from linscale_jax.axes import logical_to_spec
 from linscale_jax.models.config import ModelConfig
@@ -78,10 +78,10 @@ def run_linear_attention(cfg: ModelConfig, q, k, v, log_decay, segment_ids, cach
     b_ax, t_ax, h_ax = act[0], act[1], act[2]
     state_spec = P(b_ax, h_ax, None, None)
     args, specs = [q, k, v], [act, act, P(b_ax, t_ax, h_ax, None)]
-    kind = "none" if log_decay is None else ("head" if log_decay.ndim == 1 else "data")
-    if kind != "none":
+    kind = DecayKind.of(log_decay)
+    if log_decay is not None:
         args.append(log_decay)
-        specs.append(P(h_ax) if kind == "head" else act)
+        specs.append(act if kind.per_token else P(h_ax))
     if segment_ids is not None:
         args.append(segment_ids)
         specs.append(P(b_ax, t_ax))
@@ -97,7 +97,7 @@ def run_linear_attention(cfg: ModelConfig, q, k, v, log_decay, segment_ids, cach
         xs = [_vary(x, manual) for x in xs]
         q, k, v = xs[:3]
         rest = xs[3:]
-        ld = rest.pop(0) if kind != "none" else None
+        ld = rest.pop(0) if log_decay is not None else None
         seg = rest.pop(0) if segment_ids is not None else None
         c = rest.pop(0) if cache is not None else None
         o, state = _local_attention(cfg, q, k, v, ld, seg, c, t_ax)

@@ -11,15 +11,23 @@ chunked linear attention (min(C, n)). The shared terms live in linscale_jax.mode
 Table 1's N = 12·l·d² + `paper_params_extra`, C/D = 72·l·d²·(1 + `paper_flops_x`); the exact
 forward FLOPs per token = l·(2·4d² + 2·3dg + `layer_flops`) + 2dv + `once_flops` (see its doc).
 
-The paper's four register when `linscale_jax.models` is imported (llama, tnl, hgrn2, cosformer2,
-in that order). A new architecture is one module that defines its mixer and calls `register`.
+Importing `linscale_jax.models` imports every module of the package whose source calls
+`registry.register(` (`discover`), so a new architecture is one module in linscale_jax/models/ that
+defines its mixer and registers it; nothing else lists the modules. ARCHS gives the paper's four
+first, in the paper's order (PAPER_ORDER: llama, tnl, hgrn2, cosformer2), then the others in the
+order they registered.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import importlib
+import importlib.util
+import pkgutil
+from collections.abc import Iterable, Sequence
 from typing import Any, Callable
+
+PAPER_ORDER = ("llama", "tnl", "hgrn2", "cosformer2")  # Table 1's order: the baseline, then TNL, HGRN2, cosFormer2
 
 
 def _no_flops(cfg, seq_len: int, chunk: int) -> float:
@@ -89,21 +97,52 @@ def get(name: str) -> ArchSpec:
     try:
         return _REGISTRY[name]
     except KeyError:
-        raise ValueError(f"unknown architecture {name!r}; choose one of {tuple(_REGISTRY)} "
+        raise ValueError(f"unknown architecture {name!r}; choose one of {_ordered()} "
                          "(a new one registers with linscale_jax.models.registry.register).") from None
 
 
+def discover(package: str, path: Iterable[str]) -> list[str]:
+    """Import each module `package.<name>` found on `path` (a package's __path__) whose source
+    registers an architecture (calls `registry.register(`); modules starting with "_" are skipped.
+    The paper's four (modules named as in PAPER_ORDER) are imported first, in that order, then the
+    others by name, so registration order agrees with ARCHS. Returns the imported module names."""
+    rank = {name: i for i, name in enumerate(PAPER_ORDER)}
+    found = []
+    modules = sorted(pkgutil.iter_modules(list(path)), key=lambda m: (rank.get(m.name, len(rank)), m.name))
+    for info in modules:
+        if info.ispkg or info.name.startswith("_"):
+            continue
+        name = f"{package}.{info.name}"
+        if name == __name__:
+            continue
+        spec = importlib.util.find_spec(name)
+        source = spec.loader.get_source(name) if spec and spec.loader else None
+        if source and "registry.register(" in source:
+            importlib.import_module(name)
+            found.append(name)
+    return found
+
+
+def _ordered() -> tuple[str, ...]:
+    paper = [n for n in PAPER_ORDER if n in _REGISTRY]
+    return tuple(paper) + tuple(n for n in _REGISTRY if n not in PAPER_ORDER)
+
+
 class _Names(Sequence):
-    """The registered names, in registration order, as a live read-only tuple-like view."""
+    """The registered names as a live read-only tuple-like view: the paper's four in PAPER_ORDER,
+    then the others in registration order."""
 
     def __getitem__(self, i):
-        return tuple(_REGISTRY)[i]
+        return _ordered()[i]
 
     def __len__(self):
         return len(_REGISTRY)
 
     def __contains__(self, name):
         return name in _REGISTRY
+
+    def __iter__(self):
+        return iter(_ordered())
 
     def __eq__(self, other):
         return tuple(self) == (tuple(other) if isinstance(other, (tuple, list, _Names)) else other)

@@ -107,8 +107,9 @@ def list_steps(workdir) -> list[int]:
     return sorted(steps)
 
 
-def _resolve(workdir, step):
-    """Accept a workdir or a checkpoint dir (workdir/checkpoints/<step>)."""
+def resolve(workdir, step):
+    """(workdir, step) from a workdir or a checkpoint dir (workdir/checkpoints/<step>: its step
+    unless `step` is given)."""
     p = as_path(workdir)
     if p.name.isdigit() and p.parent.name == contract.CHECKPOINTS and not (p / contract.CHECKPOINTS).is_dir():
         return p.parent.parent, int(p.name) if step is None else step
@@ -116,7 +117,7 @@ def _resolve(workdir, step):
 
 
 def load_metadata(workdir, step: int) -> dict:
-    workdir, step = _resolve(workdir, step)
+    workdir, step = resolve(workdir, step)
     meta = _read_metadata(ckpt_dir(workdir) / str(step))
     if meta is None:
         raise FileNotFoundError(
@@ -261,7 +262,7 @@ def load_model(workdir, step: int | None = None, devices=None):
     mesh and process count wrote the checkpoint."""
     from linscale_jax.models import ModelConfig
 
-    workdir, step = _resolve(workdir, step)
+    workdir, step = resolve(workdir, step)
     if not as_path(workdir).is_dir():
         raise FileNotFoundError(f"workdir {workdir} does not exist.")
     steps = list_steps(workdir)

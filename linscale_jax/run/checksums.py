@@ -78,7 +78,7 @@ def structural_problem(step_dir) -> str | None:
     if not any(step_dir.iterdir()):
         return "empty step directory"
     try:
-        json.loads((step_dir / "metadata" / "metadata").read_text())
+        json.loads((step_dir / contract.CHECKPOINT_METADATA).read_text())
     except OSError:
         return "metadata missing or unreadable"
     except ValueError:

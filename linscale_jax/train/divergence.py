@@ -8,7 +8,7 @@ A loss is *exploding* when it exceeds FACTOR x the running loss (the median of t
 finite, non-exploding losses). The row logged at step s holds the loss of update s, i.e. the loss
 of the parameters after step s-1; so checkpoint s is good when the loss computed on its parameters
 (the loss of step s+1) is finite and within FACTOR of the running loss, and its parameters are
-finite. Checkpoints saved before this session are judged by the loss and running loss stored in
+finite. Checkpoints saved before this process started are judged by the loss and running loss stored in
 their metadata. The trainer waits for pending async saves, then names the newest good checkpoint
 and the exact command that resumes from it (`--resume_step=N`) with a lower learning rate;
 `--resume_step` moves the later (diverged) checkpoints aside, so the rerun cannot pick them up.
@@ -70,7 +70,7 @@ class Monitor:
         """Whether checkpoint `step` (with its stored metadata) is a safe place to resume."""
         if step in self.healthy_after:
             return self.healthy_after[step] and self.params_ok.get(step, True)
-        if step > self.start:  # saved in this session, its loss not seen yet: unknown
+        if step > self.start:  # saved by this process, its loss not seen yet: unknown
             return False
         if step == self.start and self.start in self.healthy_after:
             return self.healthy_after[self.start]

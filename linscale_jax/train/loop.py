@@ -31,14 +31,13 @@ from jax.sharding import NamedSharding, PartitionSpec
 from linscale_jax.run import async_save
 from linscale_jax.run import checkpoint as ckpt
 from linscale_jax.train import divergence
+from linscale_jax.train.batches import BATCH_KEYS, GlobalBatches
 from linscale_jax.train import metrics as metrics_lib
 from linscale_jax.dist import distributed
 from linscale_jax.train import optim
 from linscale_jax.run import integrity
 from linscale_jax.dist import sharding
 from linscale_jax.models import ModelConfig
-
-BATCH_KEYS = ("inputs", "targets", "segment_ids", "weights")
 
 
 NonFiniteLossError = divergence.DivergenceError  # NaN/inf or exploding loss; checkpoints are kept
@@ -152,6 +151,12 @@ def _key(config, mesh):
     return json.dumps([x.to_json() if hasattr(x, "to_json") else x for x in sections]), mesh
 
 
+def compiled(config, mesh):
+    """The shardings and jitted init / train / eval functions of `config` on `mesh` (cached: runs
+    with the same model, optimizer, steps, seed and mesh in one process share their compilations)."""
+    return _compiled(_key(config, mesh))
+
+
 @functools.lru_cache(maxsize=8)
 def _compiled(key):
     """Shardings and jitted functions of a (model, optimizer, mesh); cached so that repeated runs
@@ -249,10 +254,11 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
     if seq_len > model_cfg.max_seq_len:
         raise ValueError(f"train.seq_len={seq_len} exceeds model.max_seq_len={model_cfg.max_seq_len}.")
 
-    # every process packs the same global batch and keeps the rows its devices hold
-    it = data.make_iterator(config, split="train")  # data errors surface before compiling
-    fns = _compiled(_key(config, mesh))
+    rows = data.train_rows(config)  # data errors surface before compiling
+    fns = compiled(config, mesh)
     abs_params, abs_opt, init_opt, b_shard = fns.abs_params, fns.abs_opt, fns.init_opt, fns.b_shard
+    batches = GlobalBatches(rows, b_shard)  # batches(s): the global batch of update s + 1; each
+    #                                         process reads only the rows its devices hold
     rest = fns.rest()
 
     mngr = ckpt.manager(workdir, config.checkpoint)
@@ -266,7 +272,7 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
         if opt_state is None:
             opt_state = init_opt(params)
     elif init_from:
-        src_dir, src_step = ckpt._resolve(init_from, None)
+        src_dir, src_step = ckpt.resolve(init_from, None)
         steps = ckpt.list_steps(src_dir)
         if not steps:
             raise FileNotFoundError(f"--init_from={init_from}: no complete checkpoint there.")
@@ -284,9 +290,7 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
         opt_state = init_opt(params)
 
     if data_state is not None:
-        it.set_state(data_state)
-    elif step > 0:
-        _say(f"Checkpoint step {step} has no data-iterator state: data starts from the beginning.")
+        batches.check_state(data_state)  # the batches themselves follow from the step (a seek)
 
     step_fn, eval_fn = fns.step_fn, fns.eval_fn
 
@@ -310,7 +314,7 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
     losses, pending, stopped = {}, [], None
     monitor = divergence.Monitor(step)
     saving = async_save.Pending(mngr, workdir)  # a failed background write stops the step it fails
-    batch0 = to_global(next(it)) if step < total else None
+    batch0 = batches(step) if step < total else None
     t_compile = time.perf_counter()
     if batch0 is not None:  # compile before the clock starts: the first progress line is a real rate
         step_fn.lower(params, opt_state, rest, batch0).compile()
@@ -343,7 +347,7 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
     try:
         with _Sigterm() as term:
             while step < total:
-                batch, batch0 = (batch0 if batch0 is not None else to_global(next(it))), None
+                batch, batch0 = (batch0 if batch0 is not None else batches(step)), None
                 params, opt_state, m = step_fn(params, opt_state, rest, batch)
                 step += 1
                 saving.check(step)
@@ -366,7 +370,7 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
                     guard.record_checksums(mngr.all_steps())
                     extra = dict(guard.metadata, **monitor.health_metadata(step, losses.get(step)))
                     ckpt.save(mngr, step, params, ckpt.make_metadata(config, step, extra),
-                              opt_state=opt_state, data_state=it.get_state())
+                              opt_state=opt_state, data_state=batches.state(step))
                     saving.started(step)
                 if preempted:
                     stopped = term.name or "SIGTERM"

@@ -170,8 +170,9 @@ def test_clear_errors(run_dir, tmp_path):
 
 
 def test_corrupt_checkpoint_is_skipped_by_eval_and_refused_by_generate(run_dir, tmp_path, capsys):
-    """Issue 14: flipped bytes in one checkpoint used to abort the whole evaluation, and generate
-    printed an empty continuation with rc 0; generate now also names the step it loaded."""
+    """Flipped bytes in one checkpoint: eval skips that checkpoint (the others are evaluated) and
+    generate refuses it with a one-line error instead of an empty continuation with rc 0; generate
+    names the step it loaded."""
     from eval.generate import main as generate_main
 
     assert generate_main([f"--workdir={run_dir}", "--prompt=a", "--max_new_tokens=2"]) == 0

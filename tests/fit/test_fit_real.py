@@ -1,6 +1,6 @@
-"""Reproduce published fits on real data in ../shared/data (see each file's .source.md).
+"""Reproduce published fits on the real data shipped in fit/data (see each file's .source.md).
 
-Tolerances (stated here because the sidecars point to a fit.md that is not shipped):
+Tolerances:
 - Chinchilla Fig. 4 (Epoch digitisation, 240 rows after dropping the 5 highest losses), approach 3:
   vs Epoch's grid + L-BFGS-B fit (same objective, same grid): A, B within 0.1%, E, alpha, beta
   within 1e-3, summed Huber within 1e-9; vs Besiroglu et al.'s headline (a Huber-likelihood MLE):
@@ -15,30 +15,16 @@ Tolerances (stated here because the sidecars point to a fit.md that is not shipp
 
 import csv
 from collections import defaultdict
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from fit import approach1, approach2, approach3, bootstrap, powerlaw
+from fit import approach1, approach2, approach3, bootstrap, powerlaw, reference
 from fit.table import FitError, from_columns
 
 
-def _data_dir() -> Path | None:
-    repo_root = Path(__file__).resolve().parents[2]
-    for d in (repo_root.parent / "shared" / "data", Path("/work/shared/data")):
-        if d.is_dir():
-            return d
-    return None
-
-
-DATA = _data_dir()
-pytestmark = pytest.mark.skipif(
-    DATA is None, reason="shared/data not found beside the repository (nor /work/shared/data)")
-
-
 def _rows(name):
-    with open(DATA / name, newline="", encoding="utf-8") as fh:
+    with open(reference.path(name), newline="", encoding="utf-8") as fh:
         return list(csv.DictReader(fh))
 
 

@@ -11,35 +11,49 @@ from kernels_pallas.linear_attention import config
 
 
 def test_default_chunk_size_per_backend():
+    """The documented defaults, written out (not read back from the table they come from)."""
     assert default_chunk_size("pallas", "tpu") == config.DEFAULTS["tpu"].chunk_size == 128
-    assert default_chunk_size("xla", "cpu") == config.XLA_CHUNK["cpu"]
-    assert default_chunk_size("xla", "tpu") == config.XLA_CHUNK["tpu"]
+    assert default_chunk_size("xla", "cpu") == 16
+    assert default_chunk_size("xla", "tpu") == 128
+    assert default_chunk_size("xla", "gpu") == 64
     # CPU: the key head dim, rounded up to a power of two, clamped to [16, 64]; other backends fixed
     for key_dim, chunk in ((4, 16), (8, 16), (20, 32), (32, 32), (64, 64), (128, 64), (256, 64)):
         assert default_chunk_size("xla", "cpu", key_dim=key_dim) == chunk, key_dim
-    assert default_chunk_size("xla", "tpu", key_dim=8) == config.XLA_CHUNK["tpu"]
-    assert default_chunk_size("xla", "gpu", key_dim=256) == config.XLA_CHUNK["gpu"]
+    assert default_chunk_size("xla", "tpu", key_dim=8) == 128
+    assert default_chunk_size("xla", "gpu", key_dim=256) == 64
     assert default_chunk_size("pallas", "tpu", key_dim=8) == 128
     assert config.xla_block_len(64, "cpu") % 64 == 0
     assert config.xla_block_len(64, "tpu") is None
 
 
-@pytest.mark.parametrize("key_dim", [4, 64])
-def test_chunk_size_none_is_the_backend_default(key_dim):
-    """chunk_size=None resolves from the backend and q's key head dim (CPU: 16 at k = 4, 64 at
-    k = 64); a chunk of 16 at k = 64 rounds differently, so the test sees which one ran."""
+@pytest.mark.parametrize("key_dim,chunk", [(4, 16), (64, 64)])
+def test_chunk_size_none_is_the_backend_default(key_dim, chunk, monkeypatch):
+    """chunk_size=None on CPU runs the xla form with the chunk written here (16 at k = 4, 64 at
+    k = 64): the chunk the form receives is recorded, its output is bit-equal to an explicit call
+    with that chunk, and a call with another chunk (32) rounds differently, so a wrong default
+    would show in the output as well as in the recorded chunk."""
+    from kernels_pallas.linear_attention import xla
+
+    used = []
+
+    def spy(*args, chunk_size, **kw):
+        used.append(chunk_size)
+        return real(*args, chunk_size=chunk_size, **kw)
+
+    real = xla.linear_attention_xla
+    monkeypatch.setattr(xla, "linear_attention_xla", spy)
     rng = np.random.default_rng(0)
     q, k = (jnp.asarray(0.3 * rng.standard_normal((1, 150, 2, key_dim)), jnp.float32) for _ in range(2))
     v = jnp.asarray(rng.standard_normal((1, 150, 2, 4)), jnp.float32)
     ld = jnp.array([-0.1, -1.0])
-    got = linear_attention(q, k, v, log_decay=ld, impl="xla")
-    chunk = default_chunk_size("xla", key_dim=key_dim)
-    want = linear_attention(q, k, v, log_decay=ld, impl="xla", chunk_size=chunk)
-    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
-    if chunk != 16:
-        other = linear_attention(q, k, v, log_decay=ld, impl="xla", chunk_size=16)
-        assert not np.array_equal(np.asarray(got), np.asarray(other))
-        np.testing.assert_allclose(np.asarray(got), np.asarray(other), rtol=1e-4, atol=1e-4)
+    got = np.asarray(linear_attention(q, k, v, log_decay=ld, impl="xla"))
+    assert used == [chunk]
+    want = np.asarray(linear_attention(q, k, v, log_decay=ld, impl="xla", chunk_size=chunk))
+    other = np.asarray(linear_attention(q, k, v, log_decay=ld, impl="xla", chunk_size=32))
+    assert used == [chunk, chunk, 32]
+    np.testing.assert_array_equal(got, want)
+    assert not np.array_equal(got, other)
+    np.testing.assert_allclose(got, other, rtol=1e-4, atol=1e-4)
 
 
 def test_decay_kind_by_name():

@@ -102,12 +102,17 @@ def test_pallas_matches_reference_and_xla_fp32(kind):
     check_close(got, chunked, 1e-4, f"fp32 {kind} vs xla")
 
 
-def test_pallas_matches_reference_bf16_data_decay():
-    """bf16 q, k, v (fp32 state and accumulators): o and dq, dk, dv are rounded to bf16, one
-    rounding step being 2^-8 ~ 4e-3 of a value, so 1e-2 of the largest entry (measured: bf16
-    results identical to the reference's, fp32 ones within 3e-7)."""
+def test_pallas_matches_reference_bf16_inputs_f32_matmuls():
+    """bf16 q, k, v with matmul_dtype=float32 (the reference path: f32 operands at HIGHEST, fp32
+    state and accumulators): o and dq, dk, dv are rounded to bf16, one rounding step being
+    2^-8 ~ 4e-3 of a value, so 1e-2 of the largest entry (measured: bf16 results identical to the
+    reference's, fp32 ones within 3e-7). The bf16-operand path: test_pallas_tpu.py."""
     args, cts = make_inputs("data", dtype=jnp.bfloat16, t=48, seed=1)
-    got = values_and_grads(pallas_fn, args, cts)
+
+    def f32_matmuls(q, k, v, d, s0):
+        return linear_attention_pallas(q, k, v, d, s0, chunk_size=CHUNK, matmul_dtype=jnp.float32)
+
+    got = values_and_grads(f32_matmuls, args, cts)
     want = values_and_grads(linear_attention_reference, args, cts)
     assert got[0][0].dtype == jnp.bfloat16 and got[0][1].dtype == jnp.float32
     check_close(got, want, 1e-2, "bf16 data")
@@ -135,16 +140,21 @@ def test_bad_inputs_raise_clear_errors():
 def test_kernels_lower_to_mosaic_for_tpu():
     """jax.export for platform "tpu" from this CPU host runs the Pallas -> Mosaic lowering of all
     24 kernels (3 decay kinds x without / with segment starts x forward, intra, dq sweep, reverse
-    sweep; bf16, head dim 128). The Mosaic compiler itself (libtpu) is not available here; a TPU
-    run is the next step."""
+    sweep; bf16, head dim 128). The Mosaic payloads, decoded, carry a cost estimate each, and every
+    matmul takes bf16 operands with f32 accumulation except the data decay's log-decay range sums
+    (a 0/1 [C, C] or [s*s, s] mask times float32 log decays, at fp32 contract precision). The
+    Mosaic compiler itself (libtpu) is not available here."""
+    from mosaic_payload import is_bf16, tpu_kernels
+
     b, t, h, d = 1, 256, 2, 128
+    chunk, sub = 128, 16
     sds = jax.ShapeDtypeStruct
 
     def loss(q, k, v, head_decay, data_decay, s0, starts):
         total = 0.0
         for decay in (None, head_decay, data_decay):
             for st in (None, starts):
-                o, s = linear_attention_pallas(q, k, v, decay, s0, st, chunk_size=128,
+                o, s = linear_attention_pallas(q, k, v, decay, s0, st, chunk_size=chunk,
                                                interpret=False)
                 total = total + jnp.sum(o.astype(jnp.float32)) + jnp.sum(s)
         return total
@@ -154,7 +164,21 @@ def test_kernels_lower_to_mosaic_for_tpu():
     exported = jax.export.export(step, platforms=["tpu"])(
         act, act, act, sds((h,), jnp.float32), sds((b, t, h, d), jnp.float32),
         sds((b, h, d, d), jnp.float32), sds((b, t), jnp.bool_))
-    assert exported.mlir_module().count("stablehlo.custom_call @tpu_custom_call") == 24
+    mlir_text = exported.mlir_module()
+    assert mlir_text.count("stablehlo.custom_call @tpu_custom_call") == 24
+    kernels = tpu_kernels(mlir_text)
+    assert len(kernels) == 24
+    masks = {f"vector<{chunk}x{chunk}xf32>", f"vector<{sub * sub}x{sub}xf32>"}
+    with_range_sums = 0
+    for kern in kernels:
+        cost = kern["cost_estimate"]
+        assert cost and cost["flops"] > 0 and cost["bytes_accessed"] > 0, cost
+        assert kern["matmuls"]
+        f32 = [m for m in kern["matmuls"] if not is_bf16(m)]
+        assert all(m[3] and m[0] in masks for m in f32), f32  # only the range sums stay f32
+        assert any(is_bf16(m) for m in kern["matmuls"])
+        with_range_sums += bool(f32)
+    assert with_range_sums == 8  # the data decay's 4 kernels, without and with segments
     with pytest.raises(ValueError, match="multiple of 128"):
         linear_attention_pallas(jnp.zeros((1, 32, 2, 64)), jnp.zeros((1, 32, 2, 64)),
                                 jnp.zeros((1, 32, 2, 64)), interpret=False)

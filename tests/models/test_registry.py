@@ -1,14 +1,23 @@
-"""The architecture registry: a fifth architecture defined in this one file -- a plain causal linear
-attention (no gate, no decay, no positional encoding) -- registers, and describe, the trainer and
-eval accept it with no other file changed. Also: the paper's four are the registry's keys in the
-paper's order, and an unknown arch is a clear error everywhere it is named.
+"""The architecture registry: a fifth architecture defined in one file, tests/models/plainlin.py -- a
+plain causal linear attention (no gate, no decay, no positional encoding) -- is discovered when that
+file sits in linscale_jax/models/ (shown in a copy of the packages, in a fresh interpreter: it is
+registered, sized by the ladder and linear, i.e. softmax_block=False), and describe, the trainer and
+eval accept it with no other file changed.
+Also: the paper's four are the registry's keys in the paper's order whatever order they register
+in, and an unknown arch is a clear error everywhere it is named.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -24,58 +33,69 @@ from linscale_jax.train import loop as trainer
 from linscale_jax.run import checkpoint as ckpt
 from linscale_jax.config import ARCHS
 from linscale_jax.models import ModelConfig, build_model, registry, sizes
-from linscale_jax.models.layers import KeyGen, Linear, make_norm, merge_heads, split_heads
-from linscale_jax.models.linear_common import linear_attention_flops, run_linear_attention, zero_state
 
-# ---------------------------------------------------------------------------------------------------
-# The fifth architecture: everything it needs is below (mixer + registry entry).
-
-
-class PlainLinearAttention(nnx.Module):
-    """Q = elu(X̄ W_q) + 1, K = elu(X̄ W_k) + 1, V = X̄ W_v; S_t = S_{t-1} + k_tᵀ v_t, o_t = q_t S_t
-    (per head, no decay); output SimpleRMSNorm(concat_heads(o)) W_o. x [b,t,d] -> [b,t,d]."""
-
-    def __init__(self, cfg: ModelConfig, *, keys: KeyGen):
-        d, std = cfg.d_model, cfg.init_std
-        self.wq = Linear(d, d, keys=keys, std=std, axes=("embed", "heads"))
-        self.wk = Linear(d, d, keys=keys, std=std, axes=("embed", "heads"))
-        self.wv = Linear(d, d, keys=keys, std=std, axes=("embed", "heads"))
-        self.wo = Linear(d, d, keys=keys, std=std, axes=("heads", "embed"))
-        self.out_norm = make_norm(cfg, cfg.out_norm_eps)
-        self.cfg = cfg
-
-    def __call__(self, x, *, positions, segment_ids, cache, extra):
-        h = self.cfg.n_heads
-        q = jax.nn.elu(split_heads(self.wq(x), h)) + 1
-        k = jax.nn.elu(split_heads(self.wk(x), h)) + 1
-        v = split_heads(self.wv(x), h)
-        o, cache = run_linear_attention(self.cfg, q, k, v, None, segment_ids, cache)  # no decay
-        return self.wo(self.out_norm(merge_heads(o))), cache
-
-    def init_cache(self, batch_size: int, max_len: int):
-        e = self.cfg.head_dim
-        return zero_state(batch_size, self.cfg.n_heads, e, e)
-
-
-PLAIN = registry.ArchSpec(
-    name="plainlin",
-    mixer=PlainLinearAttention,  # model=None: the plain Decoder builds this mixer in every block
-    # Table 1: q, k, v, o and the GLU are the 12·l·d² (nothing else); x: HGRN2's k = e state term
-    # 1/(3h) with the llama/TNL subleading 5/(18d).
-    paper_params_extra=lambda l, d, h: 0,
-    paper_flops_x=lambda d, h, n: 1 / (3 * h) + 5 / (18 * d),
-    layer_flops=lambda cfg, n, chunk: linear_attention_flops(cfg.n_heads, cfg.head_dim,
-                                                             cfg.head_dim, chunk),
-)
-
-# ---------------------------------------------------------------------------------------------------
+REPO = Path(__file__).resolve().parents[2]
+PLAINLIN = Path(__file__).with_name("plainlin.py")  # the fifth architecture's one file
+PACKAGES = ("linscale_jax", "kernels_pallas", "eval", "fit", "study")
 
 
 @pytest.fixture(scope="module")
 def plain():
-    registry.register(PLAIN)
-    yield PLAIN
-    registry.unregister(PLAIN.name)
+    """Import plainlin.py, which registers it (as the package's discovery would); unregister after."""
+    spec = importlib.util.spec_from_file_location("plainlin_under_test", PLAINLIN)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    yield module.PLAIN
+    registry.unregister(module.PLAIN.name)
+
+
+def test_fifth_arch_module_is_discovered_in_the_models_package(tmp_path):
+    """Copy the packages, drop plainlin.py into linscale_jax/models/ (the one file a fifth linear
+    architecture adds), and in a fresh interpreter on that copy: the registry has it after the
+    paper's four, the size ladder and Table-1 sizes cover it, and it counts as linear."""
+    root = tmp_path / "repo"
+    for pkg in PACKAGES:
+        shutil.copytree(REPO / pkg, root / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(PLAINLIN, root / "linscale_jax" / "models" / "plainlin.py")
+    probe = (
+        "import json, sys\n"
+        "from linscale_jax.models import registry, sizes\n"
+        "import linscale_jax.models.plainlin as m\n"
+        "print(json.dumps(dict(archs=list(registry.ARCHS), file=m.__file__,\n"
+        "    linear=[a for a in registry.ARCHS if not registry.get(a).softmax_block],\n"
+        "    ladder=sizes.ladder_model('plainlin', 'd64')['n_layers'])))\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"JAX_PLATFORMS": "cpu"}
+    out = subprocess.run([sys.executable, "-c", probe], cwd=root, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert Path(got["file"]).resolve() == (root / "linscale_jax/models/plainlin.py").resolve()
+    assert got["archs"] == ["llama", "tnl", "hgrn2", "cosformer2", "plainlin"]
+    assert got["linear"] == ["tnl", "hgrn2", "cosformer2", "plainlin"]
+    assert got["ladder"] == 3
+
+
+def test_discover_imports_only_registering_modules_and_archs_keep_the_paper_order(tmp_path):
+    """registry.discover imports a package's modules that call registry.register (not helpers, not
+    _private ones), and ARCHS puts the paper's four first in the paper's order even when a new
+    architecture registers before them."""
+    pkg = tmp_path / "archpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "helper.py").write_text("raise AssertionError('helpers are not imported')\n")
+    (pkg / "_private.py").write_text("registry.register(None)  # skipped: private\n")
+    (pkg / "aaa.py").write_text(PLAINLIN.read_text())  # sorts (and registers) before the paper's
+    sys.path.insert(0, str(tmp_path))
+    try:
+        found = registry.discover("archpkg", [str(pkg)])
+        assert found == ["archpkg.aaa"]
+        assert tuple(ARCHS) == ("llama", "tnl", "hgrn2", "cosformer2", "plainlin")
+    finally:
+        registry.unregister("plainlin")
+        sys.path.remove(str(tmp_path))
+        for name in [n for n in sys.modules if n == "archpkg" or n.startswith("archpkg.")]:
+            del sys.modules[name]
+    assert "plainlin" not in ARCHS
 
 
 def test_paper_four_are_the_registry_keys_in_order():
@@ -100,10 +120,10 @@ def test_unknown_arch_is_a_clear_error():
     with pytest.raises(FitError, match=r"no fit for arch 'plainlin' \(Table 3 covers llama, tnl"):
         paper.law("plainlin", "L_C")  # fit/ holds the paper's published fits: data keyed by name
     with pytest.raises(ValueError, match="already registered"):
-        registry.register(registry.ArchSpec(name="tnl", mixer=PlainLinearAttention,
-                                            paper_params_extra=PLAIN.paper_params_extra,
-                                            paper_flops_x=PLAIN.paper_flops_x,
-                                            layer_flops=PLAIN.layer_flops))
+        registry.register(registry.ArchSpec(name="tnl", mixer=nnx.Module,
+                                            paper_params_extra=lambda l, d, h: 0,
+                                            paper_flops_x=lambda d, h, n: 0.0,
+                                            layer_flops=lambda cfg, n, chunk: 0.0))
 
 
 def test_fifth_arch_registers_and_describe_accepts_it(plain):
@@ -133,7 +153,7 @@ def test_fifth_arch_mixer_is_plain_causal_linear_attention(plain):
     cfg = ModelConfig(arch="plainlin", d_model=16, n_heads=2, ffn_dim=32, n_layers=1, vocab_size=8,
                       chunk_size=4, impl="xla")
     mixer = build_model(cfg, seed=1).layers[0].mixer
-    assert isinstance(mixer, PlainLinearAttention)
+    assert isinstance(mixer, plain.mixer)
     x = jnp.asarray(np.random.default_rng(0).normal(size=(2, 12, 16)), jnp.float32)
     pos = jnp.broadcast_to(jnp.arange(12), (2, 12))
     y, _ = mixer(x, positions=pos, segment_ids=None, cache=None, extra=None)
@@ -161,7 +181,7 @@ def test_fifth_arch_trains_and_evaluates(plain, tmp_path):
     assert meta["flops_exact"] == pytest.approx(
         accounting.flops_per_token_exact(model_cfg, c.train.seq_len) * 4 * 4 * 32)
     model, _, _ = ckpt.load_model(str(tmp_path), 4)
-    assert isinstance(model.layers[0].mixer, PlainLinearAttention)
+    assert isinstance(model.layers[0].mixer, plain.mixer)
     rows = runner.evaluate(str(tmp_path), tasks="val_loss", ctx_kwargs=dict(val_batches=1),
                            log=lambda *_: None)
     assert [r["step"] for r in rows] == [4]

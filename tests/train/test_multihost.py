@@ -1,6 +1,7 @@
 """Multi-process training with REAL processes: 2 processes x 2 CPU devices on 127.0.0.1 over gloo.
 
-Against a 1-process x 4-device reference run (same config, same global batch):
+Each process reads only the rows its devices hold (bench/data_pipeline.py: half the global batch
+each, equal to the 1-process rows). Against a 1-process x 4-device reference run (same config, same global batch):
   - a 2-process run logs the same losses (up to reduction order);
   - kill -9 of both processes after a checkpoint and the same command again: the continuation is
     bit-identical to the uninterrupted 2-process run;
@@ -159,6 +160,19 @@ def test_model_axes_across_processes_give_the_data_parallel_losses(reference,
                                                                    tensor_across_processes):
     got = losses(tensor_across_processes)
     np.testing.assert_allclose([got[s] for s in reference], list(reference.values()), rtol=2e-5)
+
+
+def test_each_process_reads_only_its_rows_and_they_equal_the_one_process_rows():
+    """bench/data_pipeline.py with real processes: 2 processes read half the rows each, equal to
+    the same rows of the 1-process global batch."""
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "data_pipeline.py"), "--json", "--processes=1,2",
+                        "--steps=3", "--seq_len=64", "--batch_size=8"], cwd=ROOT, env=env(1), capture_output=True,
+                       text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    one, two = (json.loads(x) for x in r.stdout.splitlines() if x.startswith("{"))
+    assert (one["processes"], one["share_of_global_batch"], one["rows_per_process"]) == (1, 1.0, 8)
+    assert (two["processes"], two["share_of_global_batch"], two["rows_per_process"]) == (2, 0.5, 4)
+    assert two["rows_match_one_process"] is True
 
 
 def eval_cmd(workdir, *launch):

@@ -38,7 +38,7 @@ def test_cluster_environment_is_auto_detected(monkeypatch):
 
 
 def test_incomplete_or_inconsistent_launch_is_a_clear_error(monkeypatch):
-    monkeypatch.setenv("JAX_COORDINATOR_ADDRESS", "127.0.0.1:7")  # the route that used to fail
+    monkeypatch.setenv("JAX_COORDINATOR_ADDRESS", "127.0.0.1:7")  # the JAX_* route: incomplete settings are a clear error
     with pytest.raises(distributed.LaunchError, match="needs --num_processes, --process_id"):
         distributed.launch_args()
     with pytest.raises(distributed.LaunchError, match=r"--process_id=2 must be in \[0, --num_processes=2\)"):

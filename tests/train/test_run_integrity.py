@@ -1,5 +1,5 @@
-"""Run integrity under injected faults (issue 14): each test reproduces one way a workdir used to be
-mixed, shared, silently corrupted or stuck, and checks the new behaviour: a one-line refusal that
+"""Run integrity under injected faults: each test injects one way a workdir can be mixed, shared,
+silently corrupted or stuck, and checks the behaviour: a one-line refusal that
 leaves the workdir byte-identical, or a recovery whose continuation equals an uninterrupted run.
 
 Faults: a model / batch / lr change on resume, a second trainer, bytes flipped in params, opt_state
@@ -70,9 +70,9 @@ def run(reference, tmp_path):
 
 
 @pytest.mark.parametrize("change", [
-    dict(model=dict(d_model=96)),          # another model: used to quarantine every checkpoint
+    dict(model=dict(d_model=96)),          # another model: refused, no checkpoint quarantined
     dict(train=dict(batch_size=8)),        # token/FLOP accounting would run backwards
-    dict(optim=dict(lr=3e-2)),             # silently accepted before
+    dict(optim=dict(lr=3e-2)),             # another schedule: refused, not silently accepted
 ])
 def test_config_change_on_resume_is_refused_and_touches_nothing(run, change):
     before = snapshot(run)
@@ -180,15 +180,15 @@ def test_damaged_latest_checkpoint_is_moved_aside_and_run_continues_exactly(
     step6 = run / "checkpoints" / "6"
     if item == "missing":
         _files(step6, "params")[0].unlink()
-    elif item == "empty":  # used to block every rerun with "Checkpoint for step 6 already exists"
+    elif item == "empty":  # must not block reruns ("Checkpoint for step 6 already exists")
         shutil.rmtree(step6)
         step6.mkdir()
-    elif item == "broken_json":  # used to block reruns at step 6 like an empty dir
+    elif item == "broken_json":  # must not block reruns at step 6, like an empty dir
         (step6 / "metadata" / "metadata").write_text('{"step": 6, "tok')
     elif item == "metadata":  # a flipped digit: still valid JSON, so only the checksum sees it
         f = step6 / "metadata" / "metadata"
         f.write_text(f.read_text().replace('"step": 6', '"step": 7'))
-    else:  # data chunk bytes flipped: used to restore without complaint
+    else:  # data chunk bytes flipped: must not restore without complaint
         for f in _files(step6, item):
             _flip(f, offset=len(f.read_bytes()) // 2)
     # metrics.jsonl as after a crash at step 6: the rerun must redo steps 4..6
@@ -348,7 +348,7 @@ def test_failed_start_leaves_no_workdir_and_one_line(tmp_path, capsys):
 
 
 def test_bad_flag_is_one_line(tmp_path):
-    """A misspelt config override used to print a 60-line ml_collections traceback."""
+    """A misspelt config override is a one-line error, not a 60-line ml_collections traceback."""
     cmd = [sys.executable, "-m", "linscale_jax.train", "--config=configs/tiny.py",
            f"--workdir={tmp_path / 'w'}", "--config.train.stepz=3"]
     p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)

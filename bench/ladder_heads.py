@@ -1,11 +1,11 @@
-"""Final val loss of the old (pre-issue-15) and new ladder shapes at d48/d96, same data and budget.
+"""Final val loss of few wide heads vs the ladder's many narrow heads at d48/d96, same data and budget.
 
-    python bench/ladder_before_after.py <arch> <steps> <shape>[,<shape>...] [workdir]
-    e.g. python bench/ladder_before_after.py tnl 300 old-d48,new-d48
+    python bench/ladder_heads.py <arch> <steps> <shape>[,<shape>...] [workdir]
+    e.g. python bench/ladder_heads.py tnl 300 wide-d48,ladder-d48
 
-Shapes: old-d48 (l2 h1 e48 g128, xmixers TPE), new-d48 (ladder: l3 h6 e8 g128, LightNet TPE),
-new-d48-xmixers / new-d48-none (cosFormer2's other TPEs at the new shape), old-d96 (l3 h3 e32
-g256), new-d96 (l3 h12 e8 g256). Optimiser as the cpu preset (constant lr 3e-3 after 64 warmup
+Shapes: wide-d48 (l2 h1 e48 g128, xmixers TPE), ladder-d48 (the ladder: l3 h6 e8 g128, LightNet
+TPE), ladder-d48-xmixers / ladder-d48-none (cosFormer2's other TPEs at the ladder shape), wide-d96
+(l3 h3 e32 g256), ladder-d96 (l3 h12 e8 g256). Optimiser as the cpu preset (constant lr 3e-3 after 64 warmup
 steps), 8 × 128 byte tokens per step on the stdlib corpus, val loss on 8 batches at the end.
 Prints one RESULT line per shape.
 """
@@ -23,16 +23,16 @@ from linscale_jax.train import loop as trainer  # noqa: E402
 from linscale_jax.config import base_config  # noqa: E402
 
 SHAPES = {
-    "old-d48": dict(n_layers=2, d_model=48, n_heads=1, ffn_dim=128, tpe="xmixers"),
-    "new-d48": dict(n_layers=3, d_model=48, n_heads=6, ffn_dim=128, tpe="lightnet"),
-    "new-d48-xmixers": dict(n_layers=3, d_model=48, n_heads=6, ffn_dim=128, tpe="xmixers"),
-    "new-d48-none": dict(n_layers=3, d_model=48, n_heads=6, ffn_dim=128, tpe="none"),
-    "old-d96": dict(n_layers=3, d_model=96, n_heads=3, ffn_dim=256, tpe="xmixers"),
-    "new-d96": dict(n_layers=3, d_model=96, n_heads=12, ffn_dim=256, tpe="lightnet"),
+    "wide-d48": dict(n_layers=2, d_model=48, n_heads=1, ffn_dim=128, tpe="xmixers"),
+    "ladder-d48": dict(n_layers=3, d_model=48, n_heads=6, ffn_dim=128, tpe="lightnet"),
+    "ladder-d48-xmixers": dict(n_layers=3, d_model=48, n_heads=6, ffn_dim=128, tpe="xmixers"),
+    "ladder-d48-none": dict(n_layers=3, d_model=48, n_heads=6, ffn_dim=128, tpe="none"),
+    "wide-d96": dict(n_layers=3, d_model=96, n_heads=3, ffn_dim=256, tpe="xmixers"),
+    "ladder-d96": dict(n_layers=3, d_model=96, n_heads=12, ffn_dim=256, tpe="lightnet"),
 }
 
 
-def main(arch: str, steps: int, names: str, root: str = "/tmp/ladder_before_after") -> None:
+def main(arch: str, steps: int, names: str, root: str = "/tmp/ladder_heads") -> None:
     for name in names.split(","):
         c = base_config()
         c.model.update(arch=arch, vocab_size=264, max_seq_len=2048, **SHAPES[name])

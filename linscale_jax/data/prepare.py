@@ -1,0 +1,316 @@
+"""Tokenise and pack a corpus into prepared records (data.records), in parallel over cores and hosts.
+
+  python -m linscale_jax.data.prepare --input=/data/c4/*.jsonl.zst --vocab=hf:/tok/tokenizer.json \
+      --seq_len=2048 --out=gs://bucket/c4-llama3-2048 [--shard=i/n] [--processes=N]
+  python -m linscale_jax.data.prepare --input=tfds:c4 --tfds_data_dir=gs://bucket/tfds --vocab=byte ...
+then train with --config.data.task=records:<out> (data.vocab and train.seq_len must match; the
+trainer refuses others). The default corpus and data.task=files|tfds:... are prepared automatically
+into a local cache on first use (data.records_dir), so `prepare` is for large corpora, gs:// outputs
+and many hosts.
+
+Inputs (--input): stdlib; comma-separated .txt, .jsonl, .jsonl.gz, .jsonl.zst (.txt.gz, .txt.zst)
+and .parquet files, directories or globs (text under --text_key); tfds:<name>[:<version>].
+Vocabularies (--vocab): byte | sentencepiece:<.model> | cl100k_base | hf:<tokenizer.json>.
+
+Splits. Local files and stdlib: a document goes to validation when the hash of its id
+(<file name>:<n>) falls below --val_fraction (as data.task=files does); tfds: its own splits.
+Hosts. --shard=i/n prepares shard i of n: every n-th file when there are at least n files, else
+every n-th document; each host writes only its shard files, and the directory is complete when all
+n shards are there. Cores. Documents are tokenised by --processes worker processes in chunks and
+packed in order by the main process, so the records do not depend on the number of processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import multiprocessing
+import os
+import shutil
+import sys
+import tempfile
+import time
+from typing import Iterator
+
+import ml_collections
+from etils import epath
+
+from linscale_jax.data import corpora, records, tokenize
+from linscale_jax.data.errors import DataError
+
+CHUNK_CHARS = 1 << 20  # text per tokenisation task
+CHUNK_DOCS = 4096
+PROGRESS_EVERY_S = 5.0
+
+
+# ----------------------------------------------------------------------------- documents
+
+def _stdlib_documents(shard: int, shards: int, val_fraction: float):
+    corpus = corpora.stdlib_corpus()
+    for k, (doc_id, text) in enumerate(zip(corpus.ids, corpus.texts)):
+        if k % shards == shard:
+            split = "validation" if corpora.is_validation(doc_id, val_fraction) else "train"
+            for piece in corpora.pieces(text, corpora.STDLIB_PIECE_CHARS):
+                yield split, piece, (k + 1) / len(corpus.ids)
+
+
+def _file_documents(data_config, shard: int, shards: int):
+    files = corpora.expand_paths(data_config.paths)
+    by_file = len(files) >= shards
+    mine = files[shard::shards] if by_file else files
+    sizes = [max(os.path.getsize(f), 1) for f in mine]
+    total, done, k = sum(sizes), 0, 0
+    for path, size in zip(mine, sizes):
+        base = os.path.basename(path)
+        for n, doc in enumerate(corpora.iter_file_documents(path, data_config.text_key, data_config.txt_document)):
+            if not doc.strip():
+                continue
+            k += 1
+            if by_file or (k - 1) % shards == shard:
+                split = "validation" if corpora.is_validation(f"{base}:{n}", data_config.val_fraction) else "train"
+                yield split, doc, None
+        done += size
+        yield None, None, done / total
+
+
+def _tfds_documents(data_config, shard: int, shards: int):
+    from linscale_jax.data import tasks
+    from linscale_jax.data._tf import dataset_options, seqio
+
+    task = tasks.get_task(data_config)
+    key = tasks.text_key(data_config)
+    for split in records.SPLITS:
+        source = task.source
+        if shards > 1 and len(source.list_shards(split)) >= shards:
+            ds = source.get_dataset(split=split, shuffle=False, shard_info=seqio.ShardInfo(shard, shards))
+        else:
+            ds = source.get_dataset(split=split, shuffle=False)
+            if shards > 1:
+                ds = ds.shard(shards, shard)
+        for n, ex in enumerate(ds.map(lambda ex: ex[key]).with_options(dataset_options()).prefetch(64)
+                               .as_numpy_iterator()):
+            try:
+                yield split, ex.decode("utf-8"), None
+            except UnicodeDecodeError as e:
+                raise DataError(f"document {n} of {data_config.task}/{split} is not valid UTF-8 at byte offset "
+                                f"{e.start}; re-prepare the tfds dataset with UTF-8 text") from None
+
+
+def documents(data_config, shard: int = 0, shards: int = 1) -> Iterator[tuple]:
+    """(split, text, fraction done or None) of this shard's documents, in source order.
+    Entries with split None carry progress only."""
+    kind = data_config.task
+    if kind == "stdlib":
+        return _stdlib_documents(shard, shards, data_config.val_fraction)
+    if kind == "files":
+        return _file_documents(data_config, shard, shards)
+    if kind.startswith("tfds:"):
+        return _tfds_documents(data_config, shard, shards)
+    raise DataError(f"unknown input {kind!r}; use stdlib, files (data.paths) or tfds:<name>[:<version>]")
+
+
+# ----------------------------------------------------------------------------- tokenising workers
+
+_worker_tok = None
+
+
+def _init_worker(spec: str, tiktoken_file: str) -> None:
+    global _worker_tok
+    _worker_tok = tokenize.get(spec, tiktoken_file)
+
+
+def _encode_chunk(chunk: list[tuple[str, str]]):
+    texts = [t for _, t in chunk]
+    return [s for s, _ in chunk], _worker_tok.encode_with_eos(texts)
+
+
+def _chunks(docs, progress):
+    chunk, chars = [], 0
+    for split, text, frac in docs:
+        if frac is not None:
+            progress["fraction"] = frac
+        if split is None:
+            continue
+        chunk.append((split, text))
+        chars += len(text)
+        if chars >= CHUNK_CHARS or len(chunk) >= CHUNK_DOCS:
+            yield chunk
+            chunk, chars = [], 0
+    if chunk:
+        yield chunk
+
+
+@contextlib.contextmanager
+def _encoder(tok: tokenize.Tokenizer, processes: int, tiktoken_file: str):
+    """imap-like function over chunks: in this process, or over `processes` spawned workers."""
+    if processes <= 1:
+        _init_worker(tok.spec, tiktoken_file)
+        yield lambda chunks: map(_encode_chunk, chunks)
+        return
+    ctx = multiprocessing.get_context("spawn")  # no forked TensorFlow / tokenizer thread pools
+    with ctx.Pool(processes, initializer=_init_worker, initargs=(tok.spec, tiktoken_file)) as pool:
+        yield lambda chunks: pool.imap(_encode_chunk, chunks)
+
+
+# ----------------------------------------------------------------------------- prepare
+
+def source_description(data_config) -> dict:
+    """The options that decide the documents (stored in dataset.json)."""
+    kind = data_config.task
+    d = dict(task=kind, val_fraction=float(data_config.val_fraction))
+    if kind == "files":
+        d.update(paths=data_config.paths, text_key=data_config.text_key, txt_document=data_config.txt_document)
+    elif kind.startswith("tfds:"):
+        d.update(tfds_data_dir=data_config.get("tfds_data_dir", ""))
+    elif kind == "stdlib":
+        d.update(piece_chars=corpora.STDLIB_PIECE_CHARS)
+    return d
+
+
+def _fmt_eta(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}h{seconds // 60 % 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def prepare(data_config, seq_len: int, out: str, shard: int = 0, shards: int = 1, processes: int = 1,
+            log=print) -> dict:
+    """Write shard `shard` of `shards` of the records of `data_config`'s corpus into `out`.
+    Returns {split: {rows, tokens, documents, sha256}} of this shard."""
+    if not 0 <= shard < shards:
+        raise DataError(f"--shard={shard}/{shards}: the shard index must be in [0, {shards})")
+    if seq_len < 2:
+        raise DataError(f"--seq_len={seq_len}: rows need at least 2 tokens")
+    tiktoken_file = data_config.get("tiktoken_file", "")
+    tok = tokenize.get(data_config.vocab, tiktoken_file)
+    token_dtype, segment_dtype = records.dtypes(tok.vocab_size, seq_len)
+    meta = dict(format=records.FORMAT, vocab=tok.spec, vocab_fingerprint=tok.fingerprint, vocab_size=tok.vocab_size,
+                eos_id=tok.eos_id, pad_id=tok.pad_id, seq_len=seq_len, token_dtype=token_dtype,
+                segment_dtype=segment_dtype, shards=shards, source=source_description(data_config))
+    from array_record.python.array_record_module import ArrayRecordWriter
+
+    out_path = epath.Path(out)
+    name = records.shard_name(shard, shards)
+    local = not str(out).startswith(("gs://", "s3://"))
+    if local:  # stage next to the output (same file system: a rename), else in /tmp, then copy
+        out_path.mkdir(parents=True, exist_ok=True)
+        stage = tempfile.mkdtemp(prefix=f".{name}-", dir=str(out_path))
+    else:
+        stage = tempfile.mkdtemp(prefix="linscale-prepare-")
+    writers = {s: ArrayRecordWriter(os.path.join(stage, f"{s}.array_record"), records.WRITER_OPTIONS)
+               for s in records.SPLITS}
+    packers = {s: records.Packer(seq_len, tok.pad_id) for s in records.SPLITS}
+    stats = {s: dict(rows=0, tokens=0, documents=0) for s in records.SPLITS}
+    hashes = {s: hashlib.sha256() for s in records.SPLITS}
+
+    def write(split, rows):
+        targets, segs = rows
+        for rec in records.encode_rows(targets, segs, token_dtype, segment_dtype):
+            writers[split].write(rec)
+            hashes[split].update(rec)
+        stats[split]["rows"] += len(targets)
+        stats[split]["tokens"] += int((segs > 0).sum())
+
+    progress = dict(fraction=None)
+    t0 = last = time.perf_counter()
+    n_docs = n_tok = 0
+    log(f"prepare {data_config.task} -> {out} (shard {shard}/{shards}, vocab {tok.spec}, seq_len {seq_len}, "
+        f"{processes} process{'es' if processes > 1 else ''})")
+    try:
+        with _encoder(tok, processes, tiktoken_file) as imap:
+            for splits, docs in imap(_chunks(documents(data_config, shard, shards), progress)):
+                for split in records.SPLITS:
+                    mine = [d for s, d in zip(splits, docs) if s == split and len(d) > 1]
+                    if mine:
+                        stats[split]["documents"] += len(mine)
+                        write(split, packers[split].add(mine))
+                        n_docs += len(mine)
+                        n_tok += sum(len(d) for d in mine)
+                now = time.perf_counter()
+                if now - last >= PROGRESS_EVERY_S:
+                    last, dt, frac = now, now - t0, progress["fraction"]
+                    eta = f", ETA {_fmt_eta(dt * (1 - frac) / frac)}" if frac else ""
+                    log(f"  {n_docs:,} docs, {n_tok:,} tokens: {n_docs / dt:,.0f} docs/s, {n_tok / dt:,.0f} "
+                        f"tokens/s{eta}")
+        for split in records.SPLITS:
+            write(split, packers[split].finish())
+    finally:
+        for w in writers.values():
+            w.close()
+    if n_docs == 0:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise DataError(f"shard {shard}/{shards} of {data_config.task} {source_description(data_config)} holds no "
+                        "non-empty documents; check the input (files empty or whitespace only) or use fewer shards")
+    for split in records.SPLITS:
+        stats[split]["sha256"] = hashes[split].hexdigest()
+        dest = out_path / split
+        dest.mkdir(parents=True, exist_ok=True)
+        src = os.path.join(stage, f"{split}.array_record")
+        if local:
+            os.replace(src, str(dest / f"{name}.array_record"))
+        else:
+            epath.Path(src).copy(dest / f"{name}.array_record", overwrite=True)
+        (dest / f"{name}.json").write_text(json.dumps(stats[split], indent=1))
+    shutil.rmtree(stage, ignore_errors=True)
+    (out_path / "dataset.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
+    dt = time.perf_counter() - t0
+    log(f"  done: {n_docs:,} docs, {n_tok:,} tokens in {dt:.1f}s ({n_tok / max(dt, 1e-9):,.0f} tokens/s); "
+        + ", ".join(f"{s} {stats[s]['rows']:,} rows" for s in records.SPLITS))
+    return stats
+
+
+# ----------------------------------------------------------------------------- command line
+
+def data_config_from_args(args) -> ml_collections.ConfigDict:
+    from linscale_jax.config import base_config
+
+    c = base_config().data
+    inp = args.input
+    if inp == "stdlib" or inp.startswith("tfds:"):
+        c.task = inp
+    else:
+        c.task, c.paths = "files", inp
+    c.vocab, c.text_key, c.txt_document = args.vocab, args.text_key, args.txt_document
+    c.val_fraction, c.tfds_data_dir, c.tiktoken_file = args.val_fraction, args.tfds_data_dir, args.tiktoken_file
+    return c
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise DataError(f"--shard={text!r}: use i/n, e.g. --shard=0/32 on the first of 32 hosts") from None
+    return i, n
+
+
+def main(argv=None) -> int:
+    from linscale_jax import cli_errors
+    from linscale_jax.errors import ArgumentParser
+
+    parser = ArgumentParser(prog="python -m linscale_jax.data.prepare", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--input", required=True, help="stdlib | files/dirs/globs (comma-separated) | tfds:<name>")
+    parser.add_argument("--vocab", default="byte", help=tokenize.VOCAB_FORMS)
+    parser.add_argument("--seq_len", type=int, required=True, help="tokens per packed row (= train.seq_len)")
+    parser.add_argument("--out", required=True, help="output directory (local or gs://)")
+    parser.add_argument("--shard", default="0/1", help="i/n: prepare shard i of n (one per host)")
+    parser.add_argument("--processes", type=int, default=os.cpu_count() or 1, help="tokenising processes")
+    parser.add_argument("--text_key", default="text", help="jsonl field / parquet column / tfds feature")
+    parser.add_argument("--txt_document", default="paragraph", choices=corpora.TXT_DOCUMENTS)
+    parser.add_argument("--val_fraction", type=float, default=0.05, help="share of documents held out (files)")
+    parser.add_argument("--tfds_data_dir", default="")
+    parser.add_argument("--tiktoken_file", default="", help="local cl100k_base.tiktoken")
+    args = parser.parse_args(argv)
+
+    def run():
+        shard, shards = parse_shard(args.shard)
+        prepare(data_config_from_args(args), args.seq_len, args.out, shard, shards, args.processes)
+        print(f"train with --config.data.task=records:{args.out} --config.data.vocab={args.vocab} "
+              f"--config.train.seq_len={args.seq_len}")
+
+    return cli_errors.run(run, command="prepare")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,210 @@
+"""Prepared records: packed, tokenised rows in ArrayRecord files, addressable by global row index.
+
+Layout of a prepared directory DIR (local or gs://), written by `python -m linscale_jax.data.prepare`:
+
+  DIR/dataset.json                                  tokenizer, seq_len, dtypes, source, shard count
+  DIR/<split>/shard-<i>-of-<n>.array_record         rows of host shard i (split: train, validation)
+  DIR/<split>/shard-<i>-of-<n>.json                 rows, tokens, documents, sha256 of its records
+
+One record is one packed row of seq_len tokens: targets [t] then segment_ids [t], little-endian, in
+the dtypes of dataset.json (uint16 when the ids fit, else uint32). Global row r of a split is row r
+of the shards concatenated in shard order. Rows are packed as a stream: documents (tokens + EOS)
+are concatenated in source order and cut every seq_len tokens; a document that does not fit
+continues at the start of the next row as a new segment. Segment ids number the pieces of a row
+from 1; 0 marks padding (only in the last row of a shard). The model's inputs are the targets
+shifted right inside each segment, with pad_id at a segment's first position.
+
+`fingerprint(split)` is a sha256 over dataset.json's content and every shard's sha256: a run
+stores it and refuses records whose content changed.
+
+`prepare` writes to a local or gs:// directory (staged locally, then copied with etils.epath);
+reading needs a file system path (a bucket mounted with gcsfuse, as MaxText reads its ArrayRecords).
+Files are read with Grain's ArrayRecordDataSource (random access; the ArrayRecord files are written
+with group_size:1 as Grain needs). The training order is Grain's index shuffle of the row indices
+(`grain.MapDataset.range(rows).shuffle(seed)`): O(1) per index, a new permutation every epoch.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+
+import numpy as np
+from etils import epath
+
+from linscale_jax.data.errors import DataError
+
+FORMAT = "linscale-records-1"
+SPLITS = ("train", "validation")
+WRITER_OPTIONS = "group_size:1"  # one record per chunk: random access (Grain's requirement)
+
+
+def shard_name(i: int, n: int) -> str:
+    return f"shard-{i:05d}-of-{n:05d}"
+
+
+def dtypes(vocab_size: int, seq_len: int) -> tuple[str, str]:
+    """(token dtype, segment-id dtype) of a dataset: uint16 where the values fit."""
+    return ("uint16" if vocab_size <= 1 << 16 else "uint32"), ("uint16" if seq_len < 1 << 16 else "uint32")
+
+
+class Packer:
+    """Stream packing of tokenised documents into rows of seq_len (see module docstring)."""
+
+    def __init__(self, seq_len: int, pad_id: int):
+        self.t, self.pad_id = seq_len, pad_id
+        self._tok = np.zeros(0, np.int64)
+        self._start = np.zeros(0, bool)
+
+    def add(self, docs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """Append documents (int [t_doc] each, EOS included; documents of <= 1 token are skipped);
+        returns the rows completed: targets [k, t], segment_ids [k, t] (int64)."""
+        docs = [d for d in docs if len(d) > 1]
+        if not docs:
+            return np.zeros((0, self.t), np.int64), np.zeros((0, self.t), np.int64)
+        starts = []
+        for d in docs:
+            s = np.zeros(len(d), bool)
+            s[0] = True
+            starts.append(s)
+        tok = np.concatenate([self._tok, *docs])
+        start = np.concatenate([self._start, *starts])
+        k = len(tok) // self.t
+        self._tok, self._start = tok[k * self.t:], start[k * self.t:]
+        return self._rows(tok[: k * self.t].reshape(k, self.t), start[: k * self.t].reshape(k, self.t))
+
+    def finish(self) -> tuple[np.ndarray, np.ndarray]:
+        """The last, partial row padded with pad_id (segment 0); empty if nothing is pending."""
+        n = len(self._tok)
+        if n == 0:
+            return np.zeros((0, self.t), np.int64), np.zeros((0, self.t), np.int64)
+        tok = np.full((1, self.t), self.pad_id, np.int64)
+        start = np.zeros((1, self.t), bool)
+        tok[0, :n], start[0, :n] = self._tok, self._start
+        targets, seg = self._rows(tok, start)
+        seg[0, n:] = 0
+        self._tok, self._start = self._tok[:0], self._start[:0]
+        return targets, seg
+
+    @staticmethod
+    def _rows(tok: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        start = start.copy()
+        start[:, 0] = True  # a row always starts a segment (a continued document is a new one)
+        return tok, np.cumsum(start, axis=1)
+
+
+def encode_rows(targets: np.ndarray, segment_ids: np.ndarray, token_dtype: str, segment_dtype: str) -> list[bytes]:
+    """One record (bytes) per row."""
+    tok, seg = targets.astype("<" + np.dtype(token_dtype).str[1:]), segment_ids.astype("<" + np.dtype(segment_dtype).str[1:])
+    return [tok[i].tobytes() + seg[i].tobytes() for i in range(len(tok))]
+
+
+def to_batch(targets: np.ndarray, segment_ids: np.ndarray, pad_id: int) -> dict:
+    """Training batch of packed rows [k, t]: inputs, targets, segment_ids (int32), weights (float32)."""
+    targets, segment_ids = targets.astype(np.int32), segment_ids.astype(np.int32)
+    inputs = np.full_like(targets, pad_id)
+    inputs[:, 1:] = targets[:, :-1]
+    starts = np.ones_like(segment_ids, bool)
+    starts[:, 1:] = segment_ids[:, 1:] != segment_ids[:, :-1]
+    inputs[starts | (segment_ids == 0)] = pad_id  # segment starts and padding
+    return dict(inputs=inputs, targets=targets, segment_ids=segment_ids,
+                weights=(segment_ids > 0).astype(np.float32))
+
+
+def read_json(path: epath.Path) -> dict:
+    return json.loads(path.read_text())
+
+
+class Records:
+    """One split of a prepared directory: `len(records)` rows, `read(keys)` -> targets, segment_ids."""
+
+    def __init__(self, directory: str, split: str):
+        if split not in SPLITS:
+            raise DataError(f"unknown split {split!r}; use one of {SPLITS}")
+        self.directory, self.split = str(directory), split
+        root = epath.Path(directory)
+        if not (root / "dataset.json").exists():
+            raise DataError(f"{directory} holds no prepared records (no dataset.json); create them with "
+                            f"`python -m linscale_jax.data.prepare --input=... --out={directory}`")
+        self.meta = read_json(root / "dataset.json")
+        if self.meta.get("format") != FORMAT:
+            raise DataError(f"{directory}/dataset.json is format {self.meta.get('format')!r}, not {FORMAT!r}; "
+                            "prepare the corpus again with this version")
+        n = int(self.meta["shards"])
+        names = [shard_name(i, n) for i in range(n)]
+        missing = [f"--shard={i}/{n}" for i, s in enumerate(names) if not (root / split / f"{s}.json").exists()]
+        if missing:
+            raise DataError(f"{directory}: {len(missing)} of {n} shards are not prepared; run prepare with "
+                            f"{', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''} and the same flags")
+        self.shards = [read_json(root / split / f"{s}.json") for s in names]
+        self.paths = [str(root / split / f"{s}.array_record") for s, m in zip(names, self.shards) if m["rows"]]
+        self.seq_len = int(self.meta["seq_len"])
+        self.pad_id, self.eos_id = int(self.meta["pad_id"]), int(self.meta["eos_id"])
+        self.rows = sum(int(m["rows"]) for m in self.shards)
+        self.tokens = sum(int(m["tokens"]) for m in self.shards)
+        self.documents = sum(int(m["documents"]) for m in self.shards)
+        h = hashlib.sha256(json.dumps(self.meta, sort_keys=True).encode())
+        for m in self.shards:
+            h.update(m["sha256"].encode())
+        self.fingerprint = h.hexdigest()
+        self._tok = np.dtype(self.meta["token_dtype"]).newbyteorder("<")
+        self._seg = np.dtype(self.meta["segment_dtype"]).newbyteorder("<")
+
+    def __len__(self) -> int:
+        return self.rows
+
+    @functools.cached_property
+    def source(self):
+        import grain.python as grain
+
+        if not self.paths:
+            raise DataError(f"the {self.split} split of {self.directory} has no rows; prepare more text or "
+                            "change --val_fraction")
+        try:
+            return grain.ArrayRecordDataSource(self.paths)
+        except Exception as e:  # noqa: BLE001 - the C++ reader's errors name the file
+            remote = self.directory.startswith(("gs://", "s3://"))
+            hint = ("ArrayRecord files are read from a file system: mount the bucket with Cloud Storage FUSE "
+                    "(gcsfuse, as MaxText does) and pass records:<mount path>") if remote else \
+                "prepare the corpus again"
+            raise DataError(f"cannot open the records of {self.directory}/{self.split} ({str(e)[:200]}); "
+                            f"{hint}") from None
+
+    def read(self, keys) -> tuple[np.ndarray, np.ndarray]:
+        """targets [k, t], segment_ids [k, t] (int32) of global rows `keys`."""
+        keys = [int(k) for k in keys]
+        t = self.seq_len
+        targets = np.empty((len(keys), t), np.int32)
+        segs = np.empty((len(keys), t), np.int32)
+        if not keys:
+            return targets, segs
+        raw = self.source.__getitems__(keys)
+        nt = t * self._tok.itemsize
+        for i, rec in enumerate(raw):
+            targets[i] = np.frombuffer(rec, self._tok, t)
+            segs[i] = np.frombuffer(rec, self._seg, t, offset=nt)
+        return targets, segs
+
+    def check_tokenizer(self, tok) -> None:
+        """Refuse a config whose data.vocab differs from the tokenizer the records were made with."""
+        if (self.meta["vocab"], self.meta["vocab_fingerprint"]) != (tok.spec, tok.fingerprint):
+            raise DataError(f"{self.directory} was tokenised with vocab {self.meta['vocab']!r} (sha256 "
+                            f"{self.meta['vocab_fingerprint'][:12]}), not data.vocab={tok.spec!r} (sha256 "
+                            f"{tok.fingerprint[:12]}); set --config.data.vocab={self.meta['vocab']} or prepare "
+                            "the corpus with this vocabulary")
+
+    def check_seq_len(self, seq_len: int) -> None:
+        if seq_len != self.seq_len:
+            raise DataError(f"{self.directory} holds rows of {self.seq_len} tokens, not train.seq_len={seq_len}; "
+                            f"set --config.train.seq_len={self.seq_len} or prepare the corpus with "
+                            f"--seq_len={seq_len}")
+
+
+def order(num_rows: int, seed: int):
+    """Grain's index shuffle: order[i] is the row read at stream position i (epoch i // num_rows)."""
+    import grain
+
+    if not 0 <= seed < 1 << 31:
+        raise DataError(f"data.seed={seed} must be in [0, 2**31) for the record shuffle")
+    return grain.MapDataset.range(num_rows).shuffle(seed=seed)
