@@ -90,12 +90,16 @@ def _worker(index: int, cores: list[int], study, runs: dict, finals: dict, proce
                     _redirect(f.fileno())  # file descriptors: progress bars, absl and XLA too
                     try:
                         process(study, run, log=lambda m: print(m, flush=True), final=finals[name])
+                    except Stopped:
+                        raise
                     except Exception:
                         traceback.print_exc()
                         raise
                     finally:
                         _redirect(*saved)
                 events.put(("done", index, name, time.time()))
+            except Stopped:
+                raise
             except Exception as e:  # noqa: BLE001 (reported to the parent with the run's log file)
                 events.put(("failed", index, name, f"{type(e).__name__}: {e} (log: {log_path})"))
     except (KeyboardInterrupt, Stopped) as e:  # the trainer saved a checkpoint (or none was under way)

@@ -38,6 +38,13 @@ def record(study, run, log, final):
     time.sleep(0.3)
 
 
+def stop_like_the_trainer(study, run, log, final):
+    """runner.process_run after a trainer saved on SIGTERM: a clean stop, not a failure."""
+    from linscale_jax.errors import Stopped
+
+    raise Stopped(f"[study] stopped by SIGTERM: {run.name} saved its checkpoint at step 3")
+
+
 def wait_for_term(study, run, log, final):
     Path(run.workdir, "ready").write_text("")
     time.sleep(60)
@@ -109,6 +116,13 @@ def test_sigterm_is_forwarded_and_the_runs_stop(tmp_path, sig):
     assert signal.getsignal(signal.SIGINT) is before
     assert sum(Path(r.workdir, "ready").exists() for r in runs) <= 2  # queued runs never started
     assert signal.getsignal(signal.SIGTERM) is not None
+
+
+def test_a_run_stopped_by_its_trainer_is_stopped_not_failed_and_ends_the_worker(tmp_path):
+    runs = _runs(tmp_path, [(f"r{i}", float(i)) for i in range(4)])
+    out = workers.run_parallel({}, runs, {r.name: False for r in runs}, 2, stop_like_the_trainer,
+                               log=lambda m: None)
+    assert not out["failed"] and 1 <= len(out["stopped"]) <= 2  # no worker took a second run
 
 
 def test_workers_for_rules():
