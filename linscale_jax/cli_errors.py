@@ -31,6 +31,7 @@ import contextlib
 import errno
 import logging
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -176,15 +177,19 @@ _STORAGE[errno.EPERM] = ("Operation not permitted",) + _STORAGE[errno.EACCES][1:
 _RESUME = "then re-run the same command: it resumes from the last complete checkpoint."
 
 
+_WRITING = re.compile(r"(?:writing|opening|creating|path) ['\"]?(/[^\s;'\",]+)")
+
+
 def storage_errno(e: BaseException) -> tuple[int, str | None] | None:
-    """(errno, path) of the first storage failure in e's chain, or None."""
+    """(errno, path or None) of the first storage failure in e's chain, or None."""
     for x in _chain(e):
         if isinstance(x, OSError) and x.errno in _STORAGE:
             return x.errno, x.filename
         text = str(x)
         for code, (needle, *_) in _STORAGE.items():
             if needle in text or f"os_error_code='{code}'" in text or f"os_error_code={code}" in text:
-                return code, None
+                m = _WRITING.search(text)
+                return code, m.group(1) if m else None
     return None
 
 
@@ -210,7 +215,7 @@ def storage_line(e: BaseException, workdir=None) -> str | None:
         return None
     code, path = found
     _, problem, fix = _STORAGE[code]
-    where = f" under {workdir}" if workdir else ""
+    where = f" {path}" if path else f" under {workdir}" if workdir else ""
     problem = problem.format(where=where, path=path or workdir or "the output directory",
                              limit=_file_size_limit() if code == errno.EFBIG else "")
     return f"{problem}; {fix}, {_RESUME}"
@@ -293,10 +298,39 @@ def _wait_for_peer_verdict() -> None:
     os._exit(75)
 
 
-def run(fn, workdir=None, command: str = "command") -> int:
-    """Call fn(); on failure print one line (see the module docstring) and return 1."""
+def _native_to_noise() -> None:
+    """For the rest of the process: file descriptor 2 (native logs of TensorStore, gRPC, XLA) goes
+    to a temporary file whose text joins NOISE; Python's sys.stderr stays on the console."""
+    if os.environ.get("LINSCALE_VERBOSE_STARTUP") or os.environ.get("LINSCALE_SUPERVISED"):
+        return  # asked for, or already routed to the process's log (linscale_jax.dist.supervise)
+    sys.stderr.flush()
+    console = os.fdopen(os.dup(2), "w", buffering=1)
+    tmp = tempfile.TemporaryFile()
+    os.dup2(tmp.fileno(), 2)
+    sys.stderr = console
+    _NATIVE.append(tmp)
+
+
+_NATIVE: list = []
+
+
+def _native_text() -> str:
+    for f in _NATIVE:
+        f.seek(0)
+        text = f.read().decode(errors="replace")
+        f.seek(0, 2)
+        if text.strip():
+            return text
+    return ""
+
+
+def run(fn, workdir=None, command: str = "command", native_to_log: bool = False) -> int:
+    """Call fn(); on failure print one line (see the module docstring) and return 1.
+    native_to_log (an entry point's own process): native stderr output goes to the failure log."""
     workdir = Path(workdir).absolute() if workdir else None
     existed = workdir is not None and workdir.exists()
+    if native_to_log and not _NATIVE:
+        _native_to_noise()
     install_log_capture()
     if not isinstance(sys.stderr, _TracebackFilter):  # kept to the end: threads print at exit too
         original = sys.stderr
@@ -324,6 +358,9 @@ def run(fn, workdir=None, command: str = "command") -> int:
             _wait_for_peer_verdict()
         msg = one_line(e, workdir)
         log = None
+        native = _native_text()
+        if native:
+            NOISE.append(native)
         if workdir is not None and not existed and workdir.exists() \
                 and not _has_checkpoints(workdir):
             shutil.rmtree(workdir, ignore_errors=True)  # a failed start leaves no empty workdir

@@ -69,7 +69,7 @@ def main(argv) -> None:
         raise app.UsageError(f"unexpected arguments {argv[1:]}")
     if not flags.FLAGS["verbosity"].present:  # keep Orbax's per-save INFO lines out of the way
         logging.set_verbosity(logging.WARNING)
-    sys.exit(cli_errors.run(_train, workdir=_WORKDIR.value, command="train"))
+    sys.exit(cli_errors.run(_train, workdir=_WORKDIR.value, command="train", native_to_log=True))
 
 
 def _parse_flags(argv):

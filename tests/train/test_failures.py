@@ -120,6 +120,7 @@ def run_train(workdir, preexec=None, wrap=(), **checkpoint):
 
 def test_file_size_limit_during_an_async_save_is_one_line_at_that_save(tmp_path):
     workdir = tmp_path / "run"
+    assert run_train(tmp_path / "warm", async_save=True).returncode == 0  # prepares the data records
 
     def limit():
         resource.setrlimit(resource.RLIMIT_FSIZE, (100 * 1024, resource.RLIM_INFINITY))
