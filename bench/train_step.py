@@ -1,7 +1,7 @@
 """Train-step throughput and MFU per architecture at tiny ladder sizes, on this machine.
 
     python bench/train_step.py [--sizes=d64,d96] [--archs=llama,tnl,hgrn2,cosformer2]
-                               [--batch=8] [--seq=256] [--steps=3] [--json]
+                               [--batch=8] [--seq=256] [--steps=3] [--json] [--clock=wall|cpu]
 
 --json prints one JSON object per (arch, size): arch, size, mfu (a fraction), step_ms, compile_s,
 tokens_per_sec, page_faults_per_step (minor faults, see linscale_jax.dist.host_memory), peak_gflops
@@ -39,7 +39,7 @@ from linscale_jax.config import ARCHS, base_config  # noqa: E402
 from linscale_jax.models import ModelConfig, sizes  # noqa: E402
 
 
-def bench_one(arch, size, batch, seq, steps):
+def bench_one(arch, size, batch, seq, steps, clock=time.perf_counter):
     c = base_config()
     sizes.apply_model(c.model, sizes.ladder_model(arch, size))
     c.train.update(steps=1000, batch_size=batch, seq_len=seq)
@@ -59,10 +59,10 @@ def bench_one(arch, size, batch, seq, steps):
     times = []
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     for _ in range(steps):
-        t = time.perf_counter()
+        t = clock()
         params, opt, m = fns.step_fn(params, opt, rest, b)
         jax.block_until_ready(m)
-        times.append(time.perf_counter() - t)
+        times.append(clock() - t)
     faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / steps
     step_s = float(np.median(times))
     cfg = ModelConfig.from_config(c.model)
@@ -81,12 +81,17 @@ def main():
     p.add_argument("--seq", type=int, default=256)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--json", action="store_true", help="one JSON object per run")
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                   help="step time: wall, or this process's CPU time (time.process_time; with "
+                        "XLA_FLAGS=--xla_cpu_multi_thread_eigen=false, what one study worker spends, "
+                        "and less moved by other jobs on a shared machine)")
     a = p.parse_args()
+    clock = time.process_time if a.clock == "cpu" else time.perf_counter
     peak = metrics.measure_matmul_peak(n=2048, reps=5)
     if a.json:
         for size in a.sizes.split(","):
             for arch in a.archs.split(","):
-                r = bench_one(arch, size, a.batch, a.seq, a.steps)
+                r = bench_one(arch, size, a.batch, a.seq, a.steps, clock)
                 # the peak of a shared machine moves with its load: the best of the measurements
                 # before and after every row (a low peak would inflate the MFU)
                 peak = max(peak, metrics.measure_matmul_peak(n=2048, reps=5))
@@ -104,7 +109,7 @@ def main():
     print("|---|---|---|---|---|---|---|---|")
     for size in a.sizes.split(","):
         for arch in a.archs.split(","):
-            r = bench_one(arch, size, a.batch, a.seq, a.steps)
+            r = bench_one(arch, size, a.batch, a.seq, a.steps, clock)
             print(f"| {arch} | {size} | {r['n_params']:,} | {r['compile_s']:.1f} | "
                   f"{r['step_ms']:.1f} | {r['tokens_per_sec']:,.0f} | {r['achieved'] / 1e9:.2f} | "
                   f"{r['achieved'] / peak:.1%} |", flush=True)

@@ -5,7 +5,7 @@
   python -m linscale_jax.train --config=configs/tiny.py:hgrn2-d128 --workdir=/tmp/run
 Argument: <arch> or <arch>-<size>; arch in linscale_jax.config.ARCHS, size a ladder name
 (linscale_jax.models.sizes.LADDER: d64 d96 d128 ...). Model shapes are the ladder's (byte vocabulary,
-head dim 8); this file sets a short run: 400 steps of 16 x 128 tokens, peak lr 3e-3 with cosine decay.
+head dim 16); this file sets a short run: 400 steps of 16 x 128 tokens, peak lr 3e-3 with cosine decay.
 """
 
 from __future__ import annotations

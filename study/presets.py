@@ -1,6 +1,8 @@
 """Shared defaults of the study presets (configs/study/{quick,cpu,paper}.py): a ConfigDict `study`.
 
-Fields: model_file, archs, sizes, tokens (training tokens per run, the same for every size),
+Fields: model_file, archs (registry.ARCHS by default; a variant label such as cosformer2+tpe=none
+runs an architecture with changed model fields as one more arch), sizes, tokens (training tokens
+per run, the same for every size),
 checkpoints (dense checkpoints per run; plus checkpoint.log_spaced early ones), workers (runs
 trained at once, each in its own process pinned to its share of the CPU cores: study.workers), overrides (nested
 run-config sections applied to every run), eval (what is evaluated; fit_loss: which loss the laws
@@ -9,11 +11,14 @@ use), recall_from (a recall study's workdir whose recall.csv the findings sectio
 
 import ml_collections
 
+from linscale_jax.models import registry
+
 
 def study_defaults() -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict(dict(
         model_file="configs/ladder.py",
-        archs="llama,tnl,hgrn2,cosformer2",
+        archs=",".join(registry.ARCHS),  # every registered architecture (the paper's four first);
+        # an entry may be a variant label '<arch>+<model field>=<value>' (sizes.split_variant)
         sizes="d64,d96,d128,d192,d256",
         tokens=1.0e6,  # float: paper-scale budgets exceed int32 ConfigDict fields
         checkpoints=10,

@@ -1,25 +1,36 @@
-"""The default miniature study (the README's main job): 14.5 min on 2 CPU cores, two runs at a time.
+"""The default miniature study (the README's main job), two runs at a time on 2 CPU cores.
 
     python -m study --config=configs/study/cpu.py --workdir=/tmp/study_cpu
-4 archs × 5 ladder sizes d32 d40 d48 d64 d96 (3 layers, 4..12 heads of dim 8; non-embedding N
-3.8e4 .. 3.3e5, 0.9 decades; configs/ladder.py says why and what it costs), every size on the
-same budget of 2048 steps × 8 × 128 = 2,097,152 byte tokens (55 .. 6 tokens per parameter), 16
-checkpoints per run, every 128 steps (16 points per training curve for the envelope; the laws skip
-checkpoints inside the 64-step warmup, so no log-spaced early ones).
+4 archs × 4 ladder sizes d32 d48 d64 d80 (4 layers, head dim 16, 2..5 heads; non-embedding N
+5.0e4 .. 3.2e5, 0.8 decades; configs/ladder.py says why), every size on the same budget of
+1536 steps × 8 × 128 = 1,572,864 byte tokens (31 .. 5 tokens per parameter), 12 checkpoints per
+run, every 128 steps (the laws skip checkpoints inside the 64-step warmup, so no log-spaced ones).
+Budget arithmetic (CPU time; one training step of batch 8 × 128 on one core, XLA single-threaded,
+`bench/train_step.py --clock=cpu`; docs/results.md "Ladder step costs"): a step costs a + b·(GFLOP per
+step) per arch, fitted to the measured steps (llama d48/d64/d96 at 4 layers 16/23/40 ms, hgrn2
+27/37/73 ms, and the 3-layer head-dim-8 d32/d96 of the previous ladder; tnl and cosformer2 taken
+midway). One step of each of the 16 runs sums to 477 ms, against 503 ms for the 20 runs of the
+previous preset (d32 d40 d48 d64 d96, 3 layers, head dim 8, 2048 steps, 16 checkpoints), whose
+main job took 36.8 CPU-minutes (train 30.5 of which compile 4.0, eval 6.3 of which compile 2.0).
+Here: train steps 26.5 × 0.95 × 1536/2048 = 18.8, eval 4.3 × 0.95 × 12/16 = 3.1, compile
+6.0 × 16/20 × 1.15 (4 layers) = 5.5, rest 0.4: about 28 CPU-minutes, 14 minutes wall on 2 workers.
+d96 is on the ladder but not here: at 4 layers it would add about 12 CPU-minutes, and trained beside d80 on
+4M tokens it stayed 0.08-0.10 nats above d80 at every token count (llama, lr 3e-3).
 Constant learning rate after warmup, so intermediate checkpoints are comparable with final ones on
-the envelope. At this budget every run is still data-limited (tried on llama: cosine or constant,
-8 × 128 or 32 × 128 tokens per step, lr 3e-3 or 1e-2), so the smallest size reaching a compute wins
-almost everywhere; the fit therefore keeps the clamped envelope (fit.include_clamped, as the paper
-does) and report.md says where the envelope is an optimum and where only a bound.
+the envelope (and a shorter budget is a prefix of a longer run). At this budget every run is still
+data-limited: the envelope sawtooths, each larger size reaching a smaller one's final compute above
+its final loss, and no envelope point is interior (measured on llama up to 2.6M tokens per size,
+docs/results.md "Ladder step costs and the token budget"); the fit therefore keeps the clamped
+envelope (fit.include_clamped, as the paper does) and report.md gives the share of envelope points
+that are interior, i.e. an optimum and not a bound.
 Noise design (measured with `python -m study.noise`, README "Noise sources"): the laws
 use val_loss_avg, the loss of the mean weights of the checkpoints in the last quarter of the steps
 so far (checkpoint averaging; on llama-d32 it halved the checkpoint-to-checkpoint sd), on a 4x
 larger validation sample (32 batches = 32,768 tokens instead of 8,192), and the comparisons and the
-held-out prediction add the measured seed-to-seed sd (noise.seed_sd) to their intervals. Cost: two
-evaluations of 32 batches per checkpoint instead of one of 8, no extra training (cooldowns and seed
-replicates cost more than the budget allows; README "Noise sources" says what each would buy).
+held-out prediction add the measured seed-to-seed sd (noise.seed_sd) to their intervals.
 Time: runs train two at a time (workers = 2, one process pinned to each core, study.workers); NIAH
 and the corpus probe run on each arch's largest model only (every smaller one was at chance).
+cosFormer2's verdict without its TPE: configs/study/tpe.py.
 """
 
 from study.presets import study_defaults
@@ -27,14 +38,14 @@ from study.presets import study_defaults
 
 def get_config():
     c = study_defaults()
-    c.sizes = "d32,d40,d48,d64,d96"
-    c.tokens = 2048 * 8 * 128.0
-    c.checkpoints = 16
+    c.sizes = "d32,d48,d64,d80"
+    c.tokens = 1536 * 8 * 128.0
+    c.checkpoints = 12
     c.workers = 2  # two runs at once, one per core (study.workers)
     c.overrides.optim.update(lr=3e-3, warmup_steps=64, schedule="constant")
     c.overrides.checkpoint.log_spaced = 0
     c.eval.update(val_batches=32, fit_loss="val_loss_avg")
-    c.eval.final_runs = "largest"  # NIAH + probe at chance below d96 (README); the recall preset
+    c.eval.final_runs = "largest"  # NIAH + probe at chance below the largest size (README); the recall preset
     # measures retrieval with signal
     c.noise.seed_sd = 0.05  # nats; pooled over the 32-batch estimators (study.noise, llama-d32, 3 seeds)
     c.fit.include_clamped = True

@@ -1,6 +1,6 @@
 """A five-minute study (2 CPU cores): 4 archs × 3 ladder sizes (d32, d48, d64, the ladder's own
-3 layers and 4-8 heads, so TNL keeps its decay spectrum), 48 steps of 8 × 128 tokens each. The
-smallest widths because compiling dominates runs this short.
+4 layers and head dim 16, 2-4 heads), 48 steps of 8 × 128 tokens each. The smallest widths because
+compiling dominates runs this short.
 
     python -m study --config=configs/study/quick.py --workdir=/tmp/study_quick
 Three sizes cannot bracket an optimum, so the fit keeps clamped envelope points

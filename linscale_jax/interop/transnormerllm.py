@@ -12,7 +12,7 @@ TNL module (see linscale_jax/models/tnl.py), set here from config.json:
                                                    with θ = 0 is exactly the identity: [q, 0])
   embedding scaled by sqrt(d) unless                embed_scale="sqrt_d"
       no_scale_embedding
-  decay: ALiBi slopes * (1 - j/(l-1) + 1e-5)        tnl_decay_rule="alibi_layer" (our default)
+  decay: ALiBi slopes * (1 - j/(l-1) + 1e-5)        tnl_decay_rule="alibi_layer"
   SimpleRMSNorm everywhere, eps 1e-6                norm_eps=1e-6 (our default)
   GLU without activation, l1 * l2 -> l3             w_u = l1, w_v = l2, w_down = l3
   lm_head tied (tie_word_embeddings, HF default)   tie_embeddings

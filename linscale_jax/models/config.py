@@ -18,8 +18,8 @@ ARCHS = registry.ARCHS  # the registered architectures (live view; the paper's f
 
 DTYPES = ("float32", "bfloat16")
 REMATS = ("none", "block", "dots")
-TNL_DECAY_RULES = ("alibi_layer", "fla")
-TPES = ("lightnet", "xmixers", "none")
+TNL_DECAY_RULES = ("paper", "alibi_layer")
+TPES = ("lightnet", "lightnet_untied", "xmixers", "none")
 EMBED_SCALES = ("none", "sqrt_d")
 GLU_ACTS = ("none", "silu")
 HGRN2_Q_SCALES = ("one", "rsqrt_k")
@@ -43,8 +43,8 @@ class ModelConfig:
     rope_theta: float = 10000.0  # llama
     impl: str = "auto"  # linear attention: auto | reference | xla | pallas
     chunk_size: int = 0  # 0: kernels_pallas.default_chunk_size (per backend); an int for CLI overrides
-    tnl_decay_rule: str = "alibi_layer"  # alibi_layer (released TNL) | fla
-    tpe: str = "lightnet"  # cosformer2 Toeplitz positional encoding: lightnet (paper) | xmixers | none
+    tnl_decay_rule: str = "paper"  # paper (exp(-(8i/h)(1 - j/l))) | alibi_layer (released TNL)
+    tpe: str = "lightnet"  # cosformer2 Toeplitz positional encoding: lightnet (paper, d·e) | lightnet_untied | xmixers | none
     remat: str = "none"  # none | block | dots  (activation checkpointing per block)
     scan_layers: bool = False  # scan over a stacked layer axis (faster compiles for deep models)
     # --- variants of released checkpoints (interop); the defaults are the paper's blocks ---

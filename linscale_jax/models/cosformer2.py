@@ -12,8 +12,9 @@ Token mixer:
     O = SimpleRMSNorm(concat_heads(o)) ⊙ sigmoid(X̄ W_gdown W_gup), then W_o.
 
 TPE (Toeplitz positional encoding), applied once to the embedding output: linscale_jax.models.tpe
-(model.tpe = "lightnet", the paper's up-projection d -> e, per-channel decay recurrence, projection
-back, the default; "xmixers", the later per-head rank-1 module; "none").
+(model.tpe = "lightnet", the default: a d×e projection, a per-channel decay recurrence, the same
+projection back, Table 1's d·e parameters; "lightnet_untied", separate projections (2·d·e);
+"xmixers", the later per-head rank-1 module; "none").
 """
 
 from __future__ import annotations
@@ -82,9 +83,10 @@ def _layer_flops(cfg, seq_len: int, chunk: int) -> float:
 
 
 def _once_flops(cfg, seq_len: int, chunk: int) -> float:
-    """The TPE: lightnet 2·2de; xmixers the linear recurrence with k = e plus 2de; none 0."""
+    """The TPE: lightnet (tied or not) 2·2de; xmixers the linear recurrence with k = e plus 2de;
+    none 0."""
     d, h, e = cfg.d_model, cfg.n_heads, cfg.head_dim
-    if cfg.tpe == "lightnet":
+    if cfg.tpe in ("lightnet", "lightnet_untied"):
         return 2 * 2 * d * e
     if cfg.tpe == "xmixers":
         return linear_attention_flops(h, e, e, chunk) + 2 * d * e

@@ -104,8 +104,15 @@ class HGRN2(Decoder):
         return (log_beta, log_one_minus)  # stacked over layers [l, d]
 
 
+def lower_bound_per_layer(cfg) -> list[float]:
+    """β_j of every layer at initialisation (Γ = ones: β_j = j/l, the same for every channel)."""
+    beta = beta_values(jnp.ones((cfg.n_layers, 1), jnp.float32))[:, 0]
+    return [round(float(b), 6) for b in beta]
+
+
 registry.register(registry.ArchSpec(
     name="hgrn2", mixer=HGRN2Mixer, model=HGRN2,
+    describe_extras=lambda cfg: {"lower_bound_per_layer": lower_bound_per_layer(cfg)},
     paper_params_extra=lambda l, d, h: l * d,
     paper_flops_x=lambda d, h, n: 1 / (3 * h) + 29 / (72 * d),
     layer_flops=lambda cfg, n, chunk: linear_attention_flops(cfg.n_heads, cfg.head_dim, cfg.head_dim,

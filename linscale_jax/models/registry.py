@@ -55,7 +55,8 @@ class ArchSpec:
     softmax_block      the LLaMA block: softmax attention decoding from a KV cache of max_len
                        tokens, learnable RMSNorm scales and a SwiGLU channel mixer (False: the
                        linear models' O(1) recurrent state, SimpleRMSNorm and identity-GLU, notes §2)
-    describe_extras    cfg -> extra columns for `describe` (TNL: decay_per_layer)
+    describe_extras    cfg -> extra columns for `describe` (TNL: decay_per_layer, HGRN2:
+                       lower_bound_per_layer)
     """
 
     name: str

@@ -40,9 +40,9 @@ ASPECT_VARIANTS = {  # 1B aspect-ratio ablation d/l ∈ {1536/32 (= "1b"), 1792/
 }
 LADDER_VOCAB = 264
 LADDER_CONTEXT = 2048
-LADDER_HEAD_DIM = 8
+LADDER_HEAD_DIM = 16
 LADDER_FFN_MULTIPLE = 8
-LADDER = {"d32": (3, 32), "d40": (3, 40), "d48": (3, 48), "d64": (3, 64), "d80": (3, 80), "d96": (3, 96),
+LADDER = {"d32": (4, 32), "d48": (4, 48), "d64": (4, 64), "d80": (4, 80), "d96": (4, 96),
           "d128": (4, 128), "d192": (4, 192), "d256": (6, 256), "d384": (6, 384), "d512": (8, 512)}
 
 
@@ -52,17 +52,47 @@ def paper_ffn_dim(d: int, multiple: int = 256) -> int:
 
 
 def parse_name(name: str) -> tuple[str, str]:
-    """'<arch>-<size>' -> (arch, size); unknown arch is an error listing ARCHS."""
+    """'<arch>-<size>' -> (arch, size); unknown arch is an error listing ARCHS. The arch part may be
+    a variant label '<arch>+<field>=<value>[+...]' (split_variant), returned whole."""
     arch, sep, size = str(name).partition("-")
-    if not sep or arch not in ARCHS:
+    if not sep or arch.split("+")[0] not in ARCHS:
         raise ValueError(
             f"config name {name!r} must be '<arch>-<size>' with arch one of {ARCHS} "
-            "(e.g. tnl-410m, llama-d128)."
+            "(e.g. tnl-410m, llama-d128, or a variant such as cosformer2+tpe=none-d64)."
         )
     return arch, size
 
 
+def split_variant(label: str) -> tuple[str, dict]:
+    """'cosformer2+tpe=none+norm_eps=1e-5' -> ('cosformer2', {'tpe': 'none', 'norm_eps': 1e-05}):
+    an architecture and model-field changes, each value typed like the field's default."""
+    from linscale_jax.models.config import ModelConfig
+
+    arch, *changes = str(label).split("+")
+    registry.get(arch)  # an unknown arch is an error listing the registered ones
+    defaults = ModelConfig().to_dict()
+    out = {}
+    for change in changes:
+        field, sep, text = change.partition("=")
+        if not sep or field not in defaults or field in ("arch", "size"):
+            raise ValueError(f"variant {label!r}: {change!r} must be <model field>=<value> with a field "
+                             f"of ModelConfig other than arch and size (e.g. cosformer2+tpe=none).")
+        kind = type(defaults[field])
+        if kind is bool:
+            if text not in ("true", "false", "True", "False"):
+                raise ValueError(f"variant {label!r}: {field} takes true or false, got {text!r}.")
+            out[field] = text.lower() == "true"
+        else:
+            try:
+                out[field] = kind(text)
+            except ValueError:
+                raise ValueError(f"variant {label!r}: {field}={text!r} is not a {kind.__name__}.") from None
+    return arch, out
+
+
 def paper_model(arch: str, size: str) -> dict:
+    """arch: a registered name or a variant label (split_variant)."""
+    arch, changes = split_variant(arch)
     spec = registry.get(arch)
     if size in PAPER_SIZES:
         l, d = PAPER_SIZES[size]
@@ -74,17 +104,18 @@ def paper_model(arch: str, size: str) -> dict:
             f"unknown paper size {size!r}; choose one of {list(PAPER_SIZES) + list(ASPECT_VARIANTS)}."
         )
     return dict(arch=arch, size=size, n_layers=l, d_model=d, n_heads=d // 128,
-                ffn_dim=paper_ffn_dim(d), vocab_size=PAPER_VOCAB, max_seq_len=PAPER_CONTEXT)
+                ffn_dim=paper_ffn_dim(d), vocab_size=PAPER_VOCAB, max_seq_len=PAPER_CONTEXT, **changes)
 
 
 def ladder_model(arch: str, name: str) -> dict:
-    registry.get(arch)  # an unknown arch is an error listing the registered ones
+    """arch: a registered name or a variant label (split_variant)."""
+    arch, changes = split_variant(arch)
     if name not in LADDER:
         raise ValueError(f"unknown ladder size {name!r}; choose one of {list(LADDER)}.")
     l, d = LADDER[name]
     return dict(arch=arch, size=name, n_layers=l, d_model=d, n_heads=d // LADDER_HEAD_DIM,
                 ffn_dim=paper_ffn_dim(d, LADDER_FFN_MULTIPLE), vocab_size=LADDER_VOCAB,
-                max_seq_len=LADDER_CONTEXT)
+                max_seq_len=LADDER_CONTEXT, **changes)
 
 
 def apply_model(section, values: dict):

@@ -7,11 +7,13 @@ Legend: b batch, t sequence, h heads, e = d/h head dim, d width, l layers, j lay
     O = SimpleRMSNorm(concat_heads(o)) ⊙ sigmoid(X̄ W_gdown W_gup)  (gate rank d/h), then W_o.
 
 Decay rule (model.tnl_decay_rule):
-  "alibi_layer" (default; released TNL checkpoints): ALiBi slopes s_i (i = 1..h; for h not a power
-      of two ALiBi's interleave rule), scaled per layer s_{i,j} = s_i (1 - j/(l-1) + 1e-5)
-      (l = 1: factor 1 + 1e-5), log λ = -s. First layer decays fastest, the last almost not at all.
-  "fla": log λ_i = -(8/h)(1 - j/l) i for i = 0..h-1 (flash-linear-attention's rule; head 0 has no
-      decay).
+  "paper" (default; the TNL paper's formula λ = exp(-(8i/h)(1 - j/l)), head i = 0..h-1, layer
+      j = 0..l-1, as flash-linear-attention reads it): log λ_{i,j} = -(8/h)(1 - j/l) i. Head 0 has
+      no decay in every layer; the other heads' memories 1/(1-λ) are short (a few tokens) and grow
+      with depth, the last layer's slowest decayed head keeping 1/(1 - exp(-8/(hl))) tokens.
+  "alibi_layer" (released TNL checkpoints): ALiBi slopes s_i (i = 1..h; for h not a power of two
+      ALiBi's interleave rule), scaled per layer s_{i,j} = s_i (1 - j/(l-1) + 1e-5) (l = 1: factor
+      1 + 1e-5), log λ = -s. First layer decays fastest, the last (all its heads) almost not at all.
 
 Released TransNormerLLM switches (interop): model.tnl_gate="linear" replaces the gate by a full-rank
 multiplier X̄ W_u (no activation); model.tnl_lrpe=True applies cosFormer2's LRPE to q, k (θ [h, e]
@@ -51,14 +53,14 @@ def alibi_slopes(n_heads: int) -> np.ndarray:
 
 
 def tnl_log_decay(rule: str, n_heads: int, layer_idx: int, n_layers: int) -> np.ndarray:
-    """log λ per head [h] (float32, < 0 except fla's head 0) for layer j of l."""
+    """log λ per head [h] (float32, < 0 except the paper rule's head 0) for layer j of l."""
     if rule == "alibi_layer":
         frac = layer_idx / (n_layers - 1) if n_layers > 1 else 0.0
         s = alibi_slopes(n_heads) * (1.0 - frac + 1e-5)
         return (-s).astype(np.float32)
-    if rule == "fla":
+    if rule == "paper":
         return (-(8.0 / n_heads) * (1.0 - layer_idx / n_layers) * np.arange(n_heads)).astype(np.float32)
-    raise ValueError(f"unknown tnl_decay_rule {rule!r}; choose alibi_layer or fla.")
+    raise ValueError(f"unknown tnl_decay_rule {rule!r}; choose paper or alibi_layer.")
 
 
 class TNLAttention(nnx.Module):

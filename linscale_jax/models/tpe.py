@@ -3,16 +3,20 @@
 Legend: b batch, t sequence, d width, h heads, e = d/h head dim.
 
 model.tpe = "lightnet" (default; the TPE of LightNet, arXiv 2405.21022, as the scaling-law paper
-counts it: an up-projection d -> e, a recurrence, a projection back e -> d, "d·e parameters"):
+counts it: a projection d -> e, a recurrence, the projection back, d²/h = d·e parameters in
+Table 1):
 
-    u_t = SimpleRMSNorm(x_t) W_up                     W_up [d, e]
+    u_t = SimpleRMSNorm(x_t) W                        W [d, e]
     s_t = λ ⊙ s_{t-1} + (1 - λ) ⊙ u_t                 per channel c: λ_c = exp(-exp(a_c)), s [b, e]
-    y_t = x_t + s_t W_down                            W_down [e, d]
+    y_t = x_t + s_t Wᵀ                                the same W, transposed
 
-  i.e. y = x + W_down(T W_up x̄) with T a causal Toeplitz matrix per channel,
+  i.e. y = x + Wᵀ-projection of (T W x̄) with T a causal Toeplitz matrix per channel,
   T_{ts} = (1 - λ) λ^(t-s) (rows sum to < 1: an exponential moving average):
   a learnable, data-independent relative position bias mixed into the residual stream once.
   Choices where LightNet and the paper are silent (documented here and in the README):
+  * one d×e matrix serves both directions (tied, like the tied input/output embeddings), so the
+    module has Table 1's d·e parameters (plus the e rates): the TPE smooths the residual stream's
+    projection onto an e-dimensional subspace along the sequence and adds it back in that subspace;
   * the recurrence is diagonal (one decay per channel of the e-dimensional state), with input gain
     1 - λ so every channel is an average of comparable size whatever its memory (with gain 1 the
     slow channels sum ~256 inputs and the TPE output swamped the embedding at init: +0.1 nats
@@ -20,15 +24,18 @@ counts it: an up-projection d -> e, a recurrence, a projection back e -> d, "d·
     are initialised like ALiBi slopes over the e channels, a_c = log(2^(-8(c+1)/e)), so memories
     1/(1-λ) span ~2 .. 256 tokens;
   * the input is normalised (SimpleRMSNorm, no parameter) because the raw tied embedding is tiny
-    (std init_std) and would leave W_up without gradient; the output is added to the embedding (a
+    (std init_std) and would leave W without gradient; the output is added to the embedding (a
     residual), so the token identity is not squeezed through the e-dimensional state;
   * the segment resets of packed documents zero the state at each new document (segment id
     change); decoding carries s [b, e] in float32.
-  Parameters: W_up, W_down (2·d·e) and a (e). The paper's Table 1 counts d²/h = d·e; the exact
-  count (accounting.param_counts) reads the real tree. Forward FLOPs per token 4·d·e (the two
-  projections; the elementwise recurrence is not counted), the paper's 4nde per sequence.
+  Parameters: W (d·e) and a (e); the exact count (accounting.param_counts) reads the real tree.
+  Forward FLOPs per token 4·d·e (the two projections; the elementwise recurrence is not counted),
+  the paper's 4nde per sequence.
   impl: model.impl = "reference" runs the recurrence as a sequential lax.scan; any other value a
   parallel associative scan (the same numbers to float32 rounding, tests/models/test_tpe.py).
+
+model.tpe = "lightnet_untied": the same with separate W_up [d, e] and W_down [e, d] (2·d·e + e
+parameters, twice Table 1's count).
 
 model.tpe = "xmixers" (the module of a later rewrite, Doraemonzzz/xmixers `pes/tpe.py`): per head
 i, learnable vectors q_i, k_i ∈ R^e and a decay λ_i = sigmoid(a_i):
@@ -40,6 +47,8 @@ model.tpe = "none": no TPE.
 """
 
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -93,14 +102,24 @@ def diagonal_recurrence(u, log_decay, segment_ids=None, initial_state=None, impl
 
 
 class LightNetTPE(nnx.Module):
-    """x [b,t,d] -> x + W_down(per-channel moving average of SimpleRMSNorm(x) W_up) (module doc)."""
+    """x [b,t,d] -> x + (per-channel moving average of SimpleRMSNorm(x) W_up) W_down, with
+    W_down = W_upᵀ when tied (module doc)."""
 
-    def __init__(self, cfg: ModelConfig, *, keys: KeyGen):
+    def __init__(self, cfg: ModelConfig, *, keys: KeyGen, tied: bool = True):
         d, e = cfg.d_model, cfg.head_dim
         self.up = Linear(d, e, keys=keys, std=cfg.init_std, axes=("embed", "rank"))
-        self.down = Linear(e, d, keys=keys, std=cfg.init_std, axes=("rank", "embed"))
+        if not tied:
+            self.down = Linear(e, d, keys=keys, std=cfg.init_std, axes=("rank", "embed"))
         self.log_rate = nnx.Param(jnp.asarray(tpe_log_rate_init(e)), axes=(None,))
+        self.tied = tied
         self.cfg = cfg
+
+    def project_back(self, s):
+        """s [b, t, e] -> [b, t, d]: W_upᵀ (tied) or W_down."""
+        if not self.tied:
+            return self.down(s)
+        w = self.up.kernel[...]
+        return jnp.einsum("bte,de->btd", s, w.astype(s.dtype))
 
     def log_decay(self):
         """log λ [e] = -exp(a)."""
@@ -111,7 +130,7 @@ class LightNetTPE(nnx.Module):
         u = self.up(simple_rms_norm(x, self.cfg.norm_eps)) * (-jnp.expm1(log_decay)).astype(x.dtype)
         impl = "reference" if self.cfg.impl == "reference" else "scan"
         s, state = diagonal_recurrence(u, log_decay, segment_ids, cache, impl)
-        return x + self.down(s), (state if cache is not None else None)
+        return x + self.project_back(s), (state if cache is not None else None)
 
     def init_cache(self, batch_size: int):
         return jnp.zeros((batch_size, self.cfg.head_dim), jnp.float32)
@@ -144,7 +163,8 @@ class XmixersTPE(nnx.Module):
         return zero_state(batch_size, self.cfg.n_heads, e, e)
 
 
-TPE_MODULES = {"lightnet": LightNetTPE, "xmixers": XmixersTPE}
+TPE_MODULES = {"lightnet": LightNetTPE, "lightnet_untied": functools.partial(LightNetTPE, tied=False),
+               "xmixers": XmixersTPE}
 
 
 def make_tpe(cfg: ModelConfig, keys: KeyGen):

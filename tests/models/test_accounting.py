@@ -29,8 +29,9 @@ def closed_form_params(arch, l, d, h, g, v):
         return emb, l * (layer + 2 * d * e)  # low-rank gate, rank e; SimpleRMSNorm has no params
     if arch == "hgrn2":
         return emb, l * layer + l * d  # lower bounds Γ [l, d]
-    # cosformer2: gate + LRPE θ [h, e] per layer; TPE (lightnet) W_up, W_down (2·d·e) + rates (e)
-    return emb, l * (layer + 2 * d * e + d) + 2 * d * e + e
+    # cosformer2: gate + LRPE θ [h, e] per layer; TPE (lightnet) one d×e projection, used both ways
+    # (d·e, Table 1's d²/h) + rates (e)
+    return emb, l * (layer + 2 * d * e + d) + d * e + e
 
 
 def table1_params(arch, l, d, h):
@@ -92,13 +93,24 @@ def test_paper_shapes():
 
 
 def test_paper_params_equal_real_count_when_g_is_8d_over_3():
-    # 1B: g = 4096 = 8d/3 exactly, so Table-1 N is the real non-embedding count minus norms/θ and
-    # the TPE beyond Table 1's d·e (the real module has W_up and W_down, 2·d·e, and e rates).
+    # 1B: g = 4096 = 8d/3 exactly, so Table-1 N is the real non-embedding count minus norms, θ and
+    # the TPE's e rates (its d·e projection is Table 1's d²/h).
     for arch in ARCHS:
         c = paper_cfg(arch, "1b")
         small = {"llama": c.n_layers * 2 * c.d_model + c.d_model, "tnl": 0, "hgrn2": 0,
-                 "cosformer2": c.n_layers * c.d_model + c.d_model * c.head_dim + c.head_dim}[arch]
+                 "cosformer2": c.n_layers * c.d_model + c.head_dim}[arch]
         assert accounting.param_counts(c)["non_embedding"] == accounting.paper_params(c) + small
+
+
+def test_tpe_variants_counts():
+    """The default TPE has Table 1's d·e parameters (+ e rates); the untied one 2·d·e + e."""
+    c = paper_cfg("cosformer2", "70m")
+    d, e = c.d_model, c.head_dim
+    none = accounting.param_counts(c.replace(tpe="none"))["non_embedding"]
+    assert accounting.param_counts(c)["non_embedding"] - none == d * e + e
+    assert accounting.param_counts(c.replace(tpe="lightnet_untied"))["non_embedding"] - none == 2 * d * e + e
+    # cosFormer2-70M: 21.3M non-embedding parameters at the paper's 0.1M rounding
+    assert round(accounting.param_counts(c)["non_embedding"] / 1e5) == 213
 
 
 def test_pf_days():

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from linscale_jax.config import ARCHS
@@ -14,7 +15,9 @@ from linscale_jax.models import ModelConfig, sizes
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KEYS = {"arch", "size", "n_layers", "d_model", "n_heads", "head_dim", "ffn_dim", "vocab_size", "params_total",
         "params_embedding", "params_non_embedding", "paper_params", "paper_flops_per_token",
-        "flops_per_token_exact"}
+        "flops_per_token_exact", "state_floats_per_layer"}
+EXTRA = {"llama": {"kv_floats_per_token_per_layer"}, "tnl": {"state_floats_per_head", "decay_per_layer"},
+         "hgrn2": {"state_floats_per_head", "lower_bound_per_layer"}, "cosformer2": {"state_floats_per_head"}}
 
 
 def load_config_file(name):
@@ -55,13 +58,21 @@ def describe_in_process(capsys, monkeypatch, *args):
 def test_describe_paper_json():
     rows = json.loads(run_describe("--paper", "--json"))
     assert len(rows) == 24
-    assert all(set(r) == KEYS | ({"decay_per_layer"} if r["arch"] == "tnl" else set()) for r in rows)
+    assert all(set(r) == KEYS | EXTRA[r["arch"]] for r in rows)
     for r in rows:
         assert r["head_dim"] == 128 and r["n_heads"] * 128 == r["d_model"]
+        state = {"llama": None, "tnl": 128 * 128, "hgrn2": 128 * 128, "cosformer2": 256 * 128}[r["arch"]]
+        assert r["state_floats_per_layer"] == (None if state is None else state * r["n_heads"])
+        if r["arch"] == "llama":
+            assert r["kv_floats_per_token_per_layer"] == 2 * r["d_model"]
         if r["arch"] == "tnl":
             lam = r["decay_per_layer"]
             assert len(lam) == r["n_layers"] and all(len(x) == r["n_heads"] for x in lam)
-            assert all(0 < x < 1 for x in lam[0]) and lam[0][0] < lam[1][0] < lam[-1][0]
+            assert all(x == 1 for x in np.array(lam)[:, 0]) and all(0 < x < 1 for x in lam[0][1:])
+            assert lam[0][1] < lam[1][1] < lam[-1][1]
+        if r["arch"] == "hgrn2":
+            assert r["lower_bound_per_layer"][0] == 0 and abs(r["lower_bound_per_layer"][-1]
+                                                               - (1 - 1 / r["n_layers"])) < 1e-6
     assert {(r["arch"], r["size"]) for r in rows} == {(a, s) for a in ARCHS for s in sizes.PAPER_SIZES}
     for r in rows:
         assert r["params_total"] == r["params_embedding"] + r["params_non_embedding"]
@@ -70,11 +81,24 @@ def test_describe_paper_json():
 
 
 def test_describe_ladder_json_reports_head_dim_and_decays(capsys, monkeypatch):
-    (row,) = json.loads(describe_in_process(capsys, monkeypatch, f"--config={ROOT}/configs/ladder.py:tnl-d32", "--json"))
-    assert (row["n_heads"], row["head_dim"], row["n_layers"]) == (4, 8, 3)
-    lam = row["decay_per_layer"]
-    assert abs(lam[0][0] - 0.778801) < 1e-5 and abs(lam[1][0] - 0.882497) < 1e-5  # exp(-1/4), exp(-1/8)
-    assert min(lam[2]) > 0.99999  # the last layer: (almost) undecayed
+    (row,) = json.loads(describe_in_process(capsys, monkeypatch, f"--config={ROOT}/configs/ladder.py:tnl-d64", "--json"))
+    assert (row["n_heads"], row["head_dim"], row["n_layers"]) == (4, 16, 4)
+    assert (row["state_floats_per_layer"], row["state_floats_per_head"]) == (4 * 256, 256)
+    lam = np.array(row["decay_per_layer"])  # paper rule: exp(-(8i/h)(1 - j/l))
+    np.testing.assert_allclose(lam[:, 0], 1.0)
+    np.testing.assert_allclose(lam[:, 1], np.exp(-2 * (1 - np.arange(4) / 4)), atol=1e-6)
+    np.testing.assert_allclose(lam[0], np.exp(-2.0 * np.arange(4)), atol=1e-6)
+
+
+def test_describe_default_is_the_ladder(capsys, monkeypatch):
+    rows = json.loads(describe_in_process(capsys, monkeypatch, "--json"))
+    assert [(r["arch"], r["size"]) for r in rows] == [(a, s) for a in ARCHS for s in sizes.LADDER]
+    for r in rows:
+        assert r["head_dim"] == 16 and r["n_layers"] >= 4 and r["vocab_size"] == 264
+        if r["arch"] != "llama":
+            assert r["state_floats_per_head"] >= 256
+    hgrn2 = next(r for r in rows if (r["arch"], r["size"]) == ("hgrn2", "d64"))
+    assert hgrn2["lower_bound_per_layer"] == [0.0, 0.25, 0.5, 0.75]
 
 
 def test_describe_one_config_with_override(capsys, monkeypatch):
@@ -106,6 +130,6 @@ def test_ladder_config_file():
         cfg = ModelConfig.from_config(ladder.get_config(f"cosformer2-{name}").model)
         d = sizes.LADDER[name][1]
         assert cfg.vocab_size == 264 and cfg.n_heads * cfg.head_dim == d
-        assert (cfg.n_heads, cfg.head_dim) == (d // 8, 8)
+        assert (cfg.n_heads, cfg.head_dim) == (d // 16, 16)
     with pytest.raises(ValueError, match="unknown ladder size 'd1000'.*d64"):
         ladder.get_config("tnl-d1000")

@@ -1,6 +1,7 @@
-"""The CPU ladder keeps the paper's structure (configs/ladder.py): >= 4 heads, one head dim, a
-low-rank gate, TNL decay spectra with fast and slow heads in every non-final layer, undecayed layers
-a minority; the study presets use ladder sizes only; g is 8d/3 rounded to a multiple of 8."""
+"""The CPU ladder keeps the paper's structure (configs/ladder.py): one head dim of 16 (a 256-float
+state per linear head), >= 4 layers (TNL's undecayed part and HGRN2's lower-bound spectrum are not
+a third of the model), >= 4 heads from d64 up, a low-rank gate; the paper's TNL decay formula by
+default; the study presets use ladder sizes only; g is 8d/3 rounded up to a multiple of 8."""
 
 import importlib.util
 import os
@@ -9,10 +10,11 @@ import numpy as np
 import pytest
 
 from linscale_jax.models import ModelConfig, sizes
+from linscale_jax.models.hgrn2 import lower_bound_per_layer
 from linscale_jax.models.tnl import tnl_log_decay
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-FAST, SLOW, UNDECAYED = 16.0, 256.0, 1e4  # memories 1/(1-λ) in tokens
+UNDECAYED = 1e4  # memory 1/(1-λ) in tokens above which a head counts as undecayed
 
 
 def preset_sizes() -> set[str]:
@@ -26,10 +28,11 @@ def preset_sizes() -> set[str]:
 
 
 def memories(cfg: ModelConfig) -> np.ndarray:
-    """[l, h] tokens of memory 1/(1-λ) of TNL's heads."""
+    """[l, h] tokens of memory 1/(1-λ) of TNL's heads (inf for λ = 1)."""
     lam = np.stack([np.exp(tnl_log_decay(cfg.tnl_decay_rule, cfg.n_heads, j, cfg.n_layers).astype(np.float64))
                     for j in range(cfg.n_layers)])
-    return 1.0 / (1.0 - lam)
+    with np.errstate(divide="ignore"):
+        return 1.0 / (1.0 - lam)
 
 
 def test_presets_use_ladder_sizes():
@@ -41,18 +44,62 @@ def test_ladder_size_keeps_structure(name):
     cfgs = {a: ModelConfig.from_config(sizes.ladder_model(a, name)) for a in ("llama", "tnl", "hgrn2", "cosformer2")}
     tnl = cfgs["tnl"]
     d, h, l = tnl.d_model, tnl.n_heads, tnl.n_layers
-    assert h >= 4 and tnl.head_dim == sizes.LADDER_HEAD_DIM
-    assert all(c.head_dim == sizes.LADDER_HEAD_DIM for c in cfgs.values())
-    assert tnl.head_dim <= d // 4  # gate rank d/h: low rank
+    assert all(c.head_dim == sizes.LADDER_HEAD_DIM == 16 for c in cfgs.values())
+    assert tnl.head_dim ** 2 >= 256  # each linear head's state e × e
+    assert h >= 2 and (h >= 4 or d < 64)
+    assert tnl.head_dim <= d // 2  # gate rank e = d/h: low rank
     assert tnl.ffn_dim == 8 * -(-int(8 * d / 3) // 8) and tnl.ffn_dim < 8 * d / 3 + 8
+    assert l >= 4
+    # HGRN2: lower bounds 0, 1/l, ..., (l-1)/l at init; the top one >= 3/4
+    beta = lower_bound_per_layer(cfgs["hgrn2"])
+    np.testing.assert_allclose(beta, np.arange(l) / l, atol=1e-6)
+    # TNL, the paper's formula (default): head 0 undecayed in every layer, every other head decayed,
+    # memories growing with depth
+    assert tnl.tnl_decay_rule == "paper"
     mem = memories(tnl)
-    for j in range(l - 1):  # every non-final layer: a fast head and a slow head
-        assert mem[j].min() <= FAST and mem[j].max() >= SLOW, (name, j, mem[j])
+    assert np.all(np.isinf(mem[:, 0])) and np.all(np.isfinite(mem[:, 1:]))
+    assert np.all(np.diff(mem[:, 1:], axis=0) > 0) and np.all(np.diff(mem[:, 1:], axis=1) < 0)
+    # the released rule: only the last layer undecayed, a minority (1/l <= 1/4)
+    mem = memories(tnl.replace(tnl_decay_rule="alibi_layer"))
     undecayed = [j for j in range(l) if mem[j].min() > UNDECAYED]
-    assert undecayed == [l - 1] and 2 * len(undecayed) < l
+    assert undecayed == [l - 1] and 3 * len(undecayed) < l
 
 
 def test_ladder_widths_and_paper_rule():
-    assert [sizes.LADDER[n][1] for n in sizes.LADDER] == [32, 40, 48, 64, 80, 96, 128, 192, 256, 384, 512]
+    assert [sizes.LADDER[n][1] for n in sizes.LADDER] == [32, 48, 64, 80, 96, 128, 192, 256, 384, 512]
     assert [sizes.paper_ffn_dim(d, 8) for d in (32, 48, 64, 96)] == [88, 128, 176, 256]
     assert [sizes.paper_ffn_dim(d) for d in (512, 768, 1024)] == [1536, 2048, 2816]
+
+
+def test_variant_labels():
+    m = sizes.ladder_model("cosformer2+tpe=none", "d64")
+    assert (m["arch"], m["tpe"], m["d_model"]) == ("cosformer2", "none", 64)
+    assert sizes.split_variant("tnl+tnl_decay_rule=alibi_layer+tnl_lrpe=true") == (
+        "tnl", {"tnl_decay_rule": "alibi_layer", "tnl_lrpe": True})
+    assert sizes.parse_name("cosformer2+tpe=none-d64") == ("cosformer2+tpe=none", "d64")
+    with pytest.raises(ValueError, match="<model field>=<value>"):
+        sizes.split_variant("tnl+nonsense=1")
+    with pytest.raises(ValueError, match="is not a int"):
+        sizes.split_variant("tnl+n_layers=many")
+    with pytest.raises(ValueError, match="unknown architecture"):
+        sizes.split_variant("gpt+tpe=none")
+
+
+def test_tpe_preset_runs_the_variant_as_one_more_arch(tmp_path):
+    from study import plan
+
+    spec = importlib.util.spec_from_file_location("p_tpe", os.path.join(ROOT, "configs", "study", "tpe.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    study = mod.get_config()
+    runs = plan.build_plan(study, str(tmp_path))
+    cpu = set(plan.split_list(study.sizes))
+    assert {(r.arch, r.size) for r in runs} == {(a, s) for a in ("llama", "cosformer2", "cosformer2+tpe=none")
+                                                for s in cpu}
+    by = {r.name: r for r in runs}
+    size = sorted(cpu)[0]
+    plain, none = by[f"cosformer2-{size}"], by[f"cosformer2+tpe=none-{size}"]
+    assert (plain.config.model.arch, plain.config.model.tpe) == ("cosformer2", "lightnet")
+    assert (none.config.model.arch, none.config.model.tpe) == ("cosformer2", "none")
+    assert none.n_params < plain.n_params and none.workdir.endswith(f"cosformer2+tpe=none-{size}")
+    assert "--config=configs/ladder.py:cosformer2+tpe=none-" in none.command

@@ -64,7 +64,7 @@ def test_tnl_decay_values():
     for j, factor in enumerate([1 + 1e-5, 0.5 + 1e-5, 1e-5]):
         np.testing.assert_allclose(tnl_log_decay("alibi_layer", 4, j, 3), -s4 * factor, rtol=1e-6)
     np.testing.assert_allclose(tnl_log_decay("alibi_layer", 4, 0, 1), -s4 * (1 + 1e-5), rtol=1e-6)
-    np.testing.assert_allclose(tnl_log_decay("fla", 4, 1, 2), [0, -1, -2, -3])
+    np.testing.assert_allclose(tnl_log_decay("paper", 4, 1, 2), [0, -1, -2, -3])
 
 
 def test_tnl_mixer_matches_formula():
@@ -169,12 +169,14 @@ def test_cosformer2_mixer_matches_formula():
     np.testing.assert_allclose(y[0], ref, rtol=2e-4, atol=2e-5)
 
 
-def test_lightnet_tpe_is_up_toeplitz_down():
-    """y = x + W_down(T W_up x̄), T_{ts} = (1-λ)λ^(t-s) per channel of the e-dim state (2·d·e + e params)."""
+@pytest.mark.parametrize("tied", [True, False])
+def test_lightnet_tpe_is_up_toeplitz_down(tied):
+    """y = x + (T W_up x̄) W_down, T_{ts} = (1-λ)λ^(t-s) per channel of the e-dim state; tied (the
+    default, tpe=lightnet): W_down = W_upᵀ, d·e + e params (Table 1's d·e); untied 2·d·e + e."""
     c = cfg("cosformer2")
-    tpe = LightNetTPE(c, keys=KeyGen(jax.random.key(0)))
+    tpe = LightNetTPE(c, keys=KeyGen(jax.random.key(0)), tied=tied)
     n_params = sum(int(np.prod(p.shape)) for p in jax.tree.leaves(nnx.state(tpe, nnx.Param)))
-    assert n_params == 2 * D * E + E
+    assert n_params == (1 if tied else 2) * D * E + E
     x = x_input(3)
     y, _ = tpe(x, None, None)
     X = np_(x[0])
@@ -185,7 +187,8 @@ def test_lightnet_tpe_is_up_toeplitz_down():
     for t in range(T):
         for r in range(t + 1):
             s[t] += (1 - lam) * lam ** (t - r) * u[r]
-    np.testing.assert_allclose(y[0], X + s @ np_(tpe.down.kernel[...]), rtol=2e-4, atol=2e-5)
+    down = np_(tpe.up.kernel[...]).T if tied else np_(tpe.down.kernel[...])
+    np.testing.assert_allclose(y[0], X + s @ down, rtol=2e-4, atol=2e-5)
 
 
 def test_xmixers_tpe_is_a_causal_toeplitz_per_head():

@@ -72,7 +72,7 @@ def test_fifth_arch_module_is_discovered_in_the_models_package(tmp_path):
     assert Path(got["file"]).resolve() == (root / "linscale_jax/models/plainlin.py").resolve()
     assert got["archs"] == ["llama", "tnl", "hgrn2", "cosformer2", "plainlin"]
     assert got["linear"] == ["tnl", "hgrn2", "cosformer2", "plainlin"]
-    assert got["ladder"] == 3
+    assert got["ladder"] == sizes.LADDER["d64"][0]
 
 
 def test_discover_imports_only_registering_modules_and_archs_keep_the_paper_order(tmp_path):
@@ -130,7 +130,7 @@ def test_fifth_arch_registers_and_describe_accepts_it(plain):
     assert ARCHS[-1] == "plainlin" and "plainlin" in ARCHS and len(ARCHS) == 5  # live keys
     model_cfg = ModelConfig.from_config(sizes.ladder_model("plainlin", "d64"))
     row = describe.describe_row(model_cfg, 512)
-    l, d, h, e, g, v = 3, 64, 8, 8, model_cfg.ffn_dim, 264
+    l, d, h, e, g, v = 4, 64, 4, 16, model_cfg.ffn_dim, 264
     assert (row["arch"], row["n_layers"], row["d_model"], row["n_heads"]) == ("plainlin", l, d, h)
     # the real parameter tree is the registered mixer's: q, k, v, o and the GLU, parameter-free norms
     assert row["params_non_embedding"] == l * (4 * d * d + 3 * d * g)
