@@ -3,6 +3,7 @@
     pending = async_save.Pending(mngr, workdir)
     pending.started(step)        # after ckpt.save(mngr, step, ...)
     pending.check(step)          # every training step: raises SaveFailedError once the write failed
+    pending.wait(step)           # before the next save: the same, waiting for the write
 
 Orbax raises a background write's error only at the next save or wait; `check` collects it at the
 first step after the write ended (never waiting on a write in progress), and names the checkpoint with the storage line (linscale_jax.cli_errors:
@@ -34,6 +35,15 @@ class Pending:
             self.mngr.wait_until_finished()  # finished: returns at once, raising the write's error
         except Exception as e:  # noqa: BLE001 - whatever the background write raised
             raise failed(e, step, now, self.workdir) from e
+
+
+    def wait(self, now: int) -> None:
+        """Wait for the write under way (before the next save), naming it if it failed."""
+        step, self.step = self.step, None
+        try:
+            self.mngr.wait_until_finished()
+        except Exception as e:  # noqa: BLE001
+            raise failed(e, now if step is None else step, now, self.workdir) from e
 
 
 def failed(e: BaseException, step: int, now: int, workdir) -> SaveFailedError:

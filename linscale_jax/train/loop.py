@@ -366,7 +366,7 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
                         logger.progress(row)
                 preempted = term.preempted()  # the same answer on every process
                 if step in save_at or preempted:
-                    mngr.wait_until_finished()  # (Orbax waits for the previous save anyway)
+                    saving.wait(step)  # (Orbax waits for the previous save anyway)
                     guard.record_checksums(mngr.all_steps())
                     extra = dict(guard.metadata, **monitor.health_metadata(step, losses.get(step)))
                     ckpt.save(mngr, step, params, ckpt.make_metadata(config, step, extra),
