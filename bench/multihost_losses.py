@@ -7,8 +7,10 @@
   kill-9   2x2, both processes kill -9'd at step --kill_at, the same command run again (resumes from
            the newest checkpoint before it)
   elastic  2x2 preempted by SIGTERM to process 1 at step --stop_at, resumed by 1 process x 4 devices
-Every run is the full config (its lr schedule and checkpoint steps unchanged) stopped at --steps by
-a SIGTERM to process 0 (collective preemption); log_every=1 only adds rows. Prints a markdown
+Every run is the full config (its lr schedule and checkpoint steps unchanged) stopped by a SIGTERM
+to process 0 while it logs step --steps (with several processes JAX's preemption sync service
+picks the stop step, one or two steps later; the table compares steps 1..--steps); log_every=1
+only adds rows. Prints a markdown
 table of the losses, the max |difference| to 1x4, and every command it ran.
 """
 
@@ -74,7 +76,7 @@ def main() -> None:
     out = Path(a.out or tempfile.mkdtemp(prefix="multihost_losses_"))
     out.mkdir(parents=True, exist_ok=True)
     log = open(out / "log.txt", "w")
-    stop = f"sigterm_at={a.steps}:0"  # SIGTERM while logging step --steps: saves it and stops
+    stop = f"sigterm_at={a.steps}:0"  # SIGTERM while logging step --steps: save and stop soon after
     cmds, t0 = {}, time.time()
 
     print("1x4 ...", flush=True)

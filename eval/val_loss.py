@@ -37,7 +37,7 @@ def _nll_sum(graphdef, params, inputs, targets, segment_ids, weights):
 
 
 @functools.lru_cache(maxsize=16)
-def _nll_fn(graphdef):
+def nll_fn(graphdef):
     """One jitted loss function per model structure (the checkpoints of a run share it)."""
     return jax.jit(partial(_nll_sum, graphdef))
 
@@ -104,7 +104,7 @@ def validation_loss(model, config, vocab, num_batches: int | None = None) -> dic
             and all(a is b for a, b in zip(_LAST[0][2], leaves)):
         return dict(_LAST[0][3])  # the same (immutable) arrays on the same batches: scored already
     arrays, nbytes = _validation_set(key, config, vocab, n)
-    step = _nll_fn(graphdef)
+    step = nll_fn(graphdef)
     sums = [step(params, *b) for b in arrays]  # dispatched back to back, read once
     nll = sum(float(s) for s, _ in sums)
     tokens = sum(float(w) for _, w in sums)

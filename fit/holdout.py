@@ -10,7 +10,8 @@ the held-out size's loss at each of its checkpoints (its loss-vs-compute curve) 
 checkpoint. The 95% interval is for the *observed* value, so it combines
 
   - the fit's uncertainty: refits on tables whose runs are resampled with replacement (the
-    bootstrap of fit.bootstrap, each resample starting from the point estimate), and
+    bootstrap of fit.bootstrap, each resample starting from the point estimate; when more than
+    half of the resamples fail, there is no interval: NaN bounds, n_boot_ok = 0), and
   - observation noise, as a log-normal factor with standard deviation
     ``sd = sqrt(resid_sd**2 + extra_sd**2)`` in ln loss: ``resid_sd`` is the RMS of the fit's own
     ln residuals (checkpoint-to-checkpoint evaluation and optimisation noise, and lack of fit), and
@@ -104,15 +105,21 @@ def predict(table: Table, *, n_boot: int = 200, seed: int = 0, extra_sd: float =
     draws = np.tile(pred, (1, 1))
     n_ok = 0
     if n_boot:
-        try:  # with 4 sizes many resamples hold too few distinct sizes for 5 parameters: keep
-            # the interval whenever a tenth of the resamples fit (n_boot_ok says how many)
-            boot = bootstrap(rest, refit, n_boot, seed=seed, max_failed=0.9)
+        try:  # more than half of the resamples failing leaves a biased subset: no interval
+            boot = bootstrap(rest, refit, n_boot, seed=seed, max_failed=0.5)
             ok = np.stack([boot.samples[f"p{i}"] for i in range(len(tokens))], axis=1)  # [b, p]
             ok = ok[np.isfinite(ok).all(axis=1)]  # a degenerate refit (E, A or B overflowing)
-            if len(ok):
+            if len(ok) >= n_boot / 2:
                 draws, n_ok = ok, len(ok)
         except FitError:  # too few runs (e.g. 2 sizes): most resamples hold one size only
-            pass  # n_boot_ok = 0: the interval is the observation noise alone (reported as such)
+            pass
+        if not n_ok:  # n_boot_ok = 0: "no interval" (NaN bounds, never inside)
+            nan = np.full(len(tokens), np.nan)
+            return Prediction(arch=arch, n_params=n_max, tokens=tokens, flops=flops, predicted=pred,
+                              ci_low=nan, ci_high=nan, actual=actual,
+                              law={p: float(getattr(point, p)) for p in approach3.PARAMS},
+                              resid_sd=resid_sd, extra_sd=float(extra_sd), n_boot_ok=0,
+                              n_runs_fit=len(set(rest.run.tolist())))
     rng = np.random.default_rng([seed, 1])
     reps = max(1, 4000 // len(draws))  # noise draws per fit draw
     noisy = np.repeat(draws, reps, axis=0) * np.exp(sd * rng.standard_normal((len(draws) * reps, 1)))

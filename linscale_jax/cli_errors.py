@@ -8,9 +8,10 @@ and writes the traceback (plus library log records and native start-up output ca
 to DIR/logs/<command>-<time>.log, naming that file on the same line. Refusals that leave the
 workdir untouched (another trainer holds it, the config changes the run, --init_from on a run
 with checkpoints, --resume_step to a missing step) write their log to $TMPDIR/linscale_jax-logs/
-instead, so the workdir stays byte-identical. A workdir the failed command created and left without checkpoints is removed (its
-log then goes to $TMPDIR/linscale_jax-logs/, as does the log of a workdir that cannot be written:
-the line names the file either way). Storage failures are recognised anywhere in the exception
+instead, so the workdir stays byte-identical. A workdir the failed command created and left
+without checkpoints is removed (its log then goes to $TMPDIR/linscale_jax-logs/, as does the log of
+a workdir that cannot be written: the line names the file either way). A gs://... workdir stays one
+(etils.epath): its log goes to gs://.../logs/. Storage failures are recognised anywhere in the exception
 chain, by errno or by TensorStore's text, and each gets its own fix: ENOSPC (full disk), EDQUOT
 (quota), EFBIG (`ulimit -f` or the file system's largest file), EROFS (read-only mount), EACCES /
 EPERM (permissions). A `Stopped` (a clean stop by a signal, everything saved) prints its line
@@ -252,7 +253,18 @@ def one_line(e: BaseException, workdir=None) -> str:
             "problem; the log has the traceback to report).")
 
 
-def _has_checkpoints(workdir: Path) -> bool:
+def as_dir(workdir):
+    """A workdir as a path object: local paths absolute (pathlib), gs://... kept (etils.epath)."""
+    if workdir is None:
+        return None
+    if "://" in str(workdir):
+        from etils import epath
+
+        return epath.Path(str(workdir))
+    return Path(workdir).absolute()
+
+
+def _has_checkpoints(workdir) -> bool:
     d = workdir / contract.CHECKPOINTS
     return d.is_dir() and any(p.name.isdigit() for p in d.iterdir())
 
@@ -269,7 +281,8 @@ def write_log(workdir, command: str, e: BaseException) -> Path:
     body = (f"command: {' '.join(sys.argv)}\n\n{text}\n"
             + "".join(f"\n--- captured output ---\n{n}" for n in NOISE))
     name = f"{command}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
-    bases = [Path(workdir) / contract.LOGS] if workdir is not None and Path(workdir).is_dir() else []
+    workdir = as_dir(workdir)
+    bases = [workdir / contract.LOGS] if workdir is not None and workdir.is_dir() else []
     for base in bases + [fallback_log_dir()]:
         try:
             base.mkdir(parents=True, exist_ok=True)
@@ -327,7 +340,7 @@ def _native_text() -> str:
 def run(fn, workdir=None, command: str = "command", native_to_log: bool = False) -> int:
     """Call fn(); on failure print one line (see the module docstring) and return 1.
     native_to_log (an entry point's own process): native stderr output goes to the failure log."""
-    workdir = Path(workdir).absolute() if workdir else None
+    workdir = as_dir(workdir) if workdir else None
     existed = workdir is not None and workdir.exists()
     if native_to_log and not _NATIVE:
         _native_to_noise()
@@ -363,7 +376,11 @@ def run(fn, workdir=None, command: str = "command", native_to_log: bool = False)
             NOISE.append(native)
         if workdir is not None and not existed and workdir.exists() \
                 and not _has_checkpoints(workdir):
-            shutil.rmtree(workdir, ignore_errors=True)  # a failed start leaves no empty workdir
+            if isinstance(workdir, Path):  # a failed start leaves no empty workdir
+                shutil.rmtree(workdir, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    workdir.rmtree()
         with contextlib.suppress(OSError):  # a refusal's log goes outside the untouched workdir
             log = write_log(None if isinstance(e, Refusal) else workdir, command, e)
         print_error(msg + (f" [traceback: {log}]" if log else ""))

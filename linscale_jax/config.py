@@ -43,6 +43,7 @@ def base_config() -> ml_collections.ConfigDict:
             eval_batches=4,
             peak_flops=0.0,  # per-device peak FLOP/s for MFU; 0: $LINSCALE_PEAK_FLOPS, a known
             #                  accelerator's bf16 peak, or a measured f32 matmul peak on CPU
+            profile_steps="",  # "A,B": a jax.profiler trace of steps A..B under DIR/profile/
         )
     )
     c.optim = ml_collections.ConfigDict(

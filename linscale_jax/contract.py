@@ -4,7 +4,9 @@ Everything that more than one package must agree on lives here, so that `fit` (w
 and imports nothing else of the project) and the JAX side can never drift apart:
 
 - units: PF_DAY, the paper's compute unit, and FLOPS_PER_PARAM_TOKEN, the k of C = k·N·D;
+  BASELINE_ARCH, the softmax model the linear ones are judged against;
 - the workdir layout: where a run keeps its checkpoints, metrics, eval results, logs and lock;
+- a study's folder: where `python -m study` keeps its runs, tables, fits and findings;
 - the checkpoint table: its columns (TABLE_COLUMNS, what fit needs; TABLE_LEAD, the order
   eval.export writes) with one CSV writer and one CSV reader.
 
@@ -19,6 +21,7 @@ import os
 
 PF_DAY = 8.64e19  # FLOPs in one PFLOP/s-day, the paper's compute unit.
 FLOPS_PER_PARAM_TOKEN = 6.0  # k in C = k·N·D (forward + backward), the compute-optimal allocation's
+BASELINE_ARCH = "llama"  # the softmax-attention baseline every linear architecture is compared with
 
 # ---- workdir layout: DIR/<name> -------------------------------------------------------------
 CHECKPOINTS = "checkpoints"  # DIR/checkpoints/<step>/ (Orbax: params, opt_state, data, metadata)
@@ -41,9 +44,48 @@ def workdir_file(workdir, name: str) -> str:
     return str(workdir).rstrip("/") + "/" + name
 
 
+COOLDOWNS = "cooldowns"  # a run's cooldown branches: DIR/cooldowns/<step>/ (a trainer workdir each)
+
+
+# ---- a study's folder: STUDY_DIR/<name> ------------------------------------------------------
+STUDY_RUNS = "runs"  # one trainer workdir per run: runs/<arch>-<size>[-seed<k>]/
+STUDY_PLAN = "plan.txt"  # the dry-run listing of every run
+STUDY_TABLE = "table.csv"  # every checkpoint of every run (eval.export)
+STUDY_FIT = "fit"  # the laws: fit/table*.csv (one per estimator), fits.json, PNGs
+FITS_JSON = "fits.json"  # in STUDY_FIT
+FIT_ERRORS = "errors.json"  # in STUDY_FIT
+HOLDOUT_CSV = "holdout.csv"
+HOLDOUT_CURVES_CSV = "holdout_curves.csv"
+HOLDOUT_JSON = "holdout.json"
+FINDINGS_JSON = "findings.json"  # study.verdicts' JSON of the report's findings
+REPORT_MD = "report.md"
+REPORT_DIR = "report"  # the report's PNGs
+RECALL_CSV = "recall.csv"  # a recall study's accuracies (study.recall)
+RECALL_PNG = "recall.png"
+NOISE_JSON = "noise.json"  # study.noise's measurement
+NOISE_MD = "noise.md"
+
+
+def study_path(workdir, *names: str) -> str:
+    """STUDY_DIR/<names...>, e.g. study_path(d, STUDY_FIT, FITS_JSON)."""
+    return os.path.join(str(workdir), *names)
+
+
+def fit_table_name(estimator: str, primary: bool) -> str:
+    """The fit table of one loss estimator inside STUDY_FIT: table.csv for the primary one (the laws,
+    plots and held-out check use it), table_<estimator>.csv for every other."""
+    return "table.csv" if primary else f"table_{estimator}.csv"
+
+
+def study_run_dir(workdir, run_name: str) -> str:
+    return os.path.join(str(workdir), STUDY_RUNS, run_name)
+
+
 # ---- the checkpoint table ------------------------------------------------------------------
 # One row per (run, checkpoint): n_params = non-embedding parameters, tokens = training tokens so
 # far, flops = the paper's compute C = (C/token) * tokens, loss = validation loss.
+# An optional `seed` column names replicate runs of one (arch, n_params); study.verdicts treats runs
+# of the same arch and size as seed replicates either way.
 TABLE_COLUMNS = ("arch", "run", "step", "n_params", "tokens", "flops", "loss")
 TABLE_LEAD = TABLE_COLUMNS + ("flops_exact",)  # the order the writer puts first
 TABLE_LOSS = "loss"  # the column eval measures (its val_loss task)

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from linscale_jax.contract import BASELINE_ARCH
+
 
 def residual_sd(x, losses) -> tuple[float, float]:
     """(RMS residual around a quadratic in x, share of successive points that rise), pooled over rows.
@@ -104,15 +106,15 @@ def _ranked(c_star: float, by_arch: dict, draws: dict) -> dict:
         out["p_best"] = float(np.mean(np.argmin(m[:, ok], axis=0) == archs.index(order[0]))) if ok.any() \
             else float("nan")
         out["resolved"] = bool(np.isfinite(out["diff"][1]) and out["diff"][1] > 0)
-        if "llama" in archs:  # each arch minus llama, paired by draw index
-            ref = m[archs.index("llama")]
+        if BASELINE_ARCH in archs:  # each arch minus the baseline, paired by draw index
+            ref = m[archs.index(BASELINE_ARCH)]
             out["vs_llama"] = {}
             for i, a in enumerate(archs):
-                if a != "llama":
+                if a != BASELINE_ARCH:
                     d = m[i] - ref
                     d = d[np.isfinite(d)]
                     lo, hi = np.percentile(d, [2.5, 97.5]) if len(d) else (np.nan, np.nan)
-                    out["vs_llama"][a] = [by_arch[a][0] - by_arch["llama"][0], float(lo), float(hi)]
+                    out["vs_llama"][a] = [by_arch[a][0] - by_arch[BASELINE_ARCH][0], float(lo), float(hi)]
     return out
 
 
@@ -176,11 +178,12 @@ def niah_comparison(cells: dict, n_boot: int = 1000, seed: int = 0):
     boots = {a: np.array([rng.choice(v, len(v)).mean() for _ in range(n_boot)]) for a, v in cells.items()}
     per = {a: [float(np.mean(v)), *np.percentile(boots[a], [2.5, 97.5]).tolist()] for a, v in cells.items()}
     diffs = {}
-    if "llama" in cells:
+    b = BASELINE_ARCH
+    if b in cells:
         for a in cells:
-            if a != "llama":
-                d = boots["llama"] - boots[a]
-                diffs[f"llama-{a}"] = [per["llama"][0] - per[a][0], *np.percentile(d, [2.5, 97.5]).tolist()]
+            if a != b:
+                d = boots[b] - boots[a]
+                diffs[f"{b}-{a}"] = [per[b][0] - per[a][0], *np.percentile(d, [2.5, 97.5]).tolist()]
     return per, diffs
 
 
@@ -190,9 +193,10 @@ def probe_comparison(acc: dict, n_items: dict):
     se = {a: float(np.sqrt(max(p * (1 - p), 1e-12) / max(n_items[a], 1))) for a, p in acc.items()}
     for a, p in acc.items():
         per[a] = [p, max(0.0, p - 1.96 * se[a]), min(1.0, p + 1.96 * se[a])]
-    if "llama" in acc:
+    b = BASELINE_ARCH
+    if b in acc:
         for a in acc:
-            if a != "llama":
-                d, s = acc["llama"] - acc[a], float(np.hypot(se["llama"], se[a]))
-                diffs[f"llama-{a}"] = [d, d - 1.96 * s, d + 1.96 * s]
+            if a != b:
+                d, s = acc[b] - acc[a], float(np.hypot(se[b], se[a]))
+                diffs[f"{b}-{a}"] = [d, d - 1.96 * s, d + 1.96 * s]
     return per, diffs

@@ -1,17 +1,17 @@
-"""The paper's three qualitative findings, each judged on a study's own numbers with intervals.
+"""The report's section on the paper's three findings, rendered from study.verdicts' JSON.
 
-    lines, verdicts = section(archs, fits, holdout_summary, common, law, recall_rows)
+    lines, verdicts = section(result)      # result = study.verdicts.judge_all(...)
 
-1. Power laws fit all four architectures: the L(C) exponent's 95% interval lies below 0 and the
-   held-out largest size's final loss falls inside its predicted 95% interval (study.holdout).
-2. Linear models match or beat LLaMA in loss at equal compute: each linear arch minus llama at the
-   largest common compute by the fitted L(C) laws (compare.law_at_common_compute; the envelope of
-   compare.loss_at_common_compute beside it), with the run-bootstrap + noise interval. Below 0 resolved = beats; interval across 0 = matches within the
-   noise; above 0 resolved = LLaMA better (not reproduced for that arch).
-3. LLaMA leads on retrieval: the MQAR recall experiment (configs/study/recall.py, read from
-   study.recall_from), llama minus each linear arch per (width, pairs) cell with a normal interval
-   from the query counts.
-Whatever the outcome, the verdict is stated plainly (reproduced / not reproduced / not resolved).
+1. Power laws fit every architecture (study.verdicts.power_laws: the L(C) exponent's interval below
+   0 and the largest size predicted within a stated tolerance by the law fitted without it).
+2. Linear models match or beat the baseline (contract.BASELINE_ARCH) in loss at equal compute: each
+   linear arch (registry.linear_archs) minus the baseline at the largest common compute, by the
+   fitted L(C) laws: better / worse / equivalent (TOST, ±margin) / not_resolved.
+3. The baseline leads on retrieval: the MQAR recall experiment (configs/study/recall.py, read from
+   study.recall_from), baseline minus each linear arch per (width, pairs) cell with a normal
+   interval from the query counts.
+Every finding is judged under each loss estimator the study computed; where they disagree the
+verdict is "depends on the estimator", with each estimator's values shown.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ import os
 
 import numpy as np
 
-LINEAR = ("tnl", "hgrn2", "cosformer2")
+from linscale_jax.contract import BASELINE_ARCH, RECALL_CSV
+
 SECTION = "## The paper's findings in miniature"
 
 
@@ -29,76 +30,44 @@ def _ci(v, digits=3) -> str:
     return f"{v[0]:+.{digits}f} [{v[1]:+.{digits}f}, {v[2]:+.{digits}f}]"
 
 
-def power_laws(fits: dict, holdout: dict | None, archs) -> tuple[str, list[str]]:
-    """Finding 1 for the study's `archs`. fits: fits.json; holdout: holdout.json (or None)."""
-    rows, ok_all = [], True
-    held = (holdout or {}).get("archs", {})
-    for a in archs:
-        if a not in fits:
-            rows.append(f"| {a} | not fitted | — | no |")
-            ok_all = False
-            continue
-        e = fits[a]["L_C"]
-        ci = (e.get("ci95") or {}).get("exponent") or [np.nan, np.nan]
-        neg = bool(np.isfinite(ci[1]) and ci[1] < 0)
-        h = held.get(a)
-        inside = bool(h and h.get("inside"))
-        cell = (f"{h['actual']:.4f} in [{h['ci_low']:.4f}, {h['ci_high']:.4f}]: "
-                f"{'inside' if inside else 'OUTSIDE'}") if h else "no held-out prediction"
-        ok = neg and inside
-        ok_all &= ok
-        rows.append(f"| {a} | {e['exponent']:.4f} [{ci[0]:.4f}, {ci[1]:.4f}] | {cell} | "
-                    f"{'yes' if ok else 'no'} |")
-    verdict = "**reproduced**" if ok_all else "**not reproduced for every arch**"
-    return verdict, ["| arch | L(C) exponent [95%] | held-out final loss in its 95% interval? | "
-                     "power law holds |", "|---|---|---|---|", *rows]
+def linear_archs() -> tuple[str, ...]:
+    from linscale_jax.models import registry
+
+    return registry.linear_archs()
 
 
-def _pairwise(result: dict) -> dict:
-    return {a: v for a, v in (result.get("vs_llama") or {}).items() if a in LINEAR}
+def _cell(e: dict) -> str:
+    if e.get("diff") is None:
+        return e.get("verdict", "—")
+    ci = "no interval" if e.get("ci_low") is None else f"[{e['ci_low']:+.3f}, {e['ci_high']:+.3f}]"
+    return f"{e['diff']:+.3f} {ci}: {e['verdict']}"
 
 
-def _judge(d) -> str:
-    if not np.isfinite(d[1]) or not np.isfinite(d[2]):
-        return "no interval"
-    if d[2] < 0:
-        return "beats LLaMA (resolved)"
-    if d[1] > 0:
-        return "LLaMA lower (resolved)"
-    return "matches LLaMA (difference not resolved)"
+def power_laws(f: dict, est: list[str], by: dict) -> list[str]:
+    """Finding 1's table: per arch and estimator, exponent [95%], held-out error [95%], verdict."""
+    L = ["| arch | estimator | L(C) exponent [95%] | held-out largest: actual − predicted [95%] | verdict |",
+         "|---|---|---|---|---|"]
+    for a in f["archs"]:
+        for n in est:
+            r = by[n]["power_laws"]["archs"].get(a, {})
+            x = r.get("exponent")
+            ci = r.get("exponent_ci")
+            ex = "—" if x is None else f"{x:.4f}" + (f" [{ci[0]:.4f}, {ci[1]:.4f}]" if ci else "")
+            h = r.get("holdout")
+            ho = (f"{h['diff']:+.3f} [{h['ci_low']:+.3f}, {h['ci_high']:+.3f}]" if h else r.get("note", "—"))
+            L.append(f"| {a} | {n} | {ex} | {ho} | {r.get('verdict', '—')} |")
+    return L
 
 
-def equal_compute(common: dict, law: dict) -> tuple[str, list[str]]:
-    """Finding 2 from the fitted laws (`law`; the paper compares its fitted L(C) curves) at the
-    largest common compute, with the envelope (`common`: measured points, wider intervals) beside.
-    Without a fitted law for an arch, its envelope value decides."""
-    env, fitted = _pairwise(common), _pairwise(law)
-    rows, worse, better = [], [], []
-    for a in LINEAR:
-        e, f = env.get(a), fitted.get(a)
-        if e is None and f is None:
-            continue
-        decide = f if f is not None else e
-        if _judge(decide).startswith("LLaMA lower"):
-            worse.append(a)
-        elif _judge(decide).startswith("beats"):
-            better.append(a)
-        rows.append(f"| {a} | {_ci(f) + ' — ' + _judge(f) if f is not None else 'law not fitted'} | "
-                    f"{_ci(e) + ' — ' + _judge(e) if e is not None else '—'} |")
-    if not rows:
-        return "**not measured** (no llama or no linear arch in this study)", []
-    if worse:
-        verdict = (f"**not reproduced** for {', '.join(worse)} (LLaMA's loss is lower, resolved)"
-                   + (f"; reproduced for the others" if len(worse) < len(rows) else ""))
-    else:
-        verdict = ("**reproduced**: no linear arch is resolved worse than LLaMA"
-                   + (f" ({', '.join(better)} resolved better)" if better else ""))
-    return verdict, [f"At C = {common['compute']:.3g} PF-days (the largest compute every arch reaches "
-                     "with >= 2 runs); arch minus llama in nats [95%: runs resampled + checkpoint and "
-                     "seed noise]; the verdict uses the fitted laws (the envelope's interval also "
-                     "moves with which runs a resample keeps, so it is wider).", "",
-                     "| arch | fitted L(C): arch − llama | envelope: arch − llama |",
-                     "|---|---|---|", *rows]
+def equal_compute(f: dict, est: list[str], by: dict) -> list[str]:
+    L = [f"At C = {f.get('compute', float('nan')):.3g} PF-days (the largest compute every arch reaches with "
+         f">= 2 sizes); arch − {BASELINE_ARCH} of the fitted L(C) laws in nats [95%: sizes, checkpoint "
+         "residuals and seed offsets resampled].", "",
+         "| arch | " + " | ".join(est) + " | verdict |", "|---|" + "---|" * (len(est) + 1)]
+    for a, r in f["archs"].items():
+        L.append(f"| {a} | " + " | ".join(_cell(by[n]["equal_compute"]["archs"].get(a, {})) for n in est)
+                 + f" | **{r['verdict']}** |")
+    return L
 
 
 def read_recall(path: str) -> list[dict]:
@@ -117,10 +86,10 @@ def recall_differences(rows: list[dict]) -> list[tuple]:
     cells = sorted({(r["d_model"], r["n_pairs"]) for r in rows})
     for d, p in cells:
         at = {r["arch"]: r for r in rows if (r["d_model"], r["n_pairs"]) == (d, p)}
-        if "llama" not in at:
+        if BASELINE_ARCH not in at:
             continue
-        ll = at["llama"]
-        for a in LINEAR:
+        ll = at[BASELINE_ARCH]
+        for a in linear_archs():
             if a not in at:
                 continue
             x = at[a]
@@ -148,22 +117,30 @@ def retrieval(recall_rows: list[dict] | None, source: str) -> tuple[str, list[st
                      *(f"| {d} | {p} | {a} | {_ci(v)} |" for d, p, a, v in diffs)]
 
 
-def section(archs, fits: dict, holdout: dict | None, common: dict | None, law: dict | None,
-            recall_rows: list[dict] | None, recall_source: str = "") -> tuple[list[str], dict]:
-    """The report's findings section for the study's `archs` (one verdict per finding, then its
-    table), and {finding: verdict} (report.py writes it to DIR/findings.json)."""
-    L = [SECTION, "", "Each of the paper's qualitative findings, judged on this study's numbers "
-         "(verdicts follow the intervals, not the paper):", ""]
-    v1, t1 = power_laws(fits, holdout, archs)
-    v2, t2 = equal_compute(common, law or {}) if common else ("**not measured** (one arch)", [])
-    v3, t3 = retrieval(recall_rows, recall_source)
+def section(result: dict) -> tuple[list[str], dict]:
+    """The report's findings section from study.verdicts.judge_all's `result`, and
+    {finding: verdict} (the report writes the whole result to DIR/findings.json)."""
+    est, by, fd = result["estimators"], result["by_estimator"], result["findings"]
+    L = [SECTION, "", f"Each of the paper's qualitative findings, judged on this study's numbers under each loss "
+         f"estimator ({', '.join(est)}); equivalence margin ±{result['margin']:g} nats, held-out "
+         f"tolerance ±{result['tolerance']:g} nats (`python -m study.verdicts` gives the same from the "
+         "tables). Verdicts follow the intervals, not the paper.", ""]
+    titles = (("power_laws", "1. Power laws fit all four architectures"),
+              ("equal_compute", f"2. Linear models match or beat {BASELINE_ARCH} in loss at equal compute"),
+              ("retrieval", f"3. {BASELINE_ARCH} leads on retrieval"))
     verdicts = {}
-    for key, title, v, t in (
-            ("power_laws", "1. Power laws fit all four architectures", v1, t1),
-            ("equal_compute", "2. Linear models match or beat LLaMA in loss at equal compute", v2, t2),
-            ("retrieval", "3. LLaMA leads on retrieval", v3, t3)):
-        L += [f"**{title}:** {v}.", ""] + (t + [""] if t else [])
-        verdicts[key] = v.replace("**", "")
+    for key, title in titles:
+        f = fd[key]
+        extra = ("" if len(est) < 2 or "by_estimator" not in f else
+                 " (" + "; ".join(f"{n}: {v}" for n, v in f["by_estimator"].items()) + ")")
+        L += [f"**{title}:** **{f['verdict']}**{extra}.", ""]
+        if key == "power_laws" and f["archs"]:
+            L += power_laws(f, est, by) + [""]
+        elif key == "equal_compute" and f["archs"]:
+            L += equal_compute(f, est, by) + [""]
+        elif key == "retrieval" and result.get("retrieval_lines"):
+            L += result["retrieval_lines"] + [""]
+        verdicts[key] = f["verdict"]
     return L, verdicts
 
 
@@ -172,7 +149,7 @@ def recall_rows_from(study) -> tuple[list[dict] | None, str]:
     src = str(study.get("recall_from", "") or "")
     if not src:
         return None, ""
-    path = os.path.join(src, "recall.csv")
+    path = os.path.join(src, RECALL_CSV)
     if not os.path.exists(path):
         raise FileNotFoundError(f"study.recall_from={src!r} has no recall.csv; run "
                                 f"`python -m study --config=configs/study/recall.py --workdir={src}` first")

@@ -16,6 +16,8 @@ import os
 
 import numpy as np
 
+from linscale_jax import contract
+
 # The paper fits its laws on all sizes and reports no held-out prediction (notes §6); the nearest
 # published figure is GPT-4's (OpenAI 2023): final loss predicted from runs of up to 1/10,000 the
 # compute, "with high accuracy" (shown in a figure, no number given).
@@ -39,10 +41,10 @@ def write(study, table_path: str, workdir: str, log=print) -> dict:
         except FitError as e:
             errors[arch] = str(e)
             log(f"[study] held-out prediction {arch}: {e}")
-    rep = os.path.join(workdir, "report")
+    rep = contract.study_path(workdir, contract.REPORT_DIR)
     os.makedirs(rep, exist_ok=True)
-    holdout.write_csv(preds, os.path.join(workdir, "holdout.csv"))
-    holdout.write_curves_csv(preds, os.path.join(workdir, "holdout_curves.csv"))
+    holdout.write_csv(preds, contract.study_path(workdir, contract.HOLDOUT_CSV))
+    holdout.write_curves_csv(preds, contract.study_path(workdir, contract.HOLDOUT_CURVES_CSV))
     if preds:
         holdout.plot(preds, {p.arch: table.select(p.arch) for p in preds},
                      os.path.join(rep, "holdout.png"), "C (PF-days)")
@@ -51,7 +53,7 @@ def write(study, table_path: str, workdir: str, log=print) -> dict:
                                   "n_boot_ok": p.n_boot_ok, "n_runs_fit": p.n_runs_fit}
                          for p in preds},
                "errors": errors, "seed_sd_nats": seed_sd}
-    with open(os.path.join(workdir, "holdout.json"), "w") as f:
+    with open(contract.study_path(workdir, contract.HOLDOUT_JSON), "w") as f:
         json.dump(summary, f, indent=2)
     for p in preds:
         f = p.final()
@@ -62,7 +64,7 @@ def write(study, table_path: str, workdir: str, log=print) -> dict:
 
 
 def report_section(workdir: str) -> list[str]:
-    path = os.path.join(workdir, "holdout.json")
+    path = contract.study_path(workdir, contract.HOLDOUT_JSON)
     if not os.path.exists(path):
         return []
     s = json.load(open(path))
@@ -78,12 +80,12 @@ def report_section(workdir: str) -> list[str]:
         law = r["law"]
         L.append(f"| {a} | {r['n_params']:.3g} | {r['predicted']:.4f} [{r['ci_low']:.4f}, {r['ci_high']:.4f}] | "
                  f"{r['actual']:.4f} | {r['actual'] - r['predicted']:+.4f} | "
-                 f"{'**yes**' if r['inside'] else '**no**'} | {r['curve_inside']:.0%} | "
+                 f"{'**yes**' if r['inside'] else '**no interval**' if r['n_boot_ok'] == 0 else '**no**'} | {r['curve_inside']:.0%} | "
                  f"{law['E']:.3g}, {law['alpha']:.3g}, {law['beta']:.3g} | {r['n_boot_ok']} |")
     few = [a for a, r in s["archs"].items() if r["n_boot_ok"] == 0]
     if few:
-        L.append(f"\n{', '.join(few)}: too few sizes below the largest for a run bootstrap; the interval is "
-                 "the observation noise alone and understates the fit's uncertainty.")
+        L.append(f"\n{', '.join(few)}: no interval: more than half of the bootstrap resamples could not be "
+                 "fitted (too few sizes below the largest), so no interval is claimed.")
     for a, e in s["errors"].items():
         L.append(f"\n**No held-out prediction for {a}**: {e}")
     n_in = sum(r["inside"] for r in s["archs"].values())

@@ -32,8 +32,10 @@ import time
 
 import numpy as np
 
+from linscale_jax import contract
 
-def _study(preset: str):
+
+def study_preset(preset: str):
     """The study preset's ConfigDict (a path relative to the repository or absolute)."""
     import importlib.util
     from pathlib import Path
@@ -67,10 +69,10 @@ def batch_losses(params_model, eval_batches) -> np.ndarray:
     import jax.numpy as jnp
     from flax import nnx
 
-    from eval.val_loss import _nll_fn
+    from eval.val_loss import nll_fn
 
     graphdef, params = nnx.split(params_model)
-    fn = _nll_fn(graphdef)
+    fn = nll_fn(graphdef)
     out = [fn(params, *(jnp.asarray(b[k]) for k in ("inputs", "targets", "segment_ids", "weights")))
            for b in eval_batches]
     return np.array([[float(s), float(w)] for s, w in out])
@@ -89,7 +91,8 @@ def sample_sd(bl: np.ndarray, v: int) -> float:
     return float(np.std(vals, ddof=1))
 
 
-def measure(workdir: str, preset: str = "configs/study/cpu.py", arch: str = "llama", size: str = "d16",
+def measure(workdir: str, preset: str = "configs/study/cpu.py", arch: str = contract.BASELINE_ARCH,
+            size: str = "d16",
             steps: int = 384, every: int = 32, seeds: int = 3, val=(2, 8, 32), cooldown: float = 0.2,
             cooldowns: int = 3, average: float = 0.25, log=print) -> dict:
     from linscale_jax.run import checkpoint as ckpt
@@ -100,7 +103,7 @@ def measure(workdir: str, preset: str = "configs/study/cpu.py", arch: str = "lla
     from study.compare import residual_sd
 
     t0 = time.time()
-    study = _study(preset)
+    study = study_preset(preset)
     val = sorted(int(v) for v in val)
     vmax = val[-1]
     eval_cfg = run_config(study, arch, size, steps, every, 0)  # one fixed sample for every run
@@ -120,7 +123,7 @@ def measure(workdir: str, preset: str = "configs/study/cpu.py", arch: str = "lla
         for c in ck[-cooldowns:]:
             out = os.path.join(workdir, f"seed{s}-cool{c}")
             log(f"[noise] seed {s}: cooldown from step {c} ({time.time() - t0:.0f}s)")
-            cool.cooldown(cfg, wd, c, cooldown, out)
+            cool.cooldown(cfg, wd, c, cooldown, out, shape="linear")
             row.append(batch_losses(ckpt.load_model(out)[0], batches))
         coo.append(row)
         cool_steps = [c + cool.cooldown_steps(c, cooldown) for c in ck[-cooldowns:]]
@@ -140,9 +143,9 @@ def measure(workdir: str, preset: str = "configs/study/cpu.py", arch: str = "lla
     out = dict(arch=arch, size=size, steps=steps, every=every, seeds=seeds, val=val, cooldown=cooldown,
                cooldowns=cooldowns, average=average, preset=preset, seconds=time.time() - t0, rows=rows)
     os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, "noise.json"), "w") as f:
+    with open(os.path.join(workdir, contract.NOISE_JSON), "w") as f:
         json.dump(out, f, indent=2)
-    with open(os.path.join(workdir, "noise.md"), "w") as f:
+    with open(os.path.join(workdir, contract.NOISE_MD), "w") as f:
         f.write(table_md(out) + "\n")
     return out
 
@@ -169,7 +172,7 @@ def main(argv=None) -> None:
     p = ArgumentParser(prog="python -m study.noise", description=__doc__.split("\n")[0])
     p.add_argument("--workdir", required=True)
     p.add_argument("--config", default="configs/study/cpu.py", help="study preset (its model/data/train)")
-    p.add_argument("--arch", default="llama")
+    p.add_argument("--arch", default=contract.BASELINE_ARCH)
     p.add_argument("--size", default="d16")
     p.add_argument("--steps", type=int, default=384)
     p.add_argument("--every", type=int, default=32)

@@ -18,12 +18,12 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import math
-import os
 import shlex
 from pathlib import Path
 
 import ml_collections
 
+from linscale_jax import contract
 from linscale_jax.contract import PF_DAY
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,15 +42,36 @@ class Run:
     flops_exact: float
     n_params: int  # non-embedding, from the real parameter tree
     command: str
+    seed: int = 0  # train.seed = data.seed: replicate runs of a size have seed >= 1
 
     @property
     def name(self) -> str:
-        return f"{self.arch}-{self.size}"
+        return run_name(self.arch, self.size, self.seed)
 
     @property
     def pf_days(self) -> float:
-
         return self.flops / PF_DAY
+
+
+def run_name(arch: str, size: str, seed: int = 0) -> str:
+    return f"{arch}-{size}" + (f"-seed{seed}" if seed else "")
+
+
+def replicate_seeds(study, size: str) -> list[int]:
+    """The seeds a size is trained with: 0, plus 1..replicates.seeds when study.replicates.sizes
+    names it ("smallest", "largest", a size, or a comma list of those)."""
+    rep = study.get("replicates", None)
+    if rep is None or not int(rep.get("seeds", 0)) or not str(rep.get("sizes", "")):
+        return [0]
+    sizes = split_list(study.sizes)
+    named = set()
+    for x in split_list(str(rep.sizes)):
+        named.add(sizes[0] if x == "smallest" else sizes[-1] if x == "largest" else x)
+    unknown = named - set(sizes)
+    if unknown:
+        raise ValueError(f"study.replicates.sizes names {sorted(unknown)}, not sizes of this study "
+                         f"({study.sizes}); use smallest, largest or one of them")
+    return [0, *range(1, int(rep.seeds) + 1)] if size in named else [0]
 
 
 def split_list(value) -> list[str]:
@@ -96,8 +117,9 @@ def _set(cfg, dotted: str, value) -> None:
     node[leaf] = value
 
 
-def run_config(study, arch: str, size: str) -> ml_collections.ConfigDict:
-    """The full config of one run: the model file's config, the preset's overrides, the budget."""
+def run_config(study, arch: str, size: str, seed: int = 0) -> ml_collections.ConfigDict:
+    """The full config of one run: the model file's config, the preset's overrides, the budget
+    (seed >= 1: a replicate, train.seed = data.seed = seed)."""
     cfg = load_config_file(_model_file(study), f"{arch}-{size}")
     for key, value in _flatten(study.overrides).items():
         _set(cfg, key, value)
@@ -109,15 +131,19 @@ def run_config(study, arch: str, size: str) -> ml_collections.ConfigDict:
         raise ValueError(f"study.checkpoints={n_ckpt}: the envelope needs >= 2 checkpoints per run")
     cfg.checkpoint.every_steps = max(1, cfg.train.steps // n_ckpt)
     cfg.checkpoint.keep = 0
-    cfg.name = f"{arch}-{size}"
+    cfg.name = run_name(arch, size, seed)
+    if seed:
+        cfg.train.seed = int(cfg.train.seed) + seed
+        cfg.data.seed = int(cfg.data.seed) + seed
     return cfg
 
 
 def command(study, cfg, workdir: str) -> str:
     """`python -m linscale_jax.train` line reproducing cfg: model file + every changed field."""
-    base = _flatten(load_config_file(_model_file(study), cfg.name))
+    model = "-".join(cfg.name.split("-")[:2])  # <arch>-<size> (a replicate's name adds -seed<k>)
+    base = _flatten(load_config_file(_model_file(study), model))
     flags = [f"--config.{k}={v}" for k, v in _flatten(cfg).items() if base.get(k) != v]
-    return " ".join(["python -m linscale_jax.train", f"--config={study.model_file}:{cfg.name}",
+    return " ".join(["python -m linscale_jax.train", f"--config={study.model_file}:{model}",
                      f"--workdir={shlex.quote(workdir)}", *flags])
 
 
@@ -126,21 +152,21 @@ def build_plan(study, workdir: str) -> list[Run]:
     from linscale_jax.models import ModelConfig
 
     runs = []
-    for arch in split_list(study.archs):
-        for size in split_list(study.sizes):
-            cfg = run_config(study, arch, size)
+    for arch, size, seed in ((a, s, k) for a in split_list(study.archs) for s in split_list(study.sizes)
+                             for k in replicate_seeds(study, s)):
+            cfg = run_config(study, arch, size, seed)
             mc = ModelConfig.from_config(cfg.model)
             seq = int(cfg.train.seq_len)
             if seq > mc.max_seq_len:
                 raise ValueError(f"{cfg.name}: train.seq_len={seq} exceeds model.max_seq_len={mc.max_seq_len}")
             tokens = int(cfg.train.steps) * int(cfg.train.batch_size) * seq
-            rd = os.path.join(workdir, "runs", cfg.name)
+            rd = contract.study_run_dir(workdir, cfg.name)
             runs.append(Run(
                 index=len(runs), arch=arch, size=size, config=cfg, workdir=rd, steps=int(cfg.train.steps),
                 tokens=tokens, flops=accounting.paper_flops_per_token(mc, seq) * tokens,
                 flops_exact=accounting.flops_per_token_exact(mc, seq) * tokens,
                 n_params=int(accounting.param_counts(mc)["non_embedding"]),
-                command=command(study, cfg, rd)))
+                command=command(study, cfg, rd), seed=seed))
     return runs
 
 
@@ -178,6 +204,18 @@ def dry_run_text(runs: list[Run], spec: str | None = None) -> str:
                  f"{sum(r.pf_days for r in mine):.6g} PF-days (Table-1 accounting), "
                  f"{sum(r.flops_exact for r in mine) / PF_DAY:.6g} PF-days exact")
     return "\n".join(lines)
+
+
+ESTIMATORS = ("val_loss", "cooldown", "val_loss_avg")
+
+
+def estimators(study) -> list[str]:
+    """The study's loss estimators (study.estimators); the first is the laws' and plots'."""
+    names = split_list(str(study.get("estimators", "val_loss")))
+    bad = [n for n in names if n not in ESTIMATORS]
+    if bad or len(set(names)) != len(names):
+        raise ValueError(f"study.estimators={study.estimators!r}: give distinct names from {ESTIMATORS}")
+    return names
 
 
 def fit_min_step(runs) -> int:

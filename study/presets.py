@@ -4,9 +4,14 @@ Fields: model_file, archs (registry.ARCHS by default; a variant label such as co
 runs an architecture with changed model fields as one more arch), sizes, tokens (training tokens
 per run, the same for every size),
 checkpoints (dense checkpoints per run; plus checkpoint.log_spaced early ones), workers (runs
-trained at once, each in its own process pinned to its share of the CPU cores: study.workers), overrides (nested
-run-config sections applied to every run), eval (what is evaluated; fit_loss: which loss the laws
-use), recall_from (a recall study's workdir whose recall.csv the findings section reads), noise (seed_sd: the measured seed-to-seed sd the intervals add), fit (how laws are fitted).
+trained at once, each in its own process pinned to its share of the CPU cores: study.workers),
+overrides (nested run-config sections applied to every run), eval (what is evaluated),
+estimators (the loss estimators the findings are judged under; the first is the laws' and plots'),
+cooldown (the cooldown branches of the `cooldown` estimator: study.cooldown), replicates (extra
+seeds of some sizes: the seed-to-seed sd the intervals use), verdicts (the equivalence margin and
+the held-out tolerance: study.verdicts), recall_from (a recall study's workdir whose recall.csv the
+findings section reads), noise (seed_sd: assumed for archs without replicates), fit (how laws are
+fitted).
 """
 
 import ml_collections
@@ -31,8 +36,15 @@ def study_defaults() -> ml_collections.ConfigDict:
             checkpoint=dict(log_spaced=4, async_save=False),
         ),
         eval=dict(val_batches=2, niah_grid="4x4", niah_task="niah", probe_items=32,
-                  final_runs="all",  # NIAH + probe on the final checkpoint of: all | largest
-                  fit_loss="val_loss"),  # the laws' loss: val_loss | val_loss_avg (averaged weights)
-        noise=dict(seed_sd=0.0),  # seed-to-seed sd of one loss point (nats), from study.noise
+                  final_runs="all"),  # NIAH + probe on the final checkpoint of: all | largest
+        # comma list of: val_loss (each checkpoint's own weights: the paper's), cooldown (a short
+        # learning-rate cooldown branched off a few checkpoints per run), val_loss_avg (the mean
+        # weights of the last quarter of the checkpoints, LAWA). The first is the laws' and plots'.
+        estimators="val_loss",
+        cooldown=dict(points=3, fraction=0.1, shape="1-sqrt"),  # branches: last checkpoint, 1/2, 1/4
+        replicates=dict(sizes="", seeds=0),  # e.g. sizes="smallest,largest", seeds=1
+        verdicts=dict(margin=0.05,  # nats: equivalent when the 90% interval is inside ±margin (TOST)
+                      tolerance=0.1),  # nats: the held-out largest size's error allowed (finding 1)
+        noise=dict(seed_sd=0.0),  # nats: assumed seed-to-seed sd for archs without replicates
         fit=dict(approach=1, bootstrap=200, include_clamped=False, seed=0),
     ))

@@ -140,10 +140,10 @@ def write_report(study, runs, workdir: str, approach: int, fit_errors: dict | No
     from fit import paper
     from fit.table import load
 
-    rep_dir = os.path.join(workdir, "report")
+    rep_dir = contract.study_path(workdir, contract.REPORT_DIR)
     os.makedirs(rep_dir, exist_ok=True)
-    table = load(os.path.join(workdir, "fit", "table.csv")).with_compute_unit("pf-days")
-    fits_path = os.path.join(workdir, "fit", "fits.json")
+    table = load(contract.study_path(workdir, contract.STUDY_FIT, contract.STUDY_TABLE)).with_compute_unit("pf-days")
+    fits_path = contract.study_path(workdir, contract.STUDY_FIT, contract.FITS_JSON)
     fits = json.load(open(fits_path)) if os.path.exists(fits_path) else {}
     plot_loss_vs_compute(table, fits, os.path.join(rep_dir, "loss_vs_compute.png"))
     n_boot = max(int(study.fit.bootstrap), 20)
@@ -169,30 +169,23 @@ def write_report(study, runs, workdir: str, approach: int, fit_errors: dict | No
     for a, err in (fit_errors or {}).items():
         L.append(f"\n**Not fitted: {a}** — {err}")
     L += ["", "![ours vs paper](fit/paper_overlay.png)", ""]
-    seed_sd = float(study.get("noise", {}).get("seed_sd", 0.0))
-    raw_path = os.path.join(workdir, "fit", "table_raw.csv")
-    L += _noise_section(table, seed_sd, load(raw_path).with_compute_unit("pf-days")
-                        if os.path.exists(raw_path) else None)
+    result = judge(study, runs, workdir)
+    L += _noise_section(table, result)
     L += holdout.report_section(workdir)
     lines, common, law = _comparisons(runs, table, fits, n_boot, int(study.fit.seed),
-                                      bool(study.fit.include_clamped), compare.noise_sd(table, seed_sd))
-    hold_path = os.path.join(workdir, "holdout.json")
-    recall_rows, recall_src = findings.recall_rows_from(study)
-    found, verdicts = findings.section(plan.split_list(study.archs), fits,
-                                       json.load(open(hold_path)) if os.path.exists(hold_path) else None,
-                                       common, law, recall_rows, recall_src)
+                                      bool(study.fit.include_clamped), seed_noise(result))
+    found, verdicts = findings.section(result)
     L += found + lines
-    raw_table = load(raw_path).with_compute_unit("pf-days") if os.path.exists(raw_path) else None
-    summary = dict(findings=verdicts, common_compute=_plain(common), law_at_common_compute=_plain(law),
-                   checkpoint_sd=compare.checkpoint_sd(table),
-                   checkpoint_sd_raw=compare.checkpoint_sd(raw_table) if raw_table else None,
-                   seed_sd=seed_sd)
-    with open(os.path.join(workdir, "findings.json"), "w") as f:
-        json.dump(summary, f, indent=2)
+    summary = dict(findings=result["findings"], estimators=result["estimators"], margin=result["margin"],
+                   tolerance=result["tolerance"], by_estimator=result["by_estimator"],
+                   common_compute=_plain(common), law_at_common_compute=_plain(law),
+                   checkpoint_sd=compare.checkpoint_sd(table))
+    with open(contract.study_path(workdir, contract.FINDINGS_JSON), "w") as f:
+        json.dump(_plain(summary), f, indent=2)
     L += _niah_section(runs, workdir)
     L += _runs_table(runs)
     L += _wall_section(runs, wall)
-    path = os.path.join(workdir, "report.md")
+    path = contract.study_path(workdir, contract.REPORT_MD)
     with open(path, "w") as f:
         f.write("\n".join(L) + "\n")
     return path
@@ -201,28 +194,59 @@ def write_report(study, runs, workdir: str, approach: int, fit_errors: dict | No
 def _largest(runs) -> dict:
     out = {}
     for r in runs:
+        if r.seed:
+            continue
         if r.arch not in out or r.n_params > out[r.arch].n_params:
             out[r.arch] = r
     return out
 
 
-def _noise_section(table, seed_sd: float, raw=None) -> list[str]:
-    L = ["## Noise floor", "", "Checkpoint-to-checkpoint noise of the loss points the laws use: RMS residual of the "
-         "second half of every run around its quadratic trend in ln C (nats), and the share of successive "
-         f"checkpoints whose loss rises. Seed-to-seed sd (study.noise.seed_sd, measured by "
-         f"`python -m study.noise`): {seed_sd:.3g} nats. The comparisons' intervals add both."
-         + (" The laws use the loss of checkpoint-averaged weights (val_loss_avg); the raw checkpoints' "
-            "val_loss is shown beside it." if raw is not None else ""), "",
-         "| arch | checkpoint sd (nats) | rising share | sd of one point incl. seed |"
-         + (" raw val_loss: checkpoint sd | rising share |" if raw is not None else ""),
-         "|---|---|---|---|" + ("---|---|" if raw is not None else "")]
-    total = compare.noise_sd(table, seed_sd)
-    before = compare.checkpoint_sd(raw) if raw is not None else {}
-    def cells(v):
-        return f"{v['sd']:.4f} | {v['rise']:.0%}" if np.isfinite(v["sd"]) else "— (too few checkpoints) | —"
+def judge(study, runs, workdir: str) -> dict:
+    """study.verdicts.judge_all on the study's estimator tables (DIR/fit/table*.csv), with the
+    preset's margin, tolerance, bootstrap and fallback seed sd, and the recall study's rows."""
+    from study import verdicts
 
+    names = plan.estimators(study)
+    specs = [f"{n}={contract.study_path(workdir, contract.STUDY_FIT, contract.fit_table_name(n, i == 0))}"
+             for i, n in enumerate(names)]
+    specs = [x for x in specs if os.path.exists(x.split("=", 1)[1])]
+    v = study.get("verdicts", {})
+    recall_rows, recall_src = findings.recall_rows_from(study)
+    return verdicts.judge_all(verdicts.load_tables(specs), recall_rows, recall_src,
+                              margin=float(v.get("margin", verdicts.DEFAULT_MARGIN)),
+                              tolerance=float(v.get("tolerance", verdicts.DEFAULT_TOLERANCE)),
+                              seed_sd=float(study.get("noise", {}).get("seed_sd", 0.0)) or None,
+                              n_boot=max(int(study.fit.bootstrap), 20), seed=int(study.fit.seed))
+
+
+def seed_noise(result: dict) -> dict:
+    """{arch: seed-to-seed sd} of the laws' estimator (the first), as study.verdicts measured it."""
+    first = result["estimators"][0]
+    return {a: float(v["sd"]) for a, v in result["by_estimator"][first]["seed_sd"].items()
+            if np.isfinite(v["sd"])}
+
+
+def _noise_section(table, result: dict) -> list[str]:
+    """Seed-to-seed sd per arch and estimator (from the replicate runs), and each run's smoothness."""
+    est = result["estimators"]
+    L = ["## Noise", "", "Seed-to-seed sd of one run's loss (nats): sd over the replicate seeds of a size of each "
+         "replicate's mean over its second half of checkpoints, pooled over the arch's replicated sizes "
+         "(study.replicates); the verdicts' intervals give every run a normal offset of this sd. "
+         "Where an arch has no replicates, the preset's noise.seed_sd is assumed (said so).", "",
+         "| arch | " + " | ".join(est) + " |", "|---|" + "---|" * len(est)]
+    for a in table.archs:
+        cells = []
+        for n in est:
+            s = result["by_estimator"][n]["seed_sd"].get(a)
+            cells.append("—" if s is None else f"{s['sd']:.4f} ({s['source']})")
+        L.append(f"| {a} | " + " | ".join(cells) + " |")
+    L += ["", "Smoothness of the laws' curves (not a noise sd: neighbouring checkpoints are correlated, and "
+          "for val_loss_avg they share weights): RMS residual of the second half of every run around its "
+          "quadratic trend in ln C, and the share of successive checkpoints whose loss rises.", "",
+          "| arch | residual around the trend (nats) | rising share |", "|---|---|---|"]
     for a, v in compare.checkpoint_sd(table).items():
-        L.append(f"| {a} | {cells(v)} | {total[a]:.4f} |" + (f" {cells(before[a])} |" if a in before else ""))
+        L.append(f"| {a} | " + (f"{v['sd']:.4f} | {v['rise']:.0%}" if np.isfinite(v["sd"]) else
+                                "— (too few checkpoints) | —") + " |")
     return L + [""]
 
 
@@ -253,8 +277,8 @@ def _comparisons(runs, table, fits, n_boot: int, seed: int, include_clamped: boo
         L += [f"| {a} | {_ci(v)} | {_ci(law['by_arch'][a]) if a in law['by_arch'] else 'not fitted'} |"
               for a, v in sorted(c["by_arch"].items(), key=lambda kv: kv[1][0])]
         L += ["", "Both intervals resample whole runs and add, per draw, a normal error with the sd of one loss "
-              "point (checkpoint noise measured from this table (+) the measured seed-to-seed sd; see "
-              "'Noise floor'), so they cover a re-run with another seed. The law column refits L(C) on every "
+              "point (the arch's seed-to-seed sd; see 'Noise'), so they cover a re-run with another seed. "
+              "The law column refits L(C) on every "
               "resample. A difference whose interval includes 0 is reported as not resolved."]
     L += ["", "**Exponents side by side** (ours [95%] / paper):", "",
           "| arch | L(C) | N_opt(C) | D_opt(C) |", "|---|---|---|---|"]
@@ -334,7 +358,7 @@ def _plain(x):
 def _timing(run) -> dict:
     """The sums over a run's invocations in <run>/timing.jsonl (train, eval and their compile)."""
     path = os.path.join(run.workdir, contract.TIMING)
-    keys = ("train_s", "train_compile_s", "eval_s", "eval_compile_s")
+    keys = ("train_s", "train_compile_s", "eval_s", "eval_compile_s", "cooldown_s", "cooldown_compile_s")
     tot = dict.fromkeys(keys, 0.0)
     if os.path.exists(path):
         for line in open(path):
@@ -349,20 +373,21 @@ def _wall_section(runs, wall: dict | None) -> list[str]:
     invocations), and this invocation's wall time of the runs phase and of the fits."""
     per = {r.name: _timing(r) for r in runs}
     tot = {k: sum(t[k] for t in per.values()) for k in ("train_s", "train_compile_s", "eval_s",
-                                                       "eval_compile_s")}
+                                                       "eval_compile_s", "cooldown_s", "cooldown_compile_s")}
     L = ["## Wall time", ""]
     if wall is not None:
         L += [f"This invocation: runs phase {wall['runs_s'] / 60:.1f} min on {wall['workers']} "
               f"worker process(es), join + fits + report {wall['fit_s'] / 60:.1f} min (before this "
               "report was written).", ""]
-    busy = tot["train_s"] + tot["eval_s"]
+    busy = tot["train_s"] + tot["eval_s"] + tot["cooldown_s"]
     if busy > 0:
         L += ["Summed over the runs (seconds of one worker each, every invocation; compile = XLA "
               "compilation or persistent-cache reads):", "",
               "| phase | total | compile | compile share |", "|---|---|---|---|"]
-        for label, a, c in (("train", "train_s", "train_compile_s"), ("eval", "eval_s", "eval_compile_s")):
+        for label, a, c in (("train", "train_s", "train_compile_s"), ("eval", "eval_s", "eval_compile_s"),
+                            ("cooldowns (train + eval)", "cooldown_s", "cooldown_compile_s")):
             L.append(f"| {label} | {tot[a] / 60:.1f} min | {tot[c] / 60:.1f} min | "
                      f"{tot[c] / max(tot[a], 1e-9):.0%} |")
-        L.append(f"| all runs | {busy / 60:.1f} min | {(tot['train_compile_s'] + tot['eval_compile_s']) / 60:.1f} min | "
-                 f"{(tot['train_compile_s'] + tot['eval_compile_s']) / busy:.0%} |")
+        comp = tot["train_compile_s"] + tot["eval_compile_s"] + tot["cooldown_compile_s"]
+        L.append(f"| all runs | {busy / 60:.1f} min | {comp / 60:.1f} min | {comp / busy:.0%} |")
     return L + [""]

@@ -3,9 +3,10 @@
     summary = run_study(study, workdir, shard_spec=None, approach=None, max_runs=None)
 
 Layout: DIR/runs/<arch>-<size>/ (a trainer workdir each: checkpoints/, metrics.jsonl, eval/),
-DIR/table.csv (eval.export: every checkpoint), DIR/fit/ (table.csv: the checkpoints after the
-learning-rate warmup, which the laws use, with loss = study.eval.fit_loss's (val_loss, or
-val_loss_avg: checkpoint-averaged weights; then table_raw.csv keeps val_loss); fits.json + PNGs), DIR/holdout.csv (+
+DIR/table.csv (eval.export: every checkpoint, plus a seed column), DIR/fit/ (one table per loss
+estimator of study.estimators, rows after the learning-rate warmup: table.csv the first one's,
+which the laws use; table_cooldown.csv the cooled-down branches' (DIR/runs/<run>/cooldowns/<step>/,
+study.cooldown), table_val_loss.csv / table_val_loss_avg.csv the others; fits.json + PNGs), DIR/holdout.csv (+
 holdout_curves.csv, holdout.json: each arch's largest size predicted by laws fitted without it,
 study.holdout), DIR/report.md.
 Resumable at every level: a run whose last checkpoint is its final step is not trained again, a
@@ -65,17 +66,38 @@ def final_tasks(study) -> list[str]:
     return [str(study.eval.niah_task), "probe"]
 
 
+estimators = plan_lib.estimators
+
+
 def fit_loss(study) -> str:
-    """The eval task whose loss the laws use: val_loss, or val_loss_avg (checkpoint-averaged weights)."""
-    name = str(study.eval.get("fit_loss", "val_loss"))
-    if name not in ("val_loss", "val_loss_avg"):
-        raise ValueError(f"study.eval.fit_loss must be val_loss or val_loss_avg, got {name!r}")
-    return name
+    """The laws' loss estimator: the first of study.estimators."""
+    return estimators(study)[0]
 
 
 def loss_tasks(study) -> tuple[str, ...]:
-    """Evaluated at every checkpoint: val_loss, and val_loss_avg when the laws use it."""
-    return ("val_loss",) if fit_loss(study) == "val_loss" else ("val_loss", "val_loss_avg")
+    """Evaluated at every checkpoint: val_loss, and val_loss_avg when it is an estimator."""
+    return ("val_loss",) + (("val_loss_avg",) if "val_loss_avg" in estimators(study) else ())
+
+
+def cooldown_dirs(run) -> list[str]:
+    """The run's cooldown branch workdirs that exist (DIR/runs/<run>/cooldowns/<step>)."""
+    root = os.path.join(run.workdir, contract.COOLDOWNS)
+    if not os.path.isdir(root):
+        return []
+    return [os.path.join(root, d) for d in sorted(os.listdir(root), key=lambda x: int(x) if x.isdigit() else -1)
+            if d.isdigit()]
+
+
+def run_cooldowns(study, run, ctx, log=_print) -> None:
+    """Branch study.cooldown.points cooldowns off the run (study.cooldown) and evaluate each."""
+    from eval.runner import evaluate
+    from study import cooldown
+
+    c = study.cooldown
+    for step in cooldown.branch_steps(run.config, int(c.points)):
+        out = os.path.join(run.workdir, contract.COOLDOWNS, str(step))
+        cooldown.cooldown(run.config, run.workdir, step, float(c.fraction), out, shape=str(c.shape))
+        evaluate(out, "all", ("val_loss",), ctx_kwargs=ctx, log=log)
 
 
 def eta_seconds(timed: list, todo: list) -> float:
@@ -137,11 +159,15 @@ def process_run(study, run, log=_print, final: bool = True) -> None:
     if final:
         evaluate(run.workdir, "last", final_tasks(study), ctx_kwargs=ctx, log=log)
     c2, t2 = _compile_clock(), time.time()
+    if "cooldown" in estimators(study):
+        run_cooldowns(study, run, ctx, log)
+    c3, t3 = _compile_clock(), time.time()
     if distributed.is_primary():
         with open(os.path.join(run.workdir, contract.TIMING), "a") as f:
             f.write(json.dumps(dict(trained=trained_here, train_s=round(t1 - t0, 2),
                                     train_compile_s=round(c1 - c0, 2), eval_s=round(t2 - t1, 2),
-                                    eval_compile_s=round(c2 - c1, 2), end=round(t2, 1))) + "\n")
+                                    eval_compile_s=round(c2 - c1, 2), cooldown_s=round(t3 - t2, 2),
+                                    cooldown_compile_s=round(c3 - c2, 2), end=round(t3, 1))) + "\n")
 
 
 def join(study, runs, workdir: str, approach: int, log=_print, runs_wall_s: float | None = None,
@@ -155,20 +181,30 @@ def join(study, runs, workdir: str, approach: int, log=_print, runs_wall_s: floa
 
     have = [r for r in runs if os.path.exists(os.path.join(r.workdir, contract.EVAL_RESULTS))]
     if not have:
-        raise FileNotFoundError(f"no evaluated runs under {workdir}/runs; train some first")
-    table = os.path.join(workdir, "table.csv")
-    rows = collect([r.workdir for r in have])
+        raise FileNotFoundError(f"no evaluated runs under {workdir}/{contract.STUDY_RUNS}; train some first")
+    seed_of = {r.name: r.seed for r in runs}
+    table = contract.study_path(workdir, contract.STUDY_TABLE)
+    rows = [{**r, "seed": seed_of.get(r["run"], "")} for r in collect([r.workdir for r in have])]
     write_csv(rows, table)
     log(f"[study] joined {len(have)}/{len(runs)} run(s) into {table}")
-    fit_dir = os.path.join(workdir, "fit")
+    fit_dir = contract.study_path(workdir, contract.STUDY_FIT)
     os.makedirs(fit_dir, exist_ok=True)
     warmup = plan_lib.fit_min_step(runs)
-    fit_table = os.path.join(fit_dir, "table.csv")
     after = [r for r in rows if int(r["step"]) >= warmup]
-    if fit_loss(study) != "val_loss":  # the laws use the averaged weights' loss; keep the raw one
-        write_csv(after, os.path.join(fit_dir, "table_raw.csv"))
-        after = [{**r, "loss": r.get(f"{fit_loss(study)}.val_loss")} for r in after]
-    write_csv(after, fit_table)
+    for i, name in enumerate(estimators(study)):  # one fit table per estimator, the first the laws'
+        if name == "val_loss":
+            est = after
+        elif name == "val_loss_avg":
+            est = [{**r, "loss": r.get("val_loss_avg.val_loss")} for r in after]
+        else:
+            dirs = [d for r in have for d in cooldown_dirs(r)
+                    if os.path.exists(os.path.join(d, contract.EVAL_RESULTS))]
+            est = [{**r, "seed": seed_of.get(r["run"], "")} for r in collect(dirs)] if dirs else []
+        if est:
+            write_csv(est, os.path.join(fit_dir, contract.fit_table_name(name, i == 0)))
+    fit_table = os.path.join(fit_dir, contract.fit_table_name(fit_loss(study), True))
+    if not os.path.exists(fit_table):
+        raise FileNotFoundError(f"no {fit_loss(study)} rows to fit in {workdir}; evaluate the runs first")
     errors = fit_laws(study, fit_table, fit_dir, approach, log)
     holdout.write(study, fit_table, workdir, log)
     wall = None if runs_wall_s is None else dict(runs_s=runs_wall_s, workers=workers,
@@ -195,7 +231,7 @@ def fit_laws(study, table_path: str, out: str, approach: int, log=_print) -> dic
             errors[arch] = str(e)
             log(f"[study] fit {arch}: {e}")
     os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "errors.json"), "w") as f:
+    with open(os.path.join(out, contract.FIT_ERRORS), "w") as f:
         json.dump(errors, f, indent=2)
     if good:
         options = dataclasses.replace(options, archs=tuple(good))
@@ -227,17 +263,21 @@ def run_study(study, workdir: str, shard_spec: str | None = None, approach: int 
               max_runs: int | None = None, join_only: bool = False, log=_print) -> dict:
     runs = plan_lib.build_plan(study, workdir)
     findings.recall_rows_from(study)  # a wrong study.recall_from fails now, not after training
+    if "cooldown" in estimators(study) and str(study.overrides.optim.get("schedule", "")) != "constant":
+        raise ValueError(f"study.estimators has cooldown, which branches off a constant learning rate, but "
+                         f"overrides.optim.schedule is {study.overrides.optim.get('schedule')!r}: set "
+                         "--config.overrides.optim.schedule=constant or drop cooldown from study.estimators")
     mine = [] if join_only else plan_lib.shard(runs, shard_spec)
     approach = int(approach or study.fit.approach)
     if distributed.is_primary():  # shared files: process 0 writes, the others read
         os.makedirs(workdir, exist_ok=True)
-        with open(os.path.join(workdir, "plan.txt"), "w") as f:
+        with open(contract.study_path(workdir, contract.STUDY_PLAN), "w") as f:
             f.write(plan_lib.dry_run_text(runs) + "\n")
     t0, processed, timed = time.time(), 0, []  # timed: (exact FLOPs, seconds) of runs trained here
     largest = {}
     for r in runs:
         largest[r.arch] = max(largest.get(r.arch, 0), r.n_params)
-    finals = {r.name: str(study.eval.final_runs) == "all" or r.n_params == largest[r.arch]
+    finals = {r.name: r.seed == 0 and (str(study.eval.final_runs) == "all" or r.n_params == largest[r.arch])
               for r in runs}
     n_workers = workers_for(study, len(mine), max_runs)
     if n_workers > 1:

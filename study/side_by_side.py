@@ -18,18 +18,21 @@ import sys
 
 from absl import app, flags
 
+from linscale_jax import contract
+
 _WORKDIRS = flags.DEFINE_multi_string("workdir", None, "A study directory (repeat: 2 or more).")
 _OUT = flags.DEFINE_string("out", None, "Also write the markdown here.")
 
 
 def _load(workdir: str) -> dict:
-    need = [os.path.join(workdir, f) for f in ("findings.json", os.path.join("fit", "fits.json"))]
+    need = [contract.study_path(workdir, contract.FINDINGS_JSON),
+            contract.study_path(workdir, contract.STUDY_FIT, contract.FITS_JSON)]
     missing = [p for p in need if not os.path.exists(p)]
     if missing:
         raise FileNotFoundError(f"{workdir} is not a finished study (missing {', '.join(missing)}); run "
                                 f"`python -m study --config=... --workdir={workdir}` (or --join_only) first")
-    hold = os.path.join(workdir, "holdout.csv")
-    table = list(csv.DictReader(open(os.path.join(workdir, "fit", "table.csv"))))  # the laws' loss
+    hold = contract.study_path(workdir, contract.HOLDOUT_CSV)
+    table = list(csv.DictReader(open(contract.study_path(workdir, contract.STUDY_FIT, contract.STUDY_TABLE))))
     final = {}
     for r in table:  # the largest size's last checkpoint per arch
         key = (float(r["n_params"]), int(r["step"]))
@@ -44,6 +47,11 @@ def _ci(v, d=3) -> str:
     return "—" if v is None else f"{v[0]:.{d}f} [{v[1]:.{d}f}, {v[2]:.{d}f}]"
 
 
+def _verdict(v) -> str:
+    """A finding's verdict: findings.json holds study.verdicts' dict ({"verdict", ...}) per finding."""
+    return v.get("verdict", "—") if isinstance(v, dict) else (v or "—")
+
+
 def render(workdirs: list[str]) -> str:
     studies = [_load(w) for w in workdirs]
     names = [os.path.basename(os.path.normpath(w)) or w for w in workdirs]
@@ -53,7 +61,7 @@ def render(workdirs: list[str]) -> str:
          "## Findings", "", head, sep]
     keys = ("power_laws", "equal_compute", "retrieval")
     for k in keys:
-        L.append(f"| {k} | " + " | ".join(s["findings"]["findings"].get(k, "—") for s in studies) + " |")
+        L.append(f"| {k} | " + " | ".join(_verdict(s["findings"]["findings"].get(k, "—")) for s in studies) + " |")
     L += ["", "## Lowest loss at the largest common compute", "", head, sep]
     for label, key in (("envelope", "common_compute"), ("fitted L(C)", "law_at_common_compute")):
         cells = []
@@ -67,10 +75,10 @@ def render(workdirs: list[str]) -> str:
         L.append(f"| {label} | " + " | ".join(cells) + " |")
     archs = sorted({a for s in studies for a in s["fits"]})
     for a in archs:
-        if a == "llama":
+        if a == contract.BASELINE_ARCH:
             continue
         cells = [_ci((s["findings"].get("common_compute") or {}).get("vs_llama", {}).get(a)) for s in studies]
-        L.append(f"| {a} − llama (envelope) | " + " | ".join(cells) + " |")
+        L.append(f"| {a} − {contract.BASELINE_ARCH} (envelope) | " + " | ".join(cells) + " |")
     L += ["", "## L(C) exponent [95%]", "", head, sep]
     for a in archs:
         cells = []
@@ -103,7 +111,7 @@ def render(workdirs: list[str]) -> str:
                 ok = v and v["sd"] == v["sd"]  # NaN: runs too short to measure
                 cells.append(f"{v['sd']:.4f} ({v['rise']:.0%})" if ok else "—")
         L.append(f"| {a} | " + " | ".join(cells) + " |")
-    same = all(len({s["findings"]["findings"].get(k) for s in studies}) == 1 for k in keys)
+    same = all(len({_verdict(s["findings"]["findings"].get(k)) for s in studies}) == 1 for k in keys)
     best = {(s["findings"].get("common_compute") or {}).get("best") for s in studies}
     resolved = [(s["findings"].get("common_compute") or {}).get("resolved") for s in studies]
     agree_best = len(best) == 1 or not any(resolved)

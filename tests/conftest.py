@@ -1,5 +1,6 @@
-"""Test-wide setup: CPU only, quiet TensorFlow, the repository root importable, and what makes the
-suite quick on 2 cores: cheap XLA compiles, one compilation cache per run, two xdist workers.
+"""Test-wide setup: CPU only, quiet TensorFlow, no GCE metadata probes, the repository root
+importable, and what makes the suite quick on 2 cores: cheap XLA compiles, one compilation cache
+per run, two xdist workers.
 
 - XLA_FLAGS gains --xla_backend_optimization_level=0 (LLVM without its optimisation passes) and
   --xla_cpu_use_fusion_emitters=false (XLA's elemental fusion codegen instead of the MLIR fusion
@@ -30,6 +31,9 @@ import pytest
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+# Offline tests: TensorFlow's GCS file system must not probe the GCE metadata server (the library
+# leaves it on, so gs:// works with a TPU VM's service account).
+os.environ.setdefault("NO_GCE_CHECK", "true")
 _TEST_XLA_FLAGS = {"xla_backend_optimization_level": "0", "xla_cpu_use_fusion_emitters": "false"}
 for _flag, _value in _TEST_XLA_FLAGS.items():
     if _flag not in os.environ.get("XLA_FLAGS", ""):

@@ -4,8 +4,11 @@
 
 HOOK is "none", "sleep_after=S" (every process logs step S, drops DIR/.at-S-<process>, then sleeps
 until killed: the test kill -9s them), "wait_after=S" (as sleep_after, but the processes keep
-taking part in collectives while they wait: a peer's death is seen as it is on a pod), or "sigterm_at=S:P" (process P sends itself SIGTERM after
-logging step S: a preemption notice reaching one host only).
+taking part in collectives while they wait: a peer's death is seen as it is on a pod), or
+"sigterm_at=S:P" (process P sends itself SIGTERM after
+logging step S: a preemption notice reaching one host only; it then waits until every process has
+reported its step to JAX's preemption sync protocol, so the save step is chosen while the run is
+still going, as it is when a preemption notice comes minutes ahead).
 """
 
 import os
@@ -43,8 +46,23 @@ def install(hook: str, workdir: str) -> None:
             step, proc = (int(x) for x in arg.split(":"))
             if row["step"] == step and jax.process_index() == proc:
                 os.kill(os.getpid(), signal.SIGTERM)
+                wait_for_preemption_sync()
 
     metrics.MetricsLogger.write = hooked
+
+
+def wait_for_preemption_sync(timeout=120):
+    """Until every process's step counter is in the coordinator's key-value store (the sync
+    protocol's step 2; the sync step follows at once)."""
+    import jax
+    from jax._src import distributed
+
+    client, deadline = distributed.global_state.client, time.time() + timeout
+    while client is not None and time.time() < deadline:
+        if len(client.key_value_dir_get("PREEMPTION_CURRENT_COUNTER/")) >= jax.process_count():
+            time.sleep(1.0)
+            return
+        time.sleep(0.1)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ ENTRY = {  # command -> the files that define its flags
     "fit": ["fit/cli.py"],
     "study": ["study/__main__.py", *LAUNCH],
     "study.noise": ["study/noise.py"],
+    "study.verdicts": ["study/verdicts.py"],
 }
 ABSL = {"help", "helpfull", "helpshort", "verbosity", "flagfile"}
 FLAG_DEF = re.compile(r'(?:add_argument|DEFINE_\w+)\(\s*"(-{0,2}[\w-]+)"')

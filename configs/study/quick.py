@@ -17,10 +17,12 @@ def get_config():
     c.checkpoints = 4
     c.workers = 2  # two runs at once, one per core (study.workers)
     c.overrides.train.log_every = 8
-    c.overrides.optim.warmup_steps = 8
+    c.overrides.optim.update(warmup_steps=8, schedule="constant")  # cooldowns branch off a constant rate
     c.overrides.checkpoint.log_spaced = 2
-    c.eval.update(val_batches=1, niah_grid="3x3", probe_items=16, fit_loss="val_loss_avg")
-    c.noise.seed_sd = 0.05  # the cpu preset's measured value (study.noise); a smoke test here
+    c.eval.update(val_batches=1, niah_grid="3x3", probe_items=16)
+    c.estimators = "val_loss,cooldown"
+    c.replicates.update(sizes="smallest", seeds=1)
+    c.noise.seed_sd = 0.05  # assumed only for an arch without replicates
     c.eval.final_runs = "largest"  # NIAH + probe on each arch's largest model only
     c.fit.update(bootstrap=50, include_clamped=True)
     return c

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # silence C++ info logs before the import
-os.environ.setdefault("NO_GCE_CHECK", "true")  # no metadata-server probe (offline machines)
 
 import sys  # noqa: E402
 

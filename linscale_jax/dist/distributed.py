@@ -5,12 +5,28 @@
     distributed.is_primary()            # process 0: the one that writes shared files
     distributed.barrier("name")         # every process waits here (no-op with one process)
     distributed.any_process(flag)       # True on every process when `flag` is True on any
+    distributed.first_problem(text)     # the first process's non-None text, on every process
+    distributed.preemption_service()    # True when JAX's preemption sync service runs
 
 Launch. Arguments win over the environment variables LINSCALE_COORDINATOR_ADDRESS,
 LINSCALE_NUM_PROCESSES and LINSCALE_PROCESS_ID (JAX_COORDINATOR_ADDRESS is accepted as the address
-too). With none of them, JAX's cluster auto-detection runs when the environment describes several
-processes (a multi-host TPU slice, SLURM with several tasks, Open MPI), exactly as before; a single
-process initialises nothing.
+too). With none of them, `jax.distributed.initialize()` runs without arguments (JAX's cluster
+auto-detection) when the environment describes several processes: a multi-host TPU VM slice, SLURM
+with several tasks, Open MPI; a single process initialises nothing.
+
+TPU VMs. A host is a Cloud TPU VM when a TPU variable is set (TPU_WORKER_HOSTNAMES,
+TPU_PROCESS_ADDRESSES, TPU_WORKER_ID, TPU_ACCELERATOR_TYPE, MEGASCALE_*) or TPU chips are attached
+(/dev/accel*, or Google TPU devices on the PCI bus). Its slice has several hosts when
+TPU_PROCESS_ADDRESSES / TPU_WORKER_HOSTNAMES (GKE) list several, MEGASCALE_NUM_SLICES > 1, or
+the GCE metadata server's instance/attributes/worker-network-endpoints (GCE TPU VMs, where the
+worker list lives; $GCE_METADATA_IP chooses the server) names several workers. The metadata
+server is asked only on a TPU VM without those variables, with a 2 s timeout; no answer (Colab, a
+single-host VM without it) means one host.
+
+Preemption. jax.distributed starts JAX's preemption sync service: SIGTERM to any process is
+propagated through the coordinator, and `multihost_utils.reached_preemption_sync_point(step)`
+turns True on every process at the same step (the step loop asks it once per step: a host-side
+call, no device collective).
 
 CPU. With several processes on the CPU platform (tests, laptops, CPU clusters), cross-process
 collectives go through gloo over TCP. Its transport binds to the address of this host's name by
@@ -22,9 +38,11 @@ XLA_FLAGS=--xla_force_host_platform_device_count=N as usual.
 
 from __future__ import annotations
 
+import glob
 import ipaddress
 import os
 import socket
+import urllib.request
 
 import jax
 import numpy as np
@@ -38,12 +56,69 @@ class LaunchError(UserError, ValueError):
     """Inconsistent launch arguments (raised before anything connects)."""
 
 
+TPU_ENV = ("TPU_WORKER_HOSTNAMES", "TPU_PROCESS_ADDRESSES", "TPU_WORKER_ID", "TPU_ACCELERATOR_TYPE",
+           "MEGASCALE_COORDINATOR_ADDRESS", "MEGASCALE_NUM_SLICES")
+_GOOGLE_PCI_VENDOR = "0x1ae0"
+_TPU_PCI_DEVICES = ("0x0027", "0x0056", "0x005e", "0x0062", "0x0063", "0x006f", "0x0076")  # v3..7x
+METADATA_TIMEOUT_S = 2.0
+
+
+def tpu_chips(root: str = "/") -> int:
+    """TPU chips attached to this host: /dev/accel* (v2-v4) or Google TPU devices on the PCI bus
+    (v5e and later expose them through vfio). `root` is for tests."""
+    accel = glob.glob(os.path.join(root, "dev", "accel*"))
+    if accel:
+        return len(accel)
+    n = 0
+    for vendor in glob.glob(os.path.join(root, "sys", "bus", "pci", "devices", "*", "vendor")):
+        try:
+            with open(vendor) as f, open(os.path.join(os.path.dirname(vendor), "device")) as g:
+                n += f.read().strip() == _GOOGLE_PCI_VENDOR and g.read().strip() in _TPU_PCI_DEVICES
+        except OSError:
+            continue
+    return n
+
+
+def tpu_vm(root: str = "/") -> bool:
+    """This host is a Cloud TPU VM (a TPU variable is set, or TPU chips are attached)."""
+    return any(os.environ.get(k) for k in TPU_ENV) or tpu_chips(root) > 0
+
+
+def gce_worker_endpoints() -> list[str] | None:
+    """The slice's workers from the GCE metadata server (instance/attributes/worker-network-
+    endpoints), None when it does not answer within METADATA_TIMEOUT_S."""
+    host = os.environ.get("GCE_METADATA_IP") or "metadata.google.internal"
+    req = urllib.request.Request(
+        f"http://{host}/computeMetadata/v1/instance/attributes/worker-network-endpoints",
+        headers={"Metadata-Flavor": "Google"})
+    try:
+        with urllib.request.urlopen(req, timeout=METADATA_TIMEOUT_S) as r:
+            text = r.read().decode()
+    except (OSError, ValueError):
+        return None
+    return [w for w in text.strip().split(",") if w]
+
+
+def tpu_hosts(root: str = "/") -> int:
+    """Hosts of this TPU VM's slice (all slices with Multislice); 0 when this is not a TPU VM."""
+    if not tpu_vm(root):
+        return 0
+    env = os.environ
+    slices = int(env.get("MEGASCALE_NUM_SLICES", "1") or 1)
+    listed = env.get("TPU_PROCESS_ADDRESSES") or env.get("TPU_WORKER_HOSTNAMES")
+    if listed is not None:
+        workers = [h for h in listed.split(",") if h]
+    else:
+        workers = gce_worker_endpoints() or [""]
+    return max(len(workers), 1) * max(slices, 1)
+
+
 def _cluster_env() -> bool:
     """True when the environment describes several processes that JAX can auto-detect."""
     env = os.environ
-    return (len([h for h in env.get("TPU_WORKER_HOSTNAMES", "").split(",") if h]) > 1
-            or int(env.get("SLURM_NTASKS", "1") or 1) > 1
-            or int(env.get("OMPI_COMM_WORLD_SIZE", "1") or 1) > 1)
+    return (int(env.get("SLURM_NTASKS", "1") or 1) > 1
+            or int(env.get("OMPI_COMM_WORLD_SIZE", "1") or 1) > 1
+            or tpu_hosts() > 1)
 
 
 def launch_args(coordinator_address=None, num_processes=None, process_id=None) -> dict | None:
@@ -164,6 +239,42 @@ def any_process(flag: bool) -> bool:
     from jax.experimental import multihost_utils
 
     return bool(np.any(multihost_utils.process_allgather(np.asarray([bool(flag)], np.int32))))
+
+
+def first_problem(problem: str | None, width: int = 400) -> str | None:
+    """The first non-None `problem` in process order (its first `width` bytes), the same on every
+    process: processes that each checked a share of something agree on one verdict."""
+    if jax.process_count() == 1:
+        return problem
+    from jax.experimental import multihost_utils
+
+    buf = np.zeros(width + 1, np.uint8)
+    if problem is not None:
+        text = problem.encode()[:width]
+        buf[0], buf[1:1 + len(text)] = 1, np.frombuffer(text, np.uint8)
+    rows = np.asarray(multihost_utils.process_allgather(buf)).reshape(-1, width + 1)
+    for row in rows:
+        if row[0]:
+            return bytes(row[1:]).rstrip(b"\0").decode(errors="replace")
+    return None
+
+
+def preemption_service() -> bool:
+    """True when several processes run with JAX's preemption sync service (the default of
+    jax.distributed; config jax_enable_preemption_service)."""
+    if jax.process_count() == 1:
+        return False
+    from jax._src import distributed as jax_distributed
+
+    return getattr(jax_distributed.global_state, "preemption_sync_manager", None) is not None
+
+
+def reached_preemption_sync_point(step: int) -> bool:
+    """True on every process at the same step once any process got SIGTERM (call once per step,
+    with the same step numbers on every process)."""
+    from jax.experimental import multihost_utils
+
+    return bool(multihost_utils.reached_preemption_sync_point(int(step)))
 
 
 def free_port() -> int:

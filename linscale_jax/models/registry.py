@@ -5,6 +5,7 @@ the project (build_model, accounting, sizes, describe, config validation) looks 
     registry.register(registry.ArchSpec(name="mylin", mixer=MyMixer, ...))   # in models/mylin.py
     registry.get("mylin").mixer                                              # the token mixer
     registry.ARCHS                                                           # live tuple-like view
+    registry.linear_archs()                                                  # softmax_block=False
 
 Legend: l layers, d width, h heads, e = d/h head dim, n sequence length, c chunk length of the
 chunked linear attention (min(C, n)). The shared terms live in linscale_jax.models.accounting:
@@ -127,6 +128,12 @@ def discover(package: str, path: Iterable[str]) -> list[str]:
 def _ordered() -> tuple[str, ...]:
     paper = [n for n in PAPER_ORDER if n in _REGISTRY]
     return tuple(paper) + tuple(n for n in _REGISTRY if n not in PAPER_ORDER)
+
+
+def linear_archs() -> tuple[str, ...]:
+    """The registered architectures without the softmax block (softmax_block=False), in
+    ARCHS order: the ones the study judges against the baseline (contract.BASELINE_ARCH)."""
+    return tuple(n for n in _ordered() if not _REGISTRY[n].softmax_block)
 
 
 class _Names(Sequence):

@@ -13,10 +13,12 @@ Reading API (eval/ and the converters):
   load_model(workdir, step=None) -> (model, config, metadata)
   save_model(workdir, model, config, step=0, metadata=None)
 A checkpoint is complete when Orbax finalised it (partial async writes stay in temporary dirs and
-are ignored) and its metadata parses. Every finished checkpoint gets DIR/checkpoints/<step>/
-checksums.json (sha256 of each file, linscale_jax.run.checksums), verified before restoring; a
-checkpoint that fails verification or restore is moved to DIR/checkpoints_corrupt/<step> with one
-warning line, and the previous one is used (load_model with an explicit step raises instead).
+are ignored) and its metadata parses. Each process records the sha256 of the files it wrote in
+DIR/checkpoints/<step>/checksums-p<k>.json, in the background (linscale_jax.run.checksums); a
+restore verifies this process's share (restore(..., share=...)) and the processes agree on the
+verdict; a checkpoint that fails verification or restore is moved to DIR/checkpoints_corrupt/<step>
+with one warning line, and the previous one is used (load_model with an explicit step raises
+instead).
 Metadata also holds `fingerprint` (linscale_jax.run.identity) and, for training checkpoints, the
 step's `loss` and `running_loss` (linscale_jax.train.divergence).
 """
@@ -84,7 +86,11 @@ def manager(workdir, ckpt_cfg=None, read_only: bool = False) -> ocp.CheckpointMa
         cleanup_tmp_directories=not read_only,
         read_only=read_only,
     )
-    return ocp.CheckpointManager(ckpt_dir(workdir), options=options)
+    mngr = ocp.CheckpointManager(ckpt_dir(workdir), options=options)
+    # The step loop owns JAX's preemption sync point (one call per step, its own step numbers):
+    # Orbax's finalize thread would otherwise report a save's step to it from the background.
+    mngr.reached_preemption = lambda step: False
+    return mngr
 
 
 def _read_metadata(step_dir: epath.Path) -> dict | None:
@@ -165,23 +171,34 @@ def save(mngr, step: int, params, metadata: dict, opt_state=None, data_state=Non
     mngr.save(int(step), args=ocp.args.Composite(**items), force=True)
 
 
-def restore(mngr, workdir, abstract_params, abstract_opt_state=None, step=None):
+def restore(mngr, workdir, abstract_params, abstract_opt_state=None, step=None, shared=False):
     """Restore the newest readable checkpoint (or `step`) -> dict or None when there is none.
 
     Keys: step, params, opt_state (None when absent), data (None when absent), metadata. With
     step=None a checkpoint that fails to restore is moved aside and the previous one is tried.
+    shared=True: every process restores its shards of the same arrays (the trainer); each verifies
+    the checksums of its share and all agree. False: this process reads every array and verifies
+    every file (eval, load_model).
     """
+    from linscale_jax.dist import distributed
+
+    share = (jax.process_index(), jax.process_count()) if shared else None
     steps = [step] if step is not None else list_steps(workdir)[::-1]
     for s in steps:
         step_dir = ckpt_dir(workdir) / str(s)
-        problem = checksums.verify(step_dir)
+        problem = checksums.verify(step_dir, share)
+        if shared:
+            problem = distributed.first_problem(problem)
         if problem:  # checksums recorded at save (linscale_jax.run.checksums)
             err = checksums.CheckpointCorruptError(
                 f"checkpoint {step_dir} is corrupt ({problem}); use another step (complete: "
                 f"{list_steps(workdir)}) or re-create it.")
             if step is not None:
                 raise err
-            checksums.quarantine(as_path(workdir), s, err)
+            if not shared or distributed.is_primary():
+                checksums.quarantine(as_path(workdir), s, err)
+            if shared:
+                distributed.barrier(f"linscale_quarantine_{s}")
             mngr.reload()
             continue
         present = {p.name for p in step_dir.iterdir()} if step_dir.is_dir() else set()
@@ -198,8 +215,6 @@ def restore(mngr, workdir, abstract_params, abstract_opt_state=None, step=None):
         except Exception as e:  # noqa: BLE001 - any failure means the checkpoint is unusable
             if step is not None:
                 raise RuntimeError(f"checkpoint {step_dir} could not be restored: {e}") from e
-            from linscale_jax.dist import distributed
-
             if distributed.is_primary():  # every process failed alike; one moves the files
                 checksums.quarantine(as_path(workdir), s, e)
             distributed.barrier(f"linscale_quarantine_{s}")
@@ -297,8 +312,7 @@ def save_model(workdir, model, config, step: int = 0, metadata: dict | None = No
         mngr.wait_until_finished()
     finally:
         mngr.close()
-    if jax.process_index() == 0:
-        checksums.record(ckpt_dir(workdir) / str(step))
+    checksums.record(ckpt_dir(workdir) / str(step), jax.process_index(), jax.process_count())
     return ckpt_dir(workdir) / str(step)
 
 

@@ -1,24 +1,46 @@
-"""Verified checkpoints: sha256 of every file of a finished checkpoint, checked before it is used.
+"""Verified checkpoints: each process hashes the files it wrote, in the background; a restore
+checks only its share.
 
-    record(step_dir)                  # after Orbax finalised the step: writes step_dir/checksums.json
-    problem = verify(step_dir)        # None, or a one-line reason (mismatch, missing file, ...)
-    plan = scan(workdir)              # read-only: which step dirs are usable, which are not
-    apply(workdir, plan)              # move the unusable ones to checkpoints_corrupt/ (one line each)
+    rec = Recorder(process, processes)   # one per training process
+    rec.submit(step_dir)                 # a finalised step: hashed in a background thread
+    rec.close()                          # wait for the pending hashes (end of the run)
+    problem = verify(step_dir, share)    # None, or a one-line reason (mismatch, missing file, ...)
+    plan = scan(workdir)                 # read-only: which step dirs are usable, which are not
+    apply(workdir, plan)                 # move the unusable ones to checkpoints_corrupt/ (one line each)
 
-checksums.json = {"algorithm": "sha256", "files": {relative path: hex digest}, "bytes": total}. The
-trainer records it for each checkpoint once Orbax has finalised it (before the next save starts and
-when the run ends). A checkpoint without checksums.json (a kill -9 between Orbax's finalisation and
-the record, or a checkpoint from before this module) is accepted as is and recorded on first use.
-A step directory that is empty, has unreadable metadata, a missing or changed file is unusable: the
-trainer moves it aside and resumes from the newest usable one, so nothing blocks a rerun (Orbax
-refuses to save a step whose directory exists).
+Ownership. Orbax writes each process's array chunks under `<item>/ocdbt.process_<k>/` (and
+`<item>/array_metadatas/process_<k>`); process 0 writes everything else (manifests, metadata, the
+data-iterator state). Process k records the sha256 of the files it owns in
+step_dir/checksums-p<k>.json = {"algorithm": "sha256", "process": k, "processes": n,
+"files": {relative path: hex digest}, "bytes": total}. Hashing starts once Orbax has finalised the
+step and runs in a thread beside training (hashlib releases the GIL); the step loop never waits
+for it, and the run waits for the last one when it ends.
+
+Verification. `verify(step_dir, share=(j, m))` checks the records of the owners k with k % m == j:
+in a restore by m processes, process j checks the files that the process of its index wrote, which
+under an unchanged topology are the shards it reads itself. Every byte is checked by exactly one
+process, each reads 1/m of the checkpoint, and the callers agree on the outcome across processes
+(`distributed.first_problem`). share=None (a reader restoring every array: eval, load_model)
+checks all records. A restore hashes VERIFY_THREADS files at a time (hashlib releases the GIL);
+the background record uses RECORD_THREADS, leaving the other cores to the step loop. A file listed by no record is a problem once every writer's record exists.
+
+A step without records (a kill -9 between Orbax's finalisation and the hash, or a checkpoint from
+before this module) is accepted as is. A legacy step_dir/checksums.json (one record of every file)
+is checked by share 0. A step directory that is empty, has unreadable metadata, a missing or
+changed file is unusable: the trainer moves it aside and resumes from the newest usable one, so
+nothing blocks a rerun (Orbax refuses to save a step whose directory exists).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import json
+import logging
 import os
+import queue
+import re
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -26,19 +48,51 @@ from etils import epath
 from linscale_jax import contract
 from linscale_jax.errors import UserError
 
-CHECKSUMS = "checksums.json"
+log = logging.getLogger(__name__)
+
+LEGACY = "checksums.json"
+VERIFY_THREADS = min(8, os.cpu_count() or 1)  # a restore hashes files in parallel (GIL released)
+RECORD_THREADS = 1  # the background record stays on one core beside the step loop
+_RECORD = re.compile(r"^checksums-p(\d+)\.json$")
+_OWNER = re.compile(r"^(?:ocdbt\.)?process_(\d+)$")
 
 
 class CheckpointCorruptError(UserError, RuntimeError):
     """A checkpoint's files do not match the checksums recorded when it was saved."""
 
 
+def record_name(process: int) -> str:
+    return f"checksums-p{int(process)}.json"
+
+
+def _is_record(name: str) -> bool:
+    return name == LEGACY or bool(_RECORD.match(name)) or name.endswith(".json.tmp")
+
+
+def owner(rel: str) -> int:
+    """The process that wrote a file (path relative to the step dir): k for anything under a
+    `ocdbt.process_<k>` directory or named `process_<k>`, else 0."""
+    for part in rel.replace(os.sep, "/").split("/"):
+        m = _OWNER.match(part)
+        if m:
+            return int(m.group(1))
+    return 0
+
+
 def _digest(path: epath.Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
+        for block in iter(lambda: f.read(4 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def _digests(paths, threads: int) -> list[str]:
+    """sha256 of each path, `threads` files at a time."""
+    if threads <= 1 or len(paths) <= 1:
+        return [_digest(p) for p in paths]
+    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+        return list(pool.map(_digest, paths))
 
 
 def _walk(d: epath.Path):
@@ -51,23 +105,68 @@ def _walk(d: epath.Path):
 
 
 def _files(step_dir: epath.Path) -> list[epath.Path]:
-    return sorted(p for p in _walk(step_dir) if p.name != CHECKSUMS)
+    return sorted(p for p in _walk(step_dir) if not _is_record(p.name))
 
 
-def record(step_dir) -> dict:
-    """Write step_dir/checksums.json (atomically) and return it."""
+def record(step_dir, process: int = 0, processes: int = 1, threads: int = RECORD_THREADS) -> dict:
+    """Hash the files `process` owns in step_dir; write step_dir/checksums-p<process>.json
+    (atomically) and return it."""
     step_dir = epath.Path(step_dir)
-    files = {str(p.relative_to(step_dir)): _digest(p) for p in _files(step_dir)}
-    out = dict(algorithm="sha256", files=files,
+    mine = [p for p in _files(step_dir)
+            if owner(rel := str(p.relative_to(step_dir))) == process
+            or (process == 0 and owner(rel) >= processes)]
+    files = {str(p.relative_to(step_dir)): d for p, d in zip(mine, _digests(mine, threads))}
+    out = dict(algorithm="sha256", process=int(process), processes=int(processes), files=files,
                bytes=sum((step_dir / f).stat().length for f in files))
-    tmp = step_dir / (CHECKSUMS + ".tmp")
+    tmp = step_dir / (record_name(process) + ".tmp")
     tmp.write_text(json.dumps(out, indent=0))
-    tmp.replace(step_dir / CHECKSUMS)
+    tmp.replace(step_dir / record_name(process))
     return out
 
 
+class Recorder:
+    """This process's hashing thread: `submit(step_dir)` queues a finalised step, `close()` waits.
+    A failure (the step was deleted by max_to_keep meanwhile, a storage error) leaves that step
+    without this process's record (accepted as is) and one warning line."""
+
+    def __init__(self, process: int = 0, processes: int = 1):
+        self.process, self.processes = int(process), int(processes)
+        self._queue: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="linscale-checksums", daemon=True)
+        self._thread.start()
+        self.seconds = 0.0  # time spent hashing (off the training path)
+
+    def submit(self, step_dir) -> None:
+        self._queue.put(epath.Path(step_dir))
+
+    def _run(self) -> None:
+        while True:
+            step_dir = self._queue.get()
+            if step_dir is None:
+                return
+            t = time.perf_counter()
+            try:
+                if step_dir.is_dir():
+                    record(step_dir, self.process, self.processes)
+            except Exception as e:  # noqa: BLE001 - a record is optional; training goes on
+                if step_dir.is_dir():
+                    print(f"WARNING: could not record checksums of {step_dir} ({type(e).__name__}: "
+                          f"{str(e)[:200]}); it will be restored unverified.", flush=True)
+            self.seconds += time.perf_counter() - t
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+
+
+def _records(step_dir: epath.Path) -> dict[int, epath.Path]:
+    return {int(m.group(1)): step_dir / m.group(0) for m in
+            (_RECORD.match(p.name) for p in step_dir.iterdir()) if m}
+
+
 def has_record(step_dir) -> bool:
-    return (epath.Path(step_dir) / CHECKSUMS).is_file()
+    step_dir = epath.Path(step_dir)
+    return (step_dir / LEGACY).is_file() or bool(_records(step_dir))
 
 
 def structural_problem(step_dir) -> str | None:
@@ -86,7 +185,7 @@ def structural_problem(step_dir) -> str | None:
     return None
 
 
-_VERIFIED: dict = {}  # (step dir, every file's size and mtime) -> True: scan + restore read once
+_VERIFIED: dict = {}  # (step dir, share, every file's size and mtime) -> True: scan + restore read once
 
 
 def _stamp(p: epath.Path) -> tuple:
@@ -98,35 +197,70 @@ def _stamp(p: epath.Path) -> tuple:
     return st.length, st.mtime
 
 
-def verify(step_dir) -> str | None:
-    """None when step_dir is usable, else a short reason."""
+def verify(step_dir, share: tuple[int, int] | None = None) -> str | None:
+    """None when step_dir is usable as far as this process checks (its `share` (index, count) of
+    the writers' records; None: all of them), else a short reason."""
     step_dir = epath.Path(step_dir)
     problem = structural_problem(step_dir)
     if problem or not has_record(step_dir):
         return problem
-    key = (str(step_dir), tuple((str(p), *_stamp(p)) for p in _files(step_dir) + [step_dir / CHECKSUMS]))
+    files = _files(step_dir)
+    recs = _records(step_dir)
+    key = (str(step_dir), share, tuple((str(p), *_stamp(p)) for p in files + list(recs.values())))
     if _VERIFIED.get(key):
         return None
-    problem = _verify_files(step_dir)
+    problem = _verify_files(step_dir, files, recs, share)
     if problem is None:
         _VERIFIED[key] = True
     return problem
 
 
-def _verify_files(step_dir: epath.Path) -> str | None:
+def _load(path: epath.Path) -> dict | None:
     try:
-        rec = json.loads((step_dir / CHECKSUMS).read_text())["files"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return f"{CHECKSUMS} unreadable"
-    for rel, digest in rec.items():
-        p = step_dir / rel
-        if not p.is_file():
+        rec = json.loads(path.read_text())
+        return rec if isinstance(rec.get("files"), dict) else None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _verify_files(step_dir, files, recs, share) -> str | None:
+    index, count = share or (0, 1)
+    mine = {k: p for k, p in recs.items() if share is None or k % count == index}
+    if (step_dir / LEGACY).is_file() and index == 0:
+        mine[-1] = step_dir / LEGACY
+    loaded, expected = {}, {}
+    for k, path in sorted(mine.items()):
+        rec = _load(path)
+        if rec is None:
+            return f"{path.name} unreadable"
+        loaded[k] = rec
+        expected.update(rec["files"])
+    for rel in expected:
+        if not (step_dir / rel).is_file():
             return f"file {rel} is missing"
-        if _digest(p) != digest:
+    rels = sorted(expected)
+    for rel, digest in zip(rels, _digests([step_dir / r for r in rels], VERIFY_THREADS)):
+        if digest != expected[rel]:
             return f"checksum mismatch in {rel}"
-    extra = {str(p.relative_to(step_dir)) for p in _files(step_dir)} - set(rec)
-    if any(not e.startswith("_CHECKPOINT_METADATA") for e in extra):
-        return f"unrecorded file {sorted(extra)[0]}"
+    # every file named by some record, once every writer recorded (share 0 looks; a listing only)
+    if index == 0 and recs and -1 not in mine:
+        first = loaded.get(0) or _load(recs[min(recs)]) or {}
+        writers = int(first.get("processes", 1))
+        if set(range(writers)) <= set(recs):
+            named = set()
+            for k in range(writers):
+                rec = loaded.get(k) or _load(recs[k])
+                if rec is None:
+                    return f"{recs[k].name} unreadable"
+                named |= set(rec["files"])
+            extra = {str(p.relative_to(step_dir)) for p in files} - named
+            extra = sorted(e for e in extra if not e.startswith("_CHECKPOINT_METADATA"))
+            if extra:  # (Orbax's step metadata may be written after the hash)
+                return f"unrecorded file {extra[0]}"
+    elif -1 in mine:
+        extra = {str(p.relative_to(step_dir)) for p in files} - set(loaded[-1]["files"])
+        if any(not e.startswith("_CHECKPOINT_METADATA") for e in extra):
+            return f"unrecorded file {sorted(extra)[0]}"
     return None
 
 
@@ -145,16 +279,18 @@ class Plan:
     bad: dict = field(default_factory=dict)
 
 
-def scan(workdir, verify_newest: bool = True) -> Plan:
-    """Read-only. Every step dir is checked structurally; from the newest down, checksums are
-    verified until one passes (older ones are not read: they were verified when they were newest
-    or are verified when restored)."""
+def scan(workdir, share: tuple[int, int] | None = None, agree=None) -> Plan:
+    """Read-only. Every step dir is checked structurally; from the newest down, this process's
+    `share` of the checksums is verified until one passes (older ones are not read: they were
+    verified when they were newest or are verified when restored). `agree(problem)` makes the
+    processes' verdicts one (every process calls scan with the same dirs)."""
     plan = Plan()
+    agree = agree or (lambda p: p)
     for step, p in sorted(step_dirs(workdir).items(), reverse=True):
         if plan.good is not None:
             problem = structural_problem(p)
         else:
-            problem = verify(p) if verify_newest else structural_problem(p)
+            problem = agree(verify(p, share))
         if problem:
             plan.bad[step] = problem
         elif plan.good is None:
@@ -178,12 +314,3 @@ def quarantine(workdir, step: int, err: Exception) -> None:
            f"{str(err).splitlines()[0][:300]}); moved it to {dst} and falling back to the "
            "previous checkpoint.")
     print(f"WARNING: {msg}", flush=True)
-
-
-def record_missing(workdir, steps) -> None:
-    """Record checksums for finished `steps` that have none (process 0 only; caller's guard)."""
-    dirs = step_dirs(workdir)
-    for s in steps:
-        p = dirs.get(int(s))
-        if p is not None and not has_record(p) and structural_problem(p) is None:
-            record(p)

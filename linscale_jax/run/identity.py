@@ -7,8 +7,8 @@ Every checkpoint's metadata carries `fingerprint`. On resume the trainer compare
 newest checkpoint with the command's config. Fields that may change on resume (RESUMABLE below):
 
   train.steps                                   extend or shorten a run
-  train.log_every, train.eval_every, train.eval_batches, train.peak_flops
-                                                logging / evaluation cadence and MFU reference
+  train.log_every, train.eval_every, train.eval_batches, train.peak_flops, train.profile_steps
+                                                logging / evaluation cadence, MFU reference, profiling
   checkpoint.*                                  checkpoint schedule, retention, async writes
   mesh.*                                        device mesh (elastic resume on other slices)
   name                                          the run's label
@@ -27,7 +27,7 @@ import json
 from linscale_jax.errors import Refusal
 
 RESUMABLE = ("name", "train.steps", "train.log_every", "train.eval_every", "train.eval_batches",
-             "train.peak_flops", "checkpoint.", "mesh.")
+             "train.peak_flops", "train.profile_steps", "checkpoint.", "mesh.")
 SHAPE_FIELDS = tuple(f"model.{k}" for k in ("arch", "n_layers", "d_model", "n_heads", "ffn_dim",
                                             "vocab_size", "n_kv_heads", "tie_embeddings",
                                             "scan_layers", "norm_scale", "tnl_gate", "tnl_lrpe"))

@@ -6,7 +6,8 @@
 Order (all refusals happen before anything in the workdir changes, and the lock file is removed
 again, so a refused command leaves the workdir byte-identical):
   1. take the workdir lock (linscale_jax.run.lock; a second trainer is refused naming the holder)
-  2. scan the step dirs read-only (linscale_jax.run.checksums: empty, unreadable, checksum mismatch)
+  2. scan the step dirs read-only (linscale_jax.run.checksums: empty, unreadable, checksum mismatch;
+     each process verifies its share of the newest checkpoint and all agree)
   3. refuse --init_from when the workdir already has checkpoints (re-running resumes)
   4. refuse --resume_step=N when N is not a usable checkpoint
   5. compare the config with the checkpoint to resume (linscale_jax.run.identity)
@@ -44,8 +45,16 @@ def _sync(name: str) -> None:
         multihost_utils.sync_global_devices(name)
 
 
+def _share():
+    """This process's share of checksum verification, and the agreement over processes."""
+    from linscale_jax.dist import distributed
+
+    return (jax.process_index(), jax.process_count()), distributed.first_problem
+
+
 def _check(config, workdir: epath.Path, init_from, resume_step, allow_change):
-    plan = checksums.scan(workdir)
+    share, agree = _share()
+    plan = checksums.scan(workdir, share, agree)
     usable = sorted(set(checksums.step_dirs(workdir)) - set(plan.bad))
     if init_from and usable:
         raise RunRefusedError(
@@ -58,7 +67,7 @@ def _check(config, workdir: epath.Path, init_from, resume_step, allow_change):
             raise RunRefusedError(
                 f"--resume_step={resume_step}: no usable checkpoint at that step in "
                 f"{ckpt.ckpt_dir(workdir)} (usable steps: {usable or 'none'}); pick one of those.")
-        problem = checksums.verify(ckpt.ckpt_dir(workdir) / str(resume_step))
+        problem = agree(checksums.verify(ckpt.ckpt_dir(workdir) / str(resume_step), share))
         if problem:
             raise RunRefusedError(f"--resume_step={resume_step}: that checkpoint is unusable "
                                   f"({problem}); pick an earlier step.")
@@ -101,7 +110,5 @@ def guard(config, workdir, init_from=None, resume_step=None, allow_change=False)
         if accepted:
             print(f"--allow_config_change: continuing {workdir} with "
                   f"{identity._fmt(accepted)} (recorded in checkpoint metadata).", flush=True)
-        yield types.SimpleNamespace(
-            metadata=identity.record(meta, accepted, target or 0), target=target,
-            record_checksums=(lambda steps: checksums.record_missing(workdir, steps)) if lead
-            else (lambda steps: None))
+        yield types.SimpleNamespace(metadata=identity.record(meta, accepted, target or 0),
+                                    target=target)

@@ -10,13 +10,18 @@ jitted with in/out shardings and donates params and opt_state. A global batch [b
 train.grad_accum micro-batches and scanned; the loss is sum(weights * cross-entropy) / sum(weights)
 over the whole global batch, so accumulation is exact up to summation order.
 Step s means "after s optimizer updates"; the row logged at step s holds the loss of update s.
+
+The step loop never waits on the devices between log steps: batches are read and put on the
+devices by a background thread (linscale_jax.train.overlap), each step's metrics stay on the
+devices until a log, eval or checkpoint step fetches them all at once, and preemption is decided by
+JAX's preemption sync service (linscale_jax.train.preemption), a host-side call. Checkpoint
+checksums are hashed per process in a background thread (linscale_jax.run.checksums.Recorder).
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import signal
 import time
 import types
 
@@ -30,8 +35,11 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from linscale_jax.run import async_save
 from linscale_jax.run import checkpoint as ckpt
+from linscale_jax.run import checksums
 from linscale_jax.train import divergence
+from linscale_jax.train import overlap
 from linscale_jax.train.batches import BATCH_KEYS, GlobalBatches
+from linscale_jax.train.preemption import Preemption
 from linscale_jax.train import metrics as metrics_lib
 from linscale_jax.dist import distributed
 from linscale_jax.train import optim
@@ -39,6 +47,7 @@ from linscale_jax.run import integrity
 from linscale_jax.dist import sharding
 from linscale_jax.models import ModelConfig
 
+PREFETCH = 2  # batches read and put on the devices ahead of the running step
 
 NonFiniteLossError = divergence.DivergenceError  # NaN/inf or exploding loss; checkpoints are kept
 
@@ -190,40 +199,17 @@ def _compiled(key):
     )
 
 
+def step_functions(config, devices=None):
+    """(jitted functions of the run's model, optimizer and mesh, the mesh): the same cached objects
+    the trainer uses in this process, so a caller reusing them (study.cooldown) compiles nothing."""
+    mesh = sharding.make_mesh(config.mesh, devices)
+    return _compiled(_key(config, mesh)), mesh
+
+
 def _say(msg: str) -> None:
     """A status line, printed by process 0 only."""
     if distributed.is_primary():
         print(msg, flush=True)
-
-
-class _Sigterm:
-    """Records SIGTERM (preemption) or a first Ctrl-C (SIGINT) so the loop can save and exit at the
-    next step boundary; a second Ctrl-C interrupts at once."""
-
-    def __init__(self):
-        self.received, self.name, self._old = False, None, {}
-
-    def __enter__(self):
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            try:
-                self._old[sig] = signal.signal(sig, self._handle)
-            except ValueError:  # not the main thread
-                pass
-        return self
-
-    def _handle(self, signum, _frame):
-        if self.received and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        self.received, self.name = True, signal.Signals(signum).name
-
-    def preempted(self) -> bool:
-        """True on every process once any process got SIGTERM (one all-gather of a flag per step
-        with several processes), so that all save the same step and leave together."""
-        return distributed.any_process(self.received)
-
-    def __exit__(self, *exc):
-        for sig, old in self._old.items():
-            signal.signal(sig, old)
 
 
 def train(config, workdir, init_from: str | None = None, devices=None,
@@ -262,7 +248,7 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
     rest = fns.rest()
 
     mngr = ckpt.manager(workdir, config.checkpoint)
-    restored = ckpt.restore(mngr, workdir, abs_params, abs_opt)
+    restored = ckpt.restore(mngr, workdir, abs_params, abs_opt, shared=True)
     data_state, step = None, 0
     if restored is not None:
         step, params, data_state = restored["step"], restored["params"], restored["data"]
@@ -311,75 +297,107 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
     save_at = ckpt.save_steps(config.checkpoint, total)
     log_every = max(int(tr.log_every), 1)
     logger = metrics_lib.MetricsLogger(workdir, total, step)
-    losses, pending, stopped = {}, [], None
+    profile = metrics_lib.Profile(tr.get("profile_steps", ""), workdir)
+    recorder = checksums.Recorder(jax.process_index(), jax.process_count())
+    losses, pending, stopped, unrecorded = {}, [], None, []
     monitor = divergence.Monitor(step)
     saving = async_save.Pending(mngr, workdir)  # a failed background write stops the step it fails
-    batch0 = batches(step) if step < total else None
-    t_compile = time.perf_counter()
-    if batch0 is not None:  # compile before the clock starts: the first progress line is a real rate
-        step_fn.lower(params, opt_state, rest, batch0).compile()
-        print(f"Compiled the train step in {time.perf_counter() - t_compile:.1f}s; training steps "
-              f"{step + 1}..{total}.", flush=True)
-    t_ref, n_ref, t_start = None, step, time.perf_counter()
-    logger.t0 = t_start
+    feed, batch0 = None, None
 
     def flush():
-        nonlocal t_ref, n_ref
+        """Fetch the pending steps' metrics (the loop's one device->host transfer) -> a row."""
+        nonlocal t_ref, n_ref, idle_ref
         fetched = jax.device_get([m for _, m in pending])
         for (s, _), m in zip(pending, fetched):
             loss = float(m["loss"])
             reason = monitor.observe(s, loss, bool(m["params_finite"]))
             if reason:
                 raise divergence.diverged(monitor, s, reason, float(m["grad_norm"]), workdir,
-                                          mngr, float(config.optim.lr), guard.record_checksums)
+                                          mngr, float(config.optim.lr))
             losses[s] = loss
         s, m = pending[-1][0], fetched[-1]
         pending.clear()
         now = time.perf_counter()
-        done = s - n_ref
-        tps = done * tokens_per_step / max(now - (t_ref or t_start), 1e-9)
-        t_ref, n_ref = now, s
-        return dict(step=s, loss=losses[s], lr=float(schedule(s - 1)),
-                    grad_norm=float(m["grad_norm"]), tokens=s * tokens_per_step,
-                    tokens_per_sec=tps, mfu=flops_exact_tok * tps / peak,
-                    flops=flops_tok * s * tokens_per_step)
+        done, span = s - n_ref, max(now - (t_ref or t_start), 1e-9)
+        tps = done * tokens_per_step / span
+        mem, mem_peak = metrics_lib.device_memory()
+        row = dict(step=s, loss=losses[s], lr=float(schedule(s - 1)),
+                   grad_norm=float(m["grad_norm"]), tokens=s * tokens_per_step,
+                   tokens_per_sec=tps, mfu=flops_exact_tok * tps / peak,
+                   flops=flops_tok * s * tokens_per_step, mem_gb=mem / 1e9,
+                   mem_peak_gb=None if mem_peak is None else mem_peak / 1e9,
+                   data_wait=min((feed.idle_s - idle_ref) / span, 1.0))
+        t_ref, n_ref, idle_ref = now, s, feed.idle_s
+        return row
+
+    def finish_saves():
+        """Wait for pending checkpoint writes; hand the finalised steps to the checksum thread."""
+        saving.wait(step)  # names the checkpoint whose write failed
+        for s in unrecorded:
+            recorder.submit(ckpt.ckpt_dir(workdir) / str(s))
+        unrecorded.clear()
 
     try:
-        with _Sigterm() as term:
+        if step < total:  # host rows of steps step..total-1, read and put on the devices ahead
+            host_rows = (batches.local(s) for s in range(step, total))
+            feed = overlap.Prefetcher(host_rows, batches.put, PREFETCH)
+        t_compile = time.perf_counter()
+        if feed is not None:  # compile before the clock starts: the first progress row is a rate
+            batch0 = feed.next()
+            step_fn.lower(params, opt_state, rest, batch0[0]).compile()
+            print(f"Compiled the train step in {time.perf_counter() - t_compile:.1f}s; training "
+                  f"steps {step + 1}..{total}.", flush=True)
+        t_ref, n_ref, t_start = None, step, time.perf_counter()
+        idle_ref = feed.idle_s if feed is not None else 0.0
+        logger.t0 = t_start
+        with Preemption() as preemption:
+            last = None  # the last dispatched step's loss: busy until the devices finished it
             while step < total:
-                batch, batch0 = (batch0 if batch0 is not None else batches(step)), None
+                (batch, _), batch0 = (batch0 or feed.next(busy=last)), None
+                profile.before(step + 1)
                 params, opt_state, m = step_fn(params, opt_state, rest, batch)
                 step += 1
                 saving.check(step)
+                last = m["loss"]
                 pending.append((step, m))
+                profile.after(step, m)
                 do_eval = eval_set is not None and (step % eval_every == 0 or step == total)
-                if step % log_every == 0 or step == total or step in save_at or do_eval \
-                        or term.received:
+                do_log = step % log_every == 0 or step == total
+                at_sync = do_log or do_eval or step in save_at  # steps that fetch metrics
+                if at_sync:
                     row = flush()
                     if do_eval:
                         sums = [eval_fn(params, rest, b) for b in eval_set]
                         l, w = (sum(float(x[i]) for x in sums) for i in (0, 1))
                         row["val_loss"] = l / max(w, 1.0)
                         t_ref = time.perf_counter()
-                    if step % log_every == 0 or step == total or do_eval:
+                    if do_log or do_eval:
                         logger.write(row)
                         logger.progress(row)
-                preempted = term.preempted()  # the same answer on every process
+                preempted = preemption.reached(step, at_sync)  # the same answer on every process
+                if preempted and pending:
+                    flush()  # the saved step's loss (checkpoint metadata), not a logged row
                 if step in save_at or preempted:
-                    saving.wait(step)  # (Orbax waits for the previous save anyway)
-                    guard.record_checksums(mngr.all_steps())
+                    finish_saves()  # (Orbax waits for the previous save anyway)
+                    logger.flush()
                     extra = dict(guard.metadata, **monitor.health_metadata(step, losses.get(step)))
                     ckpt.save(mngr, step, params, ckpt.make_metadata(config, step, extra),
                               opt_state=opt_state, data_state=batches.state(step))
+                    unrecorded.append(step)
                     saving.started(step)
                 if preempted:
-                    stopped = term.name or "SIGTERM"
+                    stopped = preemption.name or "SIGTERM"
                     _say(f"{stopped}: saved checkpoint at step {step}; re-run the same command to "
                          "resume.")
                     break
     finally:
-        mngr.wait_until_finished()
-        guard.record_checksums(mngr.all_steps())
-        mngr.close()
-        logger.close()
+        if feed is not None:
+            feed.close()
+        profile.close()
+        try:
+            finish_saves()
+        finally:
+            recorder.close()  # the last checkpoint's hashes (off the step loop)
+            mngr.close()
+            logger.close()
     return dict(step=step, losses=losses, stopped=stopped, params=params)

@@ -205,3 +205,19 @@ def test_fifth_arch_decodes_from_its_recurrent_state(plain):
         steps.append(out)
     np.testing.assert_allclose(np.asarray(jnp.concatenate(steps, 1)), np.asarray(full),
                                rtol=1e-4, atol=1e-4)
+
+
+def test_linear_archs_come_from_the_registry_and_a_fifth_is_judged_by_the_study(plain):
+    """registry.linear_archs() (softmax_block=False) decides which archs the study judges against
+    the baseline: the fifth architecture above appears in study.verdicts' finding 2."""
+    from fit.synthetic_study import study_table
+    from linscale_jax.contract import BASELINE_ARCH
+    from study import verdicts
+
+    name = plain.name
+    assert registry.linear_archs() == ("tnl", "hgrn2", "cosformer2", name)
+    t = study_table({BASELINE_ARCH: 0.0, name: 0.3}, ckpt_sd=0.005, run_sd=0.01, points=4, seed=0)
+    res = verdicts.judge_all({"val_loss": t}, n_boot=20, holdout=False)
+    row = res["findings"]["equal_compute"]["archs"][name]
+    assert row["verdict"] == "worse" and row["diff"] == pytest.approx(0.3, abs=0.05)
+    assert res["findings"]["equal_compute"]["verdict"] == "not reproduced"

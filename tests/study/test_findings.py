@@ -1,51 +1,40 @@
 """study.findings: the paper's three findings judged from a study's numbers, each verdict following
 its intervals (synthetic inputs with known answers)."""
 
-import numpy as np
-
-from study import compare, findings
+from study import findings
 
 
-def _fits(exponents):
-    return {a: {"L_C": {"exponent": e, "ci95": {"exponent": [e - 0.01, e + d]}}}
-            for a, (e, d) in exponents.items()}
+def _result(eq_archs: dict):
+    """A study.verdicts.judge_all result for one estimator with finding 2's per-arch rows."""
+    from study import verdicts
+
+    pl = {"verdict": "not resolved", "archs": {"llama": {"verdict": "not_resolved", "exponent": -0.1}}}
+    vs = [r["verdict"] for r in eq_archs.values()]
+    eq = {"verdict": "reproduced" if all(v in ("better", "equivalent") for v in vs) else
+          "not reproduced" if "worse" in vs else "not resolved", "archs": eq_archs, "compute": 1e-8}
+    one = {"power_laws": pl, "equal_compute": eq, "margin": 0.05, "tolerance": 0.1, "seed_sd": {}}
+    out = {"estimators": ["val_loss"], "margin": 0.05, "tolerance": 0.1, "by_estimator": {"val_loss": one},
+           "findings": {k: dict(one[k], by_estimator={"val_loss": one[k]["verdict"]},
+                                archs={a: dict(r, by_estimator={"val_loss": r}) for a, r in one[k]["archs"].items()})
+                        for k in ("power_laws", "equal_compute")}}
+    out["findings"]["retrieval"] = {"verdict": "not measured here", "archs": {}}
+    assert verdicts.combine({"a": "x", "b": "x"}) == "x"
+    return out
 
 
-def test_power_laws_need_a_negative_exponent_and_the_held_out_size_inside():
-    fits = _fits({"llama": (-0.08, 0.02), "tnl": (-0.05, 0.07)})  # tnl's interval crosses 0
-    hold = {"archs": {"llama": dict(actual=2.0, ci_low=1.9, ci_high=2.1, inside=True),
-                      "tnl": dict(actual=2.5, ci_low=2.0, ci_high=2.6, inside=True)}}
-    verdict, rows = findings.power_laws(fits, hold, ["llama", "tnl"])
-    assert "not reproduced" in verdict
-    assert rows[2].endswith("| yes |") and rows[3].endswith("| no |")
-    hold["archs"]["llama"]["inside"] = False
-    fits = _fits({"llama": (-0.08, 0.02), "tnl": (-0.05, 0.01)})
-    assert "not reproduced" in findings.power_laws(fits, hold, ["llama", "tnl"])[0]
-    hold["archs"]["llama"]["inside"] = True
-    assert findings.power_laws(fits, hold, ["llama", "tnl"])[0] == "**reproduced**"
+def _row(d, lo, hi, v):
+    return dict(diff=d, ci_low=lo, ci_high=hi, verdict=v)
 
 
-def test_equal_compute_verdict_follows_the_paired_intervals():
-    rng = np.random.default_rng(0)
-    draws = {"llama": 2.0 + 0.01 * rng.standard_normal(400),
-             "tnl": 2.2 + 0.01 * rng.standard_normal(400),    # resolved worse
-             "hgrn2": 2.0 + 0.05 * rng.standard_normal(400),  # indistinguishable
-             "cosformer2": 1.8 + 0.01 * rng.standard_normal(400)}  # resolved better
-    by_arch = {a: [float(np.mean(d)), 0, 0] for a, d in draws.items()}
-    ranked = compare._ranked(1e-8, by_arch, draws)
-    assert set(ranked["vs_llama"]) == {"tnl", "hgrn2", "cosformer2"}
-    d = ranked["vs_llama"]["tnl"]
-    assert 0.15 < d[0] < 0.25 and d[1] > 0
-    verdict, rows = findings.equal_compute(ranked, ranked)
-    assert "not reproduced" in verdict and "tnl" in verdict and "hgrn2" not in verdict
-    text = "\n".join(rows)
-    assert "| tnl |" in text and "LLaMA lower (resolved)" in text
-    assert "matches LLaMA (difference not resolved)" in text and "beats LLaMA (resolved)" in text
-    # the fitted law decides; the envelope (here: every arch level with llama) is shown beside it
-    flat = compare._ranked(1e-8, {a: [2.0, 0, 0] for a in draws},
-                           {a: 2.0 + 0.3 * rng.standard_normal(400) for a in draws})
-    assert "not reproduced" in findings.equal_compute(flat, ranked)[0]
-    assert findings.equal_compute(ranked, flat)[0].startswith("**reproduced**")
+def test_section_states_each_finding_from_the_verdicts():
+    res = _result({"tnl": _row(0.2, 0.05, 0.35, "worse"), "hgrn2": _row(-0.01, -0.04, 0.03, "equivalent")})
+    lines, verdicts = findings.section(res)
+    assert verdicts["equal_compute"] == "not reproduced"
+    text = "\n".join(lines)
+    assert "| tnl | +0.200 [+0.050, +0.350]: worse | **worse** |" in text
+    assert "equivalent" in text and "**not resolved**" in text
+    res = _result({"tnl": _row(-0.2, -0.3, -0.1, "better"), "hgrn2": _row(0.0, -0.2, 0.2, "not_resolved")})
+    assert findings.section(res)[1]["equal_compute"] == "not resolved"  # never "reproduced"
 
 
 def test_retrieval_from_recall_counts(tmp_path):

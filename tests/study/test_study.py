@@ -43,8 +43,9 @@ def test_quick_study_stops_resumes_and_reports(tmp_path):
     assert runner.trained(runs[0]) and not any(runner.trained(r) for r in runs[1:])
     before = _snapshot(runs[0])
     rows0 = before[1].splitlines()
-    assert {json.loads(r)["task"] for r in rows0} == {"val_loss", "val_loss_avg"}  # d32 is not the largest: no NIAH
-    assert len(rows0) == 2 * len(os.listdir(Path(runs[0].workdir) / "checkpoints"))
+    assert {json.loads(r)["task"] for r in rows0} == {"val_loss"}  # d32 is not the largest: no NIAH
+    assert len(rows0) == len(os.listdir(Path(runs[0].workdir) / "checkpoints"))
+    assert sorted(os.listdir(Path(runs[0].workdir) / "cooldowns")) == ["12", "24", "48"]
 
     out = runner.run_study(study, wd)
     assert not out["stopped"] and all(runner.trained(r) for r in runs)
@@ -64,16 +65,28 @@ def test_quick_study_stops_resumes_and_reports(tmp_path):
     report = (Path(wd) / "report.md").read_text()
     for needle in ("Scale difference from the paper", "Table 3", "Lowest loss at the largest common compute",
                    "Exponents side by side", "Retrieval, NIAH", "Line probe", "llama-hgrn2", "N_opt(C)",
-                   "How well the envelope brackets the optimum", "Noise floor", "Held-out prediction of the largest size",
+                   "How well the envelope brackets the optimum", "## Noise", "Held-out prediction of the largest size",
                    "fitted L(C) at that C", "The paper's findings in miniature", "## Wall time",
                    "worker process(es)"):
         assert needle in report, needle
     hold = list(csv.DictReader(open(Path(wd) / "holdout.csv")))
     assert list(hold[0]) == ["arch", "n_params", "tokens", "predicted", "ci_low", "ci_high", "actual"]
     assert {r["arch"] for r in hold} == set(fits) and "report/holdout.png" in report
-    fit_rows = list(csv.DictReader(open(Path(wd) / "fit" / "table.csv")))  # the laws use val_loss_avg
-    assert fit_rows and all(r["loss"] == r["val_loss_avg.val_loss"] for r in fit_rows)
-    assert (Path(wd) / "fit" / "table_raw.csv").is_file()
+    cool = list(csv.DictReader(open(Path(wd) / "fit" / "table_cooldown.csv")))  # 3 branches per run
+    assert {int(r["step"]) for r in cool} == {12 + 1, 24 + 2, 48 + 5}
+    assert len(cool) == 3 * len(runs) and {r["seed"] for r in cool} == {"0", "1"}
+    # python -m study.verdicts on the study's tables gives the report's verdicts
+    from study import verdicts
+
+    found = json.loads((Path(wd) / "findings.json").read_text())["findings"]
+    res = verdicts.judge_all(verdicts.load_tables([f"val_loss={wd}/fit/table.csv",
+                                                   f"cooldown={wd}/fit/table_cooldown.csv"]),
+                             margin=study.verdicts.margin, tolerance=study.verdicts.tolerance,
+                             seed_sd=study.noise.seed_sd, n_boot=study.fit.bootstrap, seed=study.fit.seed)
+    for key in ("power_laws", "equal_compute"):
+        assert res["findings"][key]["verdict"] == found[key]["verdict"]
+        assert {a: r["verdict"] for a, r in res["findings"][key]["archs"].items()} == \
+            {a: r["verdict"] for a, r in found[key]["archs"].items()}
     pngs = re.findall(r"\]\(([^)]+\.png)\)", report)
     assert len(pngs) >= 6 and all((Path(wd) / p).is_file() for p in pngs), pngs
     largest = [r for r in runs if r.size == "d64"]
@@ -93,9 +106,10 @@ def test_quick_study_stops_resumes_and_reports(tmp_path):
 
 def test_shards_partition_the_runs(tmp_path):
     runs = plan.build_plan(preset("quick"), str(tmp_path))
-    assert len(runs) == 12 and len({r.steps for r in runs}) == 1  # one token budget for all sizes
+    assert len(runs) == 16 and len({r.steps for r in runs}) == 1  # one token budget for all sizes
+    assert [r.name for r in runs if r.seed] == [f"{a}-d32-seed1" for a in ("llama", "tnl", "hgrn2", "cosformer2")]
     parts = [plan.shard(runs, f"{i}/3") for i in range(3)]
-    assert sorted(r.index for p in parts for r in p) == list(range(12))
+    assert sorted(r.index for p in parts for r in p) == list(range(16))
     assert all(r.index % 3 == i for i, p in enumerate(parts) for r in p)
     with pytest.raises(ValueError, match="i/n"):
         plan.parse_shard("3")

@@ -8,37 +8,56 @@ import pytest
 from train_helpers import tiny_config
 
 from linscale_jax.run import checkpoint as ckpt
-from linscale_jax.train import optim
 from linscale_jax.train import loop as trainer
 from study import compare, cooldown, noise
 
 
-def test_cooldown_schedule_continues_the_constant_rate_then_decays_to_zero():
-    c = tiny_config(steps=100)
-    cfg = cooldown.cooldown_config(c, 80, 0.25)
-    assert cfg.train.steps == 100 and c.train.steps == 100  # the run's config is not modified
-    sched = optim.make_schedule(cfg.optim, int(cfg.train.steps))
-    base = optim.make_schedule(c.optim, 100)
-    assert all(float(sched(s)) == pytest.approx(float(base(s))) for s in range(0, 81))
-    assert float(sched(90)) == pytest.approx(0.5 * c.optim.lr) and float(sched(100)) == pytest.approx(0.0)
-    c.optim.schedule = "cosine"
-    with pytest.raises(ValueError, match="constant-rate"):
-        cooldown.cooldown_config(c, 80, 0.25)
+def test_cooldown_shapes_and_branch_points():
+    f = cooldown.lr_factors(4, "linear")
+    assert list(f) == [1.0, 0.75, 0.5, 0.25]
+    g = cooldown.lr_factors(4, "1-sqrt")
+    assert g[0] == 1.0 and np.all(np.diff(g) < 0) and np.all(g < 1 - np.arange(4) / 4 + 1e-12)
+    with pytest.raises(ValueError, match="shape"):
+        cooldown.lr_factors(4, "cosine")
     with pytest.raises(ValueError, match="fraction"):
         cooldown.cooldown_steps(80, 0.0)
+    c = tiny_config(steps=2048)
+    c.optim.warmup_steps = 64
+    c.checkpoint.every_steps = 128
+    assert cooldown.branch_steps(c, 3) == [512, 1024, 2048]
+    assert cooldown.branch_steps(c, 6) == [128, 256, 512, 1024, 2048]  # 64 is inside the warmup
 
 
-def test_cooldown_branch_resumes_from_the_runs_checkpoint(tmp_path):
+def test_cooldown_branch_is_the_decayed_schedule_with_the_runs_own_step(tmp_path):
+    """The branch (the run's compiled constant-rate step, each update scaled) equals training on from
+    the checkpoint with the wsd schedule decaying linearly to 0 over the same steps."""
+    import shutil
+
     c = tiny_config(steps=4)
     c.checkpoint.every_steps = 2
     run = tmp_path / "run"
     trainer.train(c, run)
-    out = cooldown.cooldown(c, str(run), 4, 0.5, str(tmp_path / "cool"))
-    assert ckpt.list_steps(out) == [4, 6] and ckpt.list_steps(run) == [2, 4]
-    rows = [json.loads(x) for x in (tmp_path / "cool" / "metrics.jsonl").read_text().splitlines()]
-    lrs = [r["lr"] for r in rows if "lr" in r]
-    assert [r["step"] for r in rows if "lr" in r] == [5, 6] and lrs[0] > lrs[1] >= 0  # resumed at 4, decaying
-    with pytest.raises(FileNotFoundError, match="no complete checkpoint at step 3"):
+    out = cooldown.cooldown(c, str(run), 4, 1.0, str(tmp_path / "cool"), shape="linear")
+    assert ckpt.list_steps(out) == [8] and ckpt.list_steps(run) == [2, 4]
+    assert ckpt.load_metadata(out, 8)["cooldown_from"] == 4
+    ref = tmp_path / "ref"
+    shutil.copytree(ckpt.ckpt_dir(run) / "4", ckpt.ckpt_dir(ref) / "4")
+    w = tiny_config(steps=8)
+    w.optim.update(schedule="wsd", decay_fraction=0.5, min_lr_ratio=0.0)
+    w.checkpoint.every_steps = 0
+    trainer.train(w, ref, allow_config_change=True)
+    a = ckpt.load_model(out, 8)[0]
+    b = ckpt.load_model(ref, 8)[0]
+    from flax import nnx
+    import jax
+
+    for x, y in zip(jax.tree.leaves(nnx.state(a, nnx.Param)), jax.tree.leaves(nnx.state(b, nnx.Param))):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-4, atol=1e-6)
+    before = ckpt.load_model(run, 4)[0]
+    moved = [float(np.abs(np.asarray(x) - np.asarray(y)).max()) for x, y in
+             zip(jax.tree.leaves(nnx.state(a, nnx.Param)), jax.tree.leaves(nnx.state(before, nnx.Param)))]
+    assert max(moved) > 1e-4  # the branch trained
+    with pytest.raises(FileNotFoundError, match="no complete checkpoint"):
         cooldown.cooldown(c, str(run), 3, 0.5, str(tmp_path / "bad"))
 
 

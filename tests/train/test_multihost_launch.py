@@ -1,6 +1,11 @@
 """Launch arguments of a multi-process run: flags over LINSCALE_* variables, auto-detection kept,
-clear errors for incomplete or inconsistent launches (no processes are started here)."""
+clear errors for incomplete or inconsistent launches, TPU VM detection on a faked host (/dev,
+/sys, a metadata server on 127.0.0.1); no processes are started here."""
 
+import http.server
+import threading
+
+import jax
 import pytest
 
 from linscale_jax.dist import distributed
@@ -54,3 +59,119 @@ def test_loopback_detection():
     assert distributed._is_loopback("127.0.0.1:1234") and distributed._is_loopback("localhost:1")
     assert distributed._is_loopback("[::1]:80")
     assert not distributed._is_loopback("10.0.0.2:1234") and not distributed._is_loopback(None)
+
+
+# ---------------------------------------------------------------- TPU VMs (faked: no network)
+
+
+@pytest.fixture(autouse=True)
+def no_tpu(monkeypatch):
+    for k in (*distributed.TPU_ENV, "GCE_METADATA_IP"):
+        monkeypatch.delenv(k, raising=False)
+
+
+def fake_host(root, accel=0, pci=()):
+    """A fake / with `accel` /dev/accel* nodes and PCI devices [(vendor, device), ...]."""
+    (root / "dev").mkdir(parents=True, exist_ok=True)
+    for i in range(accel):
+        (root / "dev" / f"accel{i}").write_text("")
+    for i, (vendor, device) in enumerate(pci):
+        d = root / "sys" / "bus" / "pci" / "devices" / f"0000:00:0{i}.0"
+        d.mkdir(parents=True)
+        (d / "vendor").write_text(vendor + "\n")
+        (d / "device").write_text(device + "\n")
+    return str(root)
+
+
+def test_tpu_chips_from_dev_accel_or_the_pci_bus(tmp_path):
+    assert distributed.tpu_chips(fake_host(tmp_path / "v4", accel=4)) == 4
+    v5e = fake_host(tmp_path / "v5e", pci=[("0x1ae0", "0x0063"), ("0x1ae0", "0x0042")])
+    assert distributed.tpu_chips(v5e) == 1  # 0x0042 is Google's virtual NIC, not a TPU
+    assert distributed.tpu_chips(fake_host(tmp_path / "cpu", pci=[("0x8086", "0x1237")])) == 0
+
+
+class Metadata(http.server.BaseHTTPRequestHandler):
+    """A GCE metadata server on 127.0.0.1 answering worker-network-endpoints."""
+
+    endpoints, seen = "", []
+
+    def do_GET(self):  # noqa: N802
+        Metadata.seen.append((self.path, self.headers.get("Metadata-Flavor")))
+        body = Metadata.endpoints.encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def metadata_server(monkeypatch):
+    server = http.server.HTTPServer(("127.0.0.1", 0), Metadata)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("GCE_METADATA_IP", f"127.0.0.1:{server.server_port}")
+    Metadata.seen = []
+    yield Metadata
+    server.shutdown()
+
+
+def on_tpu_vm(monkeypatch, tmp_path, chips=4):
+    root = fake_host(tmp_path / "root", accel=chips)
+    real = distributed.tpu_chips
+    monkeypatch.setattr(distributed, "tpu_chips", lambda _root="/": real(root))
+
+
+def test_gce_tpu_vm_slice_calls_initialize_without_arguments(monkeypatch, tmp_path,
+                                                               metadata_server):
+    """A v4-16 slice on GCE: no TPU variables in the environment, /dev/accel*, and the worker
+    list on the metadata server -> jax.distributed.initialize() with no arguments."""
+    on_tpu_vm(monkeypatch, tmp_path)
+    metadata_server.endpoints = "w-0:uid0:10.130.0.2,w-1:uid1:10.130.0.3"
+    assert distributed.tpu_hosts() == 2 and distributed.launch_args() == {}
+    assert metadata_server.seen[-1] == (
+        "/computeMetadata/v1/instance/attributes/worker-network-endpoints", "Google")
+    calls = []
+    monkeypatch.setattr(jax.distributed, "is_initialized", lambda: False)
+    monkeypatch.setattr(jax.distributed, "initialize", lambda **kw: calls.append(kw))
+    monkeypatch.setattr(distributed, "_cpu_platform", lambda: False)
+    assert distributed.initialize() and calls == [{}]
+
+
+def test_single_host_tpu_vm_initialises_nothing(monkeypatch, tmp_path, metadata_server):
+    on_tpu_vm(monkeypatch, tmp_path)
+    metadata_server.endpoints = "w-0:uid0:10.130.0.2"
+    assert distributed.tpu_hosts() == 1 and distributed.launch_args() is None
+
+
+def test_tpu_vm_without_a_metadata_server_is_one_host(monkeypatch, tmp_path):
+    on_tpu_vm(monkeypatch, tmp_path)
+    monkeypatch.setenv("GCE_METADATA_IP", f"127.0.0.1:{distributed.free_port()}")  # nobody there
+    assert distributed.tpu_hosts() == 1 and distributed.launch_args() is None
+
+
+def test_tpu_variables_describe_the_slice_without_asking_metadata(monkeypatch, tmp_path):
+    monkeypatch.setenv("GCE_METADATA_IP", f"127.0.0.1:{distributed.free_port()}")
+    monkeypatch.setenv("TPU_WORKER_HOSTNAMES", "t-0,t-1,t-2,t-3")  # GKE
+    monkeypatch.setenv("TPU_WORKER_ID", "2")
+    assert distributed.tpu_vm() and distributed.tpu_hosts() == 4
+    assert distributed.launch_args() == {}
+    monkeypatch.setenv("TPU_WORKER_HOSTNAMES", "localhost")
+    assert distributed.launch_args() is None
+    monkeypatch.setenv("MEGASCALE_NUM_SLICES", "2")  # two single-host slices
+    assert distributed.tpu_hosts() == 2 and distributed.launch_args() == {}
+
+
+def test_no_tpu_no_metadata_query(monkeypatch, tmp_path):
+    monkeypatch.setattr(distributed, "gce_worker_endpoints",
+                        lambda: pytest.fail("asked the metadata server off a TPU VM"))
+    monkeypatch.setattr(distributed, "tpu_chips", lambda _root="/": 0)
+    assert distributed.tpu_hosts() == 0 and distributed.launch_args() is None
+
+
+def test_gs_workdir_of_the_error_log_stays_gs():
+    from linscale_jax import cli_errors
+
+    d = cli_errors.as_dir("gs://bucket/runs/a")
+    assert str(d) == "gs://bucket/runs/a" and str(d / "logs") == "gs://bucket/runs/a/logs"
