@@ -48,7 +48,7 @@ def test_flags_are_snake_case_and_in_the_reference(command):
     row = reference_rows().get(command)
     assert row is not None, f"README command reference has no row for python -m {command}"
     missing = sorted(n for n in names if f"--{n}" not in row
-                     and not (n in {"coordinator_address", "num_processes", "process_id"}
+                     and not (n in {"coordinator_address", "num_processes", "process_id", "peer_timeout"}
                               and "launch flags" in row))
     assert not missing, f"README reference row for {command} lacks {missing}"
 
