@@ -119,6 +119,8 @@ def test_model_change_refused_by_cli_in_one_line(run):
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("ERROR: ") and "model.n_layers" in lines[0], \
         p.stderr
+    log = lines[0].rsplit("[traceback: ", 1)[1].rstrip("]")  # a refusal's log: outside the workdir
+    assert not log.startswith(str(run)) and "Traceback" in open(log).read()
     assert snapshot(run) == before
 
 
