@@ -4,7 +4,7 @@
                              [--peer_timeout=60] [--out=/tmp/failures]
 
 Each case runs the real commands (`python -m linscale_jax.train`, `eval`, `fit`, `study`) as
-subprocesses on 127.0.0.1 and prints one markdown row. Multi-process cases use the README's local
+subprocesses on 127.0.0.1 and prints one markdown row. Multi-process cases use docs/training.md's local
 launch (2 processes, configs/tiny.py); "seconds" counts from the kill (kill -9 cases) or from the
 launch. The read-only cases need `unshare -rm` (a read-only bind mount in a private namespace).
 """
@@ -72,7 +72,7 @@ def kill(which, base, timeout):
     out = other.communicate()[0]
     procs[which].communicate()
     return row(f"kill -9 process {which} after checkpoint 20 (process {1 - which})",
-               "2 × python -m linscale_jax.train --config=configs/tiny.py ... (README local launch)",
+               "2 × python -m linscale_jax.train --config=configs/tiny.py ... (the local launch of docs/training.md)",
                other.returncode, time.time() - t0, out) + f" lock left: {(wd / 'train.lock').exists()} |"
 
 

@@ -19,7 +19,7 @@ LINSCALE_COORDINATOR_ADDRESS, LINSCALE_NUM_PROCESSES, LINSCALE_PROCESS_ID). SIGT
 process makes all of them save the same step and exit 0. A process that dies or never registers
 stops the others within --peer_timeout seconds (default 60), each with one line naming it, the
 checkpoint a re-run resumes from and the command. Process 0 prints progress; the others print only
-their own errors, as `ERROR: [process I] ...`. See README "Running on several hosts".
+their own errors, as `ERROR: [process I] ...`. See docs/training.md, "Running on several hosts".
 """
 
 from __future__ import annotations
