@@ -1,4 +1,4 @@
-"""Train-step throughput and MFU per architecture at tiny ladder sizes, on this machine.
+"""Train-step throughput and MFU per architecture at tiny ladder sizes, on the machine it runs on.
 
     python bench/train_step.py [--sizes=d64,d96] [--archs=llama,tnl,hgrn2,cosformer2]
                                [--batch=8] [--seq=256] [--steps=3] [--json] [--clock=wall|cpu]

@@ -5,9 +5,9 @@
 Synthetic studies (fit.synthetic_study: the cpu preset's 5 sizes, one law, a per-run seed offset
 and independent per-checkpoint errors, replicate seeds as listed) with two archs,
 llama (the baseline) and tnl: "null" where both follow the same law, "0.1 nats" where tnl is 0.1
-nats lower everywhere. Each noise row is one loss estimator's measured noise (docs/results.md
-"Noise sources"). Prints, per (noise, case), the share of seeds giving better / worse / equivalent
-/ not_resolved. Targets: false resolved (better + worse) <= 10% in the null case, resolved (better)
+nats lower everywhere. Each noise row is one loss estimator's noise as measured by
+`python -m study.noise` (llama-d32, 32 validation batches). Prints, per (noise, case), the share
+of seeds giving better / worse / equivalent / not_resolved. Targets: false resolved (better + worse) <= 10% in the null case, resolved (better)
 >= 80% at 0.1 nats.
 """
 

@@ -1,12 +1,12 @@
-"""python -m eval --workdir=DIR [--steps=all|last|S1,S2,...] [--tasks=val_loss,niah,...]
+"""python -m eval --workdir=DIR [--steps=all|last|S1,S2,...] [--tasks=val_loss,niah,...] [--out=OUT]
 
 Evaluates the run's checkpoints (all by default) and appends one row per (checkpoint, task) to
-DIR/eval/results.jsonl, skipping pairs already there. Tasks: see eval/suite.py.
+DIR/eval/results.jsonl (OUT/results.jsonl with --out, e.g. for checkpoints on a read-only mount),
+skipping pairs already there. Tasks: see eval/suite.py.
 Checkpoints written by any mesh or number of processes load onto one device. Several processes
 (--coordinator_address/--num_processes/--process_id, as for training) split the validation batches.
 """
 
-import argparse
 import sys
 
 if __name__ == "__main__":  # huge pages for XLA:CPU's step buffers (linscale_jax.dist.host_memory)
@@ -14,13 +14,23 @@ if __name__ == "__main__":  # huge pages for XLA:CPU's step buffers (linscale_ja
 
     host_memory.use_huge_pages()
 
-from eval.loading import EvalError
 from eval.suite import TASKS
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m eval", description=__doc__.split("\n\n")[1])
+    """The command: one line on an error (rc 1, traceback to a log), rc 2 on a bad command line."""
+    from linscale_jax import cli_errors
+
+    return cli_errors.run(lambda: _main(argv), command="eval")
+
+
+def _main(argv) -> int:
+    from linscale_jax.errors import ArgumentParser
+
+    p = ArgumentParser(prog="python -m eval", description=__doc__.split("\n\n")[1])
     p.add_argument("--workdir", required=True, help="training run directory (holds checkpoints/)")
+    p.add_argument("--out", default=None, help="results directory (default DIR/eval; the "
+                   "checkpoints are only read, so DIR may be read-only)")
     p.add_argument("--steps", default="all", help="all | last | comma list of steps")
     p.add_argument("--tasks", default="val_loss", help=f"comma list of: {', '.join(TASKS)}")
     p.add_argument("--val_batches", type=int, default=None, help="validation batches (default: config)")
@@ -42,18 +52,12 @@ def main(argv=None) -> int:
             raise ValueError
     except ValueError:
         p.error(f"--niah_grid must look like 35x35, got {a.niah_grid!r}")
-    try:
-        distributed.initialize(a.coordinator_address, a.num_processes, a.process_id)
-        evaluate(a.workdir, a.steps, a.tasks, ctx_kwargs=dict(
-            val_batches=a.val_batches, niah_grid=grid, probe_items=a.probe_items, wikitext=a.wikitext,
-            lambada=a.lambada, limit=a.limit))
-    except (EvalError, distributed.LaunchError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    distributed.initialize(a.coordinator_address, a.num_processes, a.process_id)
+    evaluate(a.workdir, a.steps, a.tasks, out=a.out, ctx_kwargs=dict(
+        val_batches=a.val_batches, niah_grid=grid, probe_items=a.probe_items, wikitext=a.wikitext,
+        lambada=a.lambada, limit=a.limit))
     return 0
 
 
 if __name__ == "__main__":
-    from linscale_jax import cli_errors
-
-    sys.exit(cli_errors.run(main, command="eval"))
+    sys.exit(main())

@@ -9,7 +9,6 @@ task fields keep their names: val_ppl, val_bpb, ...). Steps without a val_loss r
 
 from __future__ import annotations
 
-import argparse
 import glob
 import os
 import sys
@@ -45,20 +44,25 @@ def write_csv(lines: list[dict], out: str) -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m eval.export", description=__doc__.split("\n")[0])
+    """The command: one line on an error (rc 1, traceback to a log), rc 2 on a bad command line."""
+    from linscale_jax import cli_errors
+
+    return cli_errors.run(lambda: _main(argv), command="export")
+
+
+def _main(argv) -> int:
+    from linscale_jax.errors import ArgumentParser
+
+    p = ArgumentParser(prog="python -m eval.export", description=__doc__.split("\n")[0])
     p.add_argument("--workdir", action="append", required=True,
                    help="a run directory or a glob of them (repeatable)")
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
     dirs = sorted({d for pat in a.workdir for d in (glob.glob(pat) or [pat]) if os.path.isdir(d)})
     if not dirs:
-        print(f"error: no run directories match --workdir={' --workdir='.join(a.workdir)}", file=sys.stderr)
-        return 2
-    try:
-        lines = collect(dirs)
-    except EvalError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        raise EvalError(f"no run directories match --workdir={' --workdir='.join(a.workdir)}; "
+                        "pass existing run directories or a glob that matches some")
+    lines = collect(dirs)
     write_csv(lines, a.out)
     print(f"wrote {len(lines)} rows from {len(dirs)} run(s) to {a.out}")
     return 0

@@ -18,7 +18,6 @@ CLI:  python -m eval.generate --workdir=DIR --prompt="Once upon" [--step=S] [--m
 
 from __future__ import annotations
 
-import argparse
 import functools
 import sys
 
@@ -154,7 +153,16 @@ class Generator:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m eval.generate", description=__doc__.split("\n")[0])
+    """The command: one line on an error (rc 1, traceback to a log), rc 2 on a bad command line."""
+    from linscale_jax import cli_errors
+
+    return cli_errors.run(lambda: _main(argv), command="generate")
+
+
+def _main(argv) -> int:
+    from linscale_jax.errors import ArgumentParser
+
+    p = ArgumentParser(prog="python -m eval.generate", description=__doc__.split("\n")[0])
     p.add_argument("--workdir", required=True)
     p.add_argument("--prompt", required=True)
     p.add_argument("--step", type=int, default=None, help="checkpoint step (default: the latest)")
@@ -164,14 +172,9 @@ def main(argv=None) -> int:
     p.add_argument("--top_p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
-    from eval.loading import EvalError, load_run
-    from linscale_jax.run.checksums import CheckpointCorruptError
+    from eval.loading import load_run
 
-    try:
-        run = load_run(a.workdir, a.step)
-    except (EvalError, CheckpointCorruptError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    run = load_run(a.workdir, a.step)
     print(f"[{a.workdir} step {run.metadata['step']}]", file=sys.stderr, flush=True)
     ids = [run.bos_id] + run.encode(a.prompt)
     new = Generator(run.model).generate(np.array([ids]), a.max_new_tokens, a.temperature, a.top_k,
@@ -183,6 +186,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    from linscale_jax import cli_errors
-
-    sys.exit(cli_errors.run(main, command="generate"))
+    sys.exit(main())

@@ -1,7 +1,8 @@
 """Evaluate a run's checkpoints × tasks, appending one row per (checkpoint, task) to
-DIR/eval/results.jsonl; pairs already there are skipped, so a killed or repeated run resumes.
+DIR/eval/results.jsonl (or OUT/results.jsonl with out=OUT: checkpoints on a read-only mount);
+pairs already there are skipped, so a killed or repeated run resumes.
 
-    rows = evaluate(workdir, steps="all", tasks=("val_loss",), ctx_kwargs=None)
+    rows = evaluate(workdir, steps="all", tasks=("val_loss",), ctx_kwargs=None, out=None)
 
 Each row: task, step, tokens, flops (paper C), flops_exact, n_params (non-embedding), arch, run,
 eval_seconds, and the task's metric fields (e.g. val_loss). Rows are flushed one by one.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import time
 
 from eval.loading import EvalError, checkpoint_steps, load_run
@@ -23,14 +25,30 @@ from linscale_jax.run.checksums import CheckpointCorruptError
 ROW_KEYS = contract.METADATA_COLUMNS  # the table columns each row copies from checkpoint metadata
 
 
-def results_path(workdir: str) -> str:
+def results_path(workdir: str, out: str | None = None) -> str:
+    """DIR/eval/results.jsonl, or OUT/results.jsonl."""
+    if out is not None:
+        return os.path.join(out, os.path.basename(contract.EVAL_RESULTS))
     return os.path.join(workdir, contract.EVAL_RESULTS)
 
 
-def read_results(workdir: str, repair: bool = False) -> list[dict]:
-    """Rows of DIR/eval/results.jsonl. A torn last line (a killed run) is ignored, and dropped from
-    the file when repair=True; a bad line elsewhere is an error naming it."""
-    path = results_path(workdir)
+def check_writable(workdir: str, out: str | None) -> None:
+    """The results directory can be created and written (probed with a file that is removed)."""
+    path = os.path.dirname(results_path(workdir, out))
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-probe-"):
+            pass
+    except OSError as e:
+        fix = ("pass --out=DIR to write the results elsewhere (the checkpoints are only read)"
+               if out is None else "pass a writable --out")
+        raise EvalError(f"cannot write eval results to {path} ({e.strerror or e}); {fix}") from e
+
+
+def read_results(workdir: str, repair: bool = False, out: str | None = None) -> list[dict]:
+    """Rows of DIR/eval/results.jsonl (OUT/results.jsonl). A torn last line (a killed run) is
+    ignored, and dropped from the file when repair=True; a bad line elsewhere is an error naming it."""
+    path = results_path(workdir, out)
     if not os.path.exists(path):
         return []
     with open(path, encoding="utf-8") as f:
@@ -106,7 +124,7 @@ def _fmt(metrics: dict) -> str:
 
 
 def evaluate(workdir: str, steps="all", tasks=("val_loss",), ctx_kwargs: dict | None = None,
-             log=print) -> list[dict]:
+             log=print, out: str | None = None) -> list[dict]:
     from linscale_jax.run import checkpoint as ckpt
 
     names = parse_tasks(tasks)
@@ -118,18 +136,18 @@ def evaluate(workdir: str, steps="all", tasks=("val_loss",), ctx_kwargs: dict | 
     primary = distributed.is_primary()  # process 0 alone writes results.jsonl and reports
     if not primary:
         log = lambda *_: None  # noqa: E731
-    existing = read_results(workdir, repair=primary)
+    if primary:
+        check_writable(workdir, out)
+    existing = read_results(workdir, repair=primary, out=out)
     arch = metas[selected[-1]].get("arch")
     other = {r.get("arch") for r in existing} - {arch}
     if other:
-        raise EvalError(f"{results_path(workdir)} holds rows of arch {sorted(other)} but the checkpoints "
+        raise EvalError(f"{results_path(workdir, out)} holds rows of arch {sorted(other)} but the checkpoints "
                         f"are {arch!r}; the results file belongs to another run")
     done = {(r["step"], r["task"]) for r in existing}
     todo = [(s, t) for s in selected for t in names if (s, t) not in done]
     log(f"eval {workdir}: {len(selected)} checkpoint(s) x {len(names)} task(s); "
         f"{len(selected) * len(names) - len(todo)} done before, {len(todo)} to do")
-    if primary:
-        os.makedirs(os.path.dirname(results_path(workdir)), exist_ok=True)
     rows, t_start, loaded = [], time.time(), None
     for i, (step, task) in enumerate(todo, 1):
         if loaded is None or loaded[0] != step:
@@ -149,7 +167,7 @@ def evaluate(workdir: str, steps="all", tasks=("val_loss",), ctx_kwargs: dict | 
         row = {"task": task, **{k: meta.get(k) for k in ROW_KEYS}, "eval_seconds": round(time.time() - t0, 3),
                **metrics}
         if primary:
-            with open(results_path(workdir), "a", encoding="utf-8") as f:
+            with open(results_path(workdir, out), "a", encoding="utf-8") as f:
                 f.write(json.dumps(row) + "\n")
         rows.append(row)
         elapsed = time.time() - t_start

@@ -17,10 +17,11 @@ import sys
 from fit.api import FitOptions, FitResult, fit_table
 from linscale_jax.contract import FLOPS_PER_PARAM_TOKEN
 from fit.table import FitError
+from linscale_jax.errors import ArgumentParser
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m fit", description=__doc__.split("\n")[0])
+    p = ArgumentParser(prog="python -m fit", description=__doc__.split("\n")[0])
     p.add_argument("--table", required=True, help="CSV, JSONL, or a folder of trainer workdirs")
     p.add_argument("--approach", type=int, choices=(1, 2, 3), required=True,
                    help="1: envelope (the paper's), 2: IsoFLOP parabolas, 3: parametric L(N, D)")
@@ -58,6 +59,6 @@ def main(argv=None) -> int:
     try:
         run(args)
     except FitError as e:
-        print(f"fit: error: {e}", file=sys.stderr)
-        return 2
+        print(f"ERROR: {e}", file=sys.stderr, flush=True)
+        return 1
     return 0

@@ -167,9 +167,9 @@ def table_md(out: dict) -> str:
 
 
 def main(argv=None) -> None:
-    import argparse
+    from linscale_jax.errors import ArgumentParser
 
-    p = argparse.ArgumentParser(prog="python -m study.noise", description=__doc__.split("\n")[0])
+    p = ArgumentParser(prog="python -m study.noise", description=__doc__.split("\n")[0])
     p.add_argument("--workdir", required=True)
     p.add_argument("--config", default="configs/study/cpu.py", help="study preset (its model/data/train)")
     p.add_argument("--arch", default=contract.BASELINE_ARCH)

@@ -35,6 +35,7 @@ from study import plan as plan_lib
 from study import findings, workers
 from linscale_jax import contract
 from linscale_jax.dist import distributed
+from linscale_jax.errors import Stopped
 from linscale_jax.train.metrics import fmt_time
 
 
@@ -148,7 +149,8 @@ def process_run(study, run, log=_print, final: bool = True) -> None:
     if trained_here:
         summary = trainer.train(run.config, run.workdir)
         if summary.get("stopped"):
-            raise KeyboardInterrupt(f"{run.name} stopped by {summary['stopped']}; re-run to resume")
+            raise Stopped(f"[study] stopped by {summary['stopped']}: {run.name} saved its checkpoint at "
+                          f"step {summary['step']}; re-run the same command to resume.")
     else:
         log(f"[study] {run.name}: trained already ({run.steps} steps), skipping training")
     c1, t1 = _compile_clock(), time.time()
@@ -281,8 +283,10 @@ def run_study(study, workdir: str, shard_spec: str | None = None, approach: int 
     if n_workers > 1:
         out = workers.run_parallel(study, mine, finals, n_workers, process_run, log, eta_seconds)
         processed = len(mine)
-        if out["stopped"]:
-            raise KeyboardInterrupt(f"{', '.join(out['stopped'])} stopped by a signal; re-run to resume")
+        if out["stopped"] or out.get("signal"):
+            raise Stopped(f"[study] stopped by {out.get('signal') or 'a signal'}: "
+                          f"{', '.join(out['stopped']) or 'no run was under way'} saved "
+                          "(checkpoints, eval rows so far); re-run the same command to resume.")
         if out["failed"]:
             raise workers.RunsFailed(f"{len(out['failed'])} run(s) failed, the others finished; fix and "
                                "re-run to resume: " + "; ".join(f"{k}: {v}" for k, v in out["failed"].items()))
@@ -293,7 +297,13 @@ def run_study(study, workdir: str, shard_spec: str | None = None, approach: int 
             f"(N={run.n_params:.3g}, {run.steps} steps, C={run.pf_days:.3g} PF-days) | study runs "
             f"trained {done}/{len(runs)} | elapsed {fmt_time(time.time() - t0)} | {eta(timed, todo)}")
         was_trained, t_run = trained(run), time.time()
-        process_run(study, run, log, final=finals[run.name])
+        try:
+            process_run(study, run, log, final=finals[run.name])
+        except KeyboardInterrupt as e:  # study.__main__'s handler, between trainer steps' saves
+            if not str(e):
+                raise  # a second Ctrl-C inside the trainer: unsaved
+            raise Stopped(f"[study] stopped by {e} during {run.name}'s evaluation; the rows so far "
+                          "are kept; re-run the same command to resume.") from None
         if not was_trained:
             timed.append((run.flops_exact, time.time() - t_run))
         processed += 1

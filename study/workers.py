@@ -12,8 +12,11 @@ small ones. Every run is still one `runner.process_run` (train or resume, evalua
 output goes to DIR/runs/<run>/study.log; this process prints one line per started and finished run
 with the study's ETA.
 
-Stopping: Ctrl-C reaches every worker (one process group); SIGTERM to this process is forwarded to
-the workers. Each trainer saves a checkpoint and stops; re-running the study resumes every run.
+Stopping: Ctrl-C reaches every worker (one process group); SIGTERM or SIGINT to this process is
+forwarded to the workers as SIGTERM. Each trainer saves a checkpoint and stops (an evaluation stops
+between rows); this process waits for every worker, then returns the stopped runs and the signal
+(runner.run_study turns that into one line and exit status 0); re-running the study resumes every
+run. A second Ctrl-C interrupts at once.
 A run that fails (divergence, bad data) does not stop the others: its error is returned, named with
 its log file, and the study stops before joining.
 Only for a single-process launch: a multi-host study trains one run at a time over every host.
@@ -31,7 +34,7 @@ import traceback
 
 from linscale_jax import contract
 from linscale_jax.train.metrics import fmt_time
-from linscale_jax.errors import UserError
+from linscale_jax.errors import Stopped, UserError
 
 _SINGLE_THREAD = "--xla_cpu_multi_thread_eigen=false"
 # glibc malloc: keep freed memory instead of unmapping it. XLA:CPU allocates each step's buffers
@@ -87,15 +90,19 @@ def _worker(index: int, cores: list[int], study, runs: dict, finals: dict, proce
                     _redirect(f.fileno())  # file descriptors: progress bars, absl and XLA too
                     try:
                         process(study, run, log=lambda m: print(m, flush=True), final=finals[name])
+                    except Stopped:
+                        raise
                     except Exception:
                         traceback.print_exc()
                         raise
                     finally:
                         _redirect(*saved)
                 events.put(("done", index, name, time.time()))
+            except Stopped:
+                raise
             except Exception as e:  # noqa: BLE001 (reported to the parent with the run's log file)
                 events.put(("failed", index, name, f"{type(e).__name__}: {e} (log: {log_path})"))
-    except KeyboardInterrupt as e:  # the trainer saved a checkpoint (or none was under way)
+    except (KeyboardInterrupt, Stopped) as e:  # the trainer saved a checkpoint (or none was under way)
         if name is not None:
             events.put(("stopped", index, name, str(e) or "interrupted"))
 
@@ -108,8 +115,8 @@ def run_parallel(study, runs: list, finals: dict, workers: int, process, log=pri
     workers import it by name); finals[run.name] says whether the run gets the final-checkpoint
     tasks. `eta(timed, todo)` (runner.eta_seconds) turns the finished runs' (FLOPs, seconds) into
     one worker's remaining seconds; it is divided by the number of workers.
-    Returns {"failed": {run: error}, "stopped": [runs a signal stopped]}; the caller raises
-    RunsFailed for failures."""
+    Returns {"failed": {run: error}, "stopped": [runs a signal stopped], "signal": its name or
+    None}; the caller raises RunsFailed for failures."""
     order = sorted(runs, key=lambda r: -r.flops_exact)
     by_name = {r.name: r for r in runs}
     ctx = mp.get_context("spawn")  # a fresh interpreter: jax is not fork-safe
@@ -138,12 +145,17 @@ def run_parallel(study, runs: list, finals: dict, workers: int, process, log=pri
     log(f"[study] {len(runs)} run(s) on {workers} worker processes (cores {cores}), longest first; "
         f"each run's output: <run workdir>/study.log")
 
+    stop = []  # the signals this process received
+
     def forward(signum, _frame):
+        if signum == signal.SIGINT and stop:
+            raise KeyboardInterrupt  # a second Ctrl-C: at once
+        stop.append(signal.Signals(signum).name)
         for p in procs:
             if p.is_alive():
-                os.kill(p.pid, signum)
+                os.kill(p.pid, signal.SIGTERM)
 
-    previous = signal.signal(signal.SIGTERM, forward)
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
     started, timed, failed, stopped, done = {}, [], {}, [], set()
     t0 = time.time()
     try:
@@ -167,6 +179,8 @@ def run_parallel(study, runs: list, finals: dict, workers: int, process, log=pri
             else:
                 stopped.append(name)
                 what = f"stopped: {info}"
+            if stop:  # stopping: one line at the end (runner.run_study), none per run
+                continue
             finished = set(done) | set(failed) | set(stopped)
             rest = ""
             if eta is not None and timed:
@@ -176,16 +190,14 @@ def run_parallel(study, runs: list, finals: dict, workers: int, process, log=pri
                 rest = f" | ETA {fmt_time(eta(timed, left + running) / workers)}"
             log(f"[study] worker {w}: {name} {what} | finished {len(finished)}/{len(runs)} | "
                 f"elapsed {fmt_time(time.time() - t0)}{rest}")
-    except KeyboardInterrupt:  # Ctrl-C reached the workers too; SIGTERM makes sure (the trainer
-        forward(signal.SIGTERM, None)  # treats a second SIGINT as "stop at once, unsaved")
-        raise
     finally:
         for p in procs:
             p.join()
-        signal.signal(signal.SIGTERM, previous)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
     for p in procs:
         if p.exitcode != 0:
             for name in started:
                 if name not in done and name not in failed and name not in stopped:
                     failed[name] = f"{p.name} exited with code {p.exitcode} (see the run's study.log)"
-    return {"failed": failed, "stopped": stopped}
+    return {"failed": failed, "stopped": stopped, "signal": stop[0] if stop else None}

@@ -57,8 +57,8 @@ def pytest_configure(config):
 
 
 def pytest_xdist_auto_num_workers(config):
-    """Workers for pyproject's `-n auto`: 2 for a run over test directories (the README's two
-    commands, CI's), none (this process) for a run that names test files or ids, so a targeted
+    """Workers for pyproject's `-n auto`: 2 for a run over test directories (the README's test
+    command, CI's), none (this process) for a run that names test files or ids, so a targeted
     run starts no workers. PYTEST_XDIST_AUTO_NUM_WORKERS=N or -n N choose otherwise."""
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None  # xdist's own hook reads it
@@ -100,8 +100,8 @@ def pytest_unconfigure(config):
 
 @pytest.fixture(scope="session", autouse=True)
 def _compilation_cache():
-    """Every compilation of the session goes through the run's cache (not only trainer.train's);
-    a session whose tests never imported jax (fit/, the CLI-style checks) skips the import."""
+    """Every compilation of the test run goes through the run's cache (not only trainer.train's);
+    a test run whose tests never imported jax (fit/, the CLI-style checks) skips the import."""
     if "jax" in sys.modules:
         from linscale_jax.train.loop import enable_compilation_cache
 

@@ -3,7 +3,9 @@
     python tests/multihost_worker.py HOOK [train flags...]
 
 HOOK is "none", "sleep_after=S" (every process logs step S, drops DIR/.at-S-<process>, then sleeps
-until killed: the test kill -9s them), or "sigterm_at=S:P" (process P sends itself SIGTERM after
+until killed: the test kill -9s them), "wait_after=S" (as sleep_after, but the processes keep
+taking part in collectives while they wait: a peer's death is seen as it is on a pod), or
+"sigterm_at=S:P" (process P sends itself SIGTERM after
 logging step S: a preemption notice reaching one host only; it then waits until every process has
 reported its step to JAX's preemption sync protocol, so the save step is chosen while the run is
 still going, as it is when a preemption notice comes minutes ahead).
@@ -29,6 +31,13 @@ def install(hook: str, workdir: str) -> None:
 
     def hooked(self, row):
         write(self, row)
+        if kind == "wait_after" and row["step"] == int(arg):
+            from linscale_jax.dist import distributed
+
+            open(os.path.join(workdir, f".at-{arg}-{jax.process_index()}"), "w").close()
+            while True:
+                distributed.any_process(False)
+                time.sleep(0.5)
         if kind == "sleep_after" and row["step"] == int(arg):
             open(os.path.join(workdir, f".at-{arg}-{jax.process_index()}"), "w").close()
             while True:
@@ -59,6 +68,9 @@ def wait_for_preemption_sync(timeout=120):
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     hook, argv = sys.argv[1], [sys.argv[0]] + sys.argv[2:]
+    from linscale_jax.dist import supervise
+
+    supervise.maybe_supervise("train", argv)  # as `python -m linscale_jax.train` does
     from linscale_jax.train import cli as train
 
     workdir = next(a.split("=", 1)[1] for a in argv if a.startswith("--workdir="))

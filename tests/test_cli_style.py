@@ -1,6 +1,7 @@
 """One CLI style: every entry point's flags are snake_case, the README's command reference lists
-each of them, and every documented `python -m ...` invocation (README, eval/README, the notebook,
-docstrings) uses only flags its command defines. Read from the sources; nothing is imported."""
+each of them, and every documented `python -m ...` invocation (README, docs/, eval/README,
+tests/README, the notebook, docstrings) uses only flags its command defines. Read from the
+sources; nothing is imported."""
 
 import re
 from pathlib import Path
@@ -48,15 +49,35 @@ def test_flags_are_snake_case_and_in_the_reference(command):
     row = reference_rows().get(command)
     assert row is not None, f"README command reference has no row for python -m {command}"
     missing = sorted(n for n in names if f"--{n}" not in row
-                     and not (n in {"coordinator_address", "num_processes", "process_id"}
+                     and not (n in {"coordinator_address", "num_processes", "process_id", "peer_timeout"}
                               and "launch flags" in row))
     assert not missing, f"README reference row for {command} lacks {missing}"
 
 
 def _documents():
-    yield from (ROOT / p for p in ("README.md", "eval/README.md", "notebooks/explore.ipynb"))
+    yield from (ROOT / p for p in ("README.md", "eval/README.md", "tests/README.md", "notebooks/explore.ipynb"))
+    yield from (ROOT / "docs").glob("*.md")
     for pkg in ("configs", "eval", "fit", "study", "linscale_jax"):
         yield from (ROOT / pkg).rglob("*.py")
+
+
+def _invocations(line: str):
+    """(command, the text its flags are read from) for each `python -m X` of a line: the rest of the
+    line up to the next invocation; inside an inline code span that holds more than the command,
+    only up to the span's end (what follows is prose or a quoted message, not its flags)."""
+    matches = list(re.finditer(r"python -m ([\w.]+)", line))
+    for i, m in enumerate(matches):
+        rest = line[m.end():matches[i + 1].start() if i + 1 < len(matches) else len(line)]
+        if line[:m.start()].count("`") % 2 and "`" in rest and not rest.startswith("`"):
+            rest = rest[:rest.index("`")]
+        yield m.group(1), rest
+
+
+def test_invocation_flags_end_with_their_code_span():
+    assert list(_invocations("| `python -m fit --table=x` | 1 | `ERROR: pass --out` |")) == [("fit", " --table=x")]
+    assert list(_invocations("| `python -m fit` | `--table=FILE`, `--bogus` |")) == [("fit", "` | `--table=FILE`, `--bogus` |")]
+    assert list(_invocations("python -m eval --steps=last && python -m fit --out=d")) == [
+        ("eval", " --steps=last && "), ("fit", " --out=d")]
 
 
 def test_documented_invocations_use_defined_flags():
@@ -64,8 +85,7 @@ def test_documented_invocations_use_defined_flags():
     bad = []
     for path in _documents():
         for lineno, line in enumerate(path.read_text().splitlines(), 1):
-            parts = re.split(r"python -m ([\w.]+)", line)
-            for command, rest in zip(parts[1::2], parts[2::2]):
+            for command, rest in _invocations(line):
                 if command not in known:
                     continue
                 for flag in re.findall(r"(?<![\w-])--([\w.-]+)", rest):

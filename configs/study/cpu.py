@@ -7,13 +7,10 @@
 run, every 128 steps (the laws skip checkpoints inside the 64-step warmup, so no log-spaced ones).
 Budget arithmetic (CPU time; one training step of batch 8 × 128 on one core, XLA single-threaded,
 `bench/train_step.py --clock=cpu`; docs/results.md "Ladder step costs"): a step costs a + b·(GFLOP per
-step) per arch, fitted to the measured steps (llama d48/d64/d96 at 4 layers 16/23/40 ms, hgrn2
-27/37/73 ms, and the 3-layer head-dim-8 d32/d96 of the previous ladder; tnl and cosformer2 taken
-midway). One step of each of the 16 runs sums to 477 ms, against 503 ms for the 20 runs of the
-previous preset (d32 d40 d48 d64 d96, 3 layers, head dim 8, 2048 steps, 16 checkpoints), whose
-main job took 36.8 CPU-minutes (train 30.5 of which compile 4.0, eval 6.3 of which compile 2.0).
-Here: train steps 26.5 × 0.95 × 1536/2048 = 18.8, eval 4.3 × 0.95 × 12/16 = 3.1, compile
-6.0 × 16/20 × 1.15 (4 layers) = 5.5, rest 0.4: about 28 CPU-minutes, 14 minutes wall on 2 workers.
+step) per arch, fitted to the measured steps (llama d48/d64/d96 16/23/40 ms, hgrn2 27/37/73 ms; tnl
+and cosformer2 taken midway): one step of each of the 16 runs sums to about 477 ms. Train steps
+about 18.8 CPU-minutes for 1536 steps, eval about 3.1 for 12 checkpoints, compile about 5.5, the
+rest 0.4: about 28 CPU-minutes, 14 minutes wall on 2 workers.
 d96 is on the ladder but not here: at 4 layers it would add about 12 CPU-minutes, and trained beside d80 on
 4M tokens it stayed 0.08-0.10 nats above d80 at every token count (llama, lr 3e-3).
 Constant learning rate after warmup, so intermediate checkpoints are comparable with final ones on
@@ -45,7 +42,7 @@ def get_config():
     c.overrides.optim.update(lr=3e-3, warmup_steps=64, schedule="constant")
     c.overrides.checkpoint.log_spaced = 0
     c.eval.update(val_batches=32)
-    c.eval.final_runs = "largest"  # NIAH + probe at chance below the largest size (README); the recall preset
+    c.eval.final_runs = "largest"  # NIAH + probe at chance below the largest size; the recall preset
     # measures retrieval with signal
     c.estimators = "val_loss,cooldown"  # the paper's estimator (the laws, plots), and cooldowns beside it
     c.cooldown.update(points=3, fraction=0.1, shape="1-sqrt")  # from steps 384, 768, 1536: +269 steps

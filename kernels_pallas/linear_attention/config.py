@@ -105,7 +105,7 @@ DEFAULTS = {
 # costs 2c(k + v) in its within-chunk products against 4kv for the state, so the best chunk grows
 # with the key head dim k: the chunk is k rounded up to a power of two, clamped to
 # [XLA_CHUNK, XLA_CHUNK_MAX] of the backend (fixed on TPU and GPU). CPU [16, 64]: at k = 8
-# (the CPU ladder) 16 beat 32 and 64 in the d256 train step of every linear model, as the small
+# 16 beat 32 and 64 in the d256 train step of every linear model, as the small
 # [c, k] x [k, c] products run far below the machine's peak; at k = 32 / 64 / 128,
 # `bench/linear_attention.py --chunk-size` sweeps put the best at 32 / 32-64 / 64, up to 2x faster
 # than 16 (docs/results.md, "Linear attention speed").
@@ -120,7 +120,7 @@ XLA_BLOCK = {"tpu": None, "gpu": None, "cpu": 512}
 
 # Whether the xla form recomputes the data-dependent decay's per-level scaled q / k in the backward
 # (`jax.checkpoint`) instead of storing them. CPU: stored (memory is plentiful next to the CPU's
-# sizes; the recompute was ~3 % of the HGRN2 d256 train step; docs/results.md, "Several hosts, and MFU").
+# sizes; the recompute was ~3 % of the HGRN2 d256 train step, `python bench/train_step.py --sizes=d256`).
 XLA_REMAT_DATA_DECAY = {"tpu": True, "gpu": True, "cpu": False}
 
 

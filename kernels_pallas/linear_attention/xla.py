@@ -264,7 +264,7 @@ def _data_decay_terms(qc, kc, g):
     q4, k4, g4 = (x.reshape(*lead, m, s, dk) for x in (qc, kc, g))
     if s == 1:
         # q_i · k_i as a batched matmul, not a sum over the minor k axis: on CPU that reduce ran at
-        # a tenth of the speed (the d256 HGRN2 step 1.07x, docs/results.md)
+        # a tenth of the speed (the d256 HGRN2 step 1.07x, `python bench/train_step.py --sizes=d256`)
         a = jnp.einsum("...ik,...jk->...ij", q4, k4)  # [..., m, 1, 1]
         fwd, bwd = g4, jnp.zeros_like(g4)
     else:

@@ -3,7 +3,7 @@
 TensorFlow only feeds data here: it must not see accelerators (it would reserve their memory) nor
 spread over every CPU core (the JAX step needs them). Import `tf` from this module, never directly,
 so these settings are applied before TensorFlow initialises its runtime.
-Importing TensorFlow + seqio costs several seconds (see README / data helper report).
+Importing TensorFlow + seqio costs several seconds.
 """
 
 from __future__ import annotations

@@ -286,8 +286,9 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 def main(argv=None) -> int:
     from linscale_jax import cli_errors
+    from linscale_jax.errors import ArgumentParser
 
-    parser = argparse.ArgumentParser(prog="python -m linscale_jax.data.prepare", description=__doc__,
+    parser = ArgumentParser(prog="python -m linscale_jax.data.prepare", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--input", required=True, help="stdlib | files/dirs/globs (comma-separated) | tfds:<name>")
     parser.add_argument("--vocab", default="byte", help=tokenize.VOCAB_FORMS)

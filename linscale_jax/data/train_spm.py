@@ -15,6 +15,7 @@ import argparse
 import os
 import time
 
+from linscale_jax.errors import ArgumentParser
 from linscale_jax.config import base_config
 
 
@@ -63,7 +64,7 @@ def train(corpus: str, vocab_size: int, out: str, *, max_bytes: int = 50_000_000
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", default="stdlib", help="stdlib, or comma-separated .txt/.jsonl files/dirs/globs")
     parser.add_argument("--vocab_size", type=int, required=True, help="pieces incl. 259 special+byte pieces")
     parser.add_argument("--out", required=True, help="output FILE.model (FILE.vocab is written next to it)")

@@ -46,6 +46,7 @@ import urllib.request
 
 import jax
 import numpy as np
+from linscale_jax.dist import peers
 from linscale_jax.errors import UserError
 
 ENV = ("LINSCALE_COORDINATOR_ADDRESS", "LINSCALE_NUM_PROCESSES", "LINSCALE_PROCESS_ID")
@@ -203,8 +204,11 @@ def _setup_cpu_collectives(address: str | None) -> None:
     xla_bridge.register_backend_factory("cpu", make_client, priority=0, fail_quietly=False)
 
 
-def initialize(coordinator_address=None, num_processes=None, process_id=None) -> bool:
-    """Connect this process to the others (see module docstring); True when several processes run."""
+def initialize(coordinator_address=None, num_processes=None, process_id=None,
+               peer_timeout=None) -> bool:
+    """Connect this process to the others (see module docstring); True when several processes run.
+    `peer_timeout` (else $LINSCALE_PEER_TIMEOUT, else 60 s) bounds the wait on a peer that dies or
+    never comes (linscale_jax.dist.peers)."""
     if jax.distributed.is_initialized():
         return True
     args = launch_args(coordinator_address, num_processes, process_id)
@@ -212,7 +216,7 @@ def initialize(coordinator_address=None, num_processes=None, process_id=None) ->
         return False
     if _cpu_platform():
         _setup_cpu_collectives(args.get("coordinator_address"))
-    jax.distributed.initialize(**args)
+    jax.distributed.initialize(**args, **peers.initialize_kwargs(peer_timeout))
     return True
 
 
@@ -281,7 +285,7 @@ def free_port() -> int:
 
 
 def define_launch_flags():
-    """absl flags --coordinator_address, --num_processes, --process_id for an entry point; returns
+    """absl flags --coordinator_address, --num_processes, --process_id, --peer_timeout; returns
     a function that initialises from them (see `initialize`)."""
     from absl import flags
 
@@ -290,4 +294,7 @@ def define_launch_flags():
     n = flags.DEFINE_integer("num_processes", None, "Number of processes ($LINSCALE_NUM_PROCESSES).")
     pid = flags.DEFINE_integer("process_id", None, "This process's id in [0, num_processes) "
                                "($LINSCALE_PROCESS_ID).")
-    return lambda: initialize(addr.value, n.value, pid.value)
+    timeout = flags.DEFINE_integer(
+        "peer_timeout", None, "Seconds within which every process stops when another dies or "
+        f"never registers (${peers.TIMEOUT_ENV}; default {peers.DEFAULT_TIMEOUT_S}).")
+    return lambda: initialize(addr.value, n.value, pid.value, timeout.value)

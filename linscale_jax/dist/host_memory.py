@@ -1,7 +1,7 @@
 """Huge pages for XLA:CPU's per-step buffers: an entry point re-executes itself once with glibc's
 `glibc.malloc.hugetlb=1` tunable.
 
-Why (measured on a 2-core machine, docs/results.md "Several hosts, and MFU"):
+Why (measured on a 2-core CPU VM; `python bench/huge_pages.py` times both settings):
 XLA:CPU allocates an executable's temporaries as one block per call, from a worker thread. For the
 HGRN2 d256 train step that block is 527 MB. glibc serves a block this large with a fresh `mmap`
 and returns it with `munmap` after the call (a thread arena always does, whatever M_MMAP_MAX

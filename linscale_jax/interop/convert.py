@@ -15,11 +15,12 @@ import json
 import os
 import sys
 
+from linscale_jax.errors import ArgumentParser
 from linscale_jax.interop import FORMATS
 
 
 def _parse(argv):
-    p = argparse.ArgumentParser(prog="python -m linscale_jax.interop.convert", description=__doc__,
+    p = ArgumentParser(prog="python -m linscale_jax.interop.convert", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--from", dest="src_format", choices=FORMATS, help="import: format of --src")
     p.add_argument("--to", dest="dst_format", choices=("hf-llama",), help="export a llama --workdir")

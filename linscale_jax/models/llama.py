@@ -60,9 +60,9 @@ def query_block(t: int) -> int:
 # Per backend: about how many (query, key) logits one group of (batch, head) pairs of
 # causal_attention may hold, counted as pairs x t x t. On CPU the attention is bound by memory
 # traffic: the whole batch's float32 logits (42 MB a layer for llama-d256's 8 x 32 heads at t = 256)
-# pass through DRAM about ten times a step. Groups of 2^21 (8 MiB, inside this machine's 32 MiB L3),
-# recomputed in the backward, make llama-d256's train step 1.19x faster (docs/results.md,
-# "Several hosts, and MFU"). TPU and GPU: one group (None), no recomputation.
+# pass through DRAM about ten times a step. Groups of 2^21 (8 MiB, inside a 32 MiB L3),
+# recomputed in the backward, make llama-d256's train step faster than one whole-batch group
+# (`python bench/llama_attention.py` times both side by side). TPU and GPU: one group (None), no recomputation.
 GROUP_LOGITS = {"cpu": 2**21, "tpu": None, "gpu": None}
 
 

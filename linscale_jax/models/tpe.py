@@ -13,7 +13,7 @@ Table 1):
   i.e. y = x + Wᵀ-projection of (T W x̄) with T a causal Toeplitz matrix per channel,
   T_{ts} = (1 - λ) λ^(t-s) (rows sum to < 1: an exponential moving average):
   a learnable, data-independent relative position bias mixed into the residual stream once.
-  Choices where LightNet and the paper are silent (documented here and in the README):
+  Choices where LightNet and the paper are silent (documented here):
   * one d×e matrix serves both directions (tied, like the tied input/output embeddings), so the
     module has Table 1's d·e parameters (plus the e rates): the TPE smooths the residual stream's
     projection onto an e-dimensional subspace along the sequence and adds it back in that subspace;

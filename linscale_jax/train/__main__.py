@@ -4,6 +4,10 @@ from linscale_jax.dist import host_memory
 
 host_memory.use_huge_pages()  # before jax is imported: XLA:CPU's step buffers on huge pages
 
+from linscale_jax.dist import supervise  # noqa: E402
+
+supervise.maybe_supervise("train")  # several processes: one console, one line for a lost peer
+
 from linscale_jax.train import cli  # noqa: E402
 
 cli.run()

@@ -16,7 +16,10 @@ that resumes from it. Errors are one line; tracebacks go to DIR/logs/.
 Multi-host: run the same command on every host (TPU pod slices and SLURM are detected);
 elsewhere add --coordinator_address=HOST:PORT --num_processes=N --process_id=I (or the variables
 LINSCALE_COORDINATOR_ADDRESS, LINSCALE_NUM_PROCESSES, LINSCALE_PROCESS_ID). SIGTERM to any one
-process makes all of them save the same step and exit 0. See README "Running on several hosts".
+process makes all of them save the same step and exit 0. A process that dies or never registers
+stops the others within --peer_timeout seconds (default 60), each with one line naming it, the
+checkpoint a re-run resumes from and the command. Process 0 prints progress; the others print only
+their own errors, as `ERROR: [process I] ...`. See docs/training.md, "Running on several hosts".
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from linscale_jax import cli_errors  # noqa: F401  (before any library that logs
 from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from linscale_jax.dist import distributed
+from linscale_jax.dist import distributed, supervise
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file, optionally with an argument: configs/tiny.py:tnl-d64.")
@@ -66,7 +69,7 @@ def main(argv) -> None:
         raise app.UsageError(f"unexpected arguments {argv[1:]}")
     if not flags.FLAGS["verbosity"].present:  # keep Orbax's per-save INFO lines out of the way
         logging.set_verbosity(logging.WARNING)
-    sys.exit(cli_errors.run(_train, workdir=_WORKDIR.value, command="train"))
+    sys.exit(cli_errors.run(_train, workdir=_WORKDIR.value, command="train", native_to_log=True))
 
 
 def _parse_flags(argv):
@@ -78,11 +81,12 @@ def _parse_flags(argv):
         if "Traceback" in text:  # a config file's own error: its last line names it
             text = text.strip().splitlines()[-1]
         text = " ".join(text.replace("'", "").split()).rstrip(".")
-        print(f"ERROR: bad command line: {text}. See --helpfull for the flags and the config file "
-              "for its fields.", file=sys.stderr)
+        cli_errors.print_error(f"bad command line: {text}; see --helpfull for the flags and the "
+                               "config file for its fields.")
         sys.exit(2)
 
 
 def run() -> None:
     """The command's entry point (linscale_jax/train/__main__.py)."""
+    supervise.maybe_supervise("train")  # several processes: one console, a line for a lost peer
     app.run(main, flags_parser=_parse_flags)

@@ -33,6 +33,7 @@ import optax
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
+from linscale_jax.run import async_save
 from linscale_jax.run import checkpoint as ckpt
 from linscale_jax.run import checksums
 from linscale_jax.train import divergence
@@ -300,6 +301,7 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
     recorder = checksums.Recorder(jax.process_index(), jax.process_count())
     losses, pending, stopped, unrecorded = {}, [], None, []
     monitor = divergence.Monitor(step)
+    saving = async_save.Pending(mngr, workdir)  # a failed background write stops the step it fails
     feed, batch0 = None, None
 
     def flush():
@@ -330,7 +332,7 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
 
     def finish_saves():
         """Wait for pending checkpoint writes; hand the finalised steps to the checksum thread."""
-        mngr.wait_until_finished()
+        saving.wait(step)  # names the checkpoint whose write failed
         for s in unrecorded:
             recorder.submit(ckpt.ckpt_dir(workdir) / str(s))
         unrecorded.clear()
@@ -355,6 +357,7 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
                 profile.before(step + 1)
                 params, opt_state, m = step_fn(params, opt_state, rest, batch)
                 step += 1
+                saving.check(step)
                 last = m["loss"]
                 pending.append((step, m))
                 profile.after(step, m)
@@ -381,6 +384,7 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
                     ckpt.save(mngr, step, params, ckpt.make_metadata(config, step, extra),
                               opt_state=opt_state, data_state=batches.state(step))
                     unrecorded.append(step)
+                    saving.started(step)
                 if preempted:
                     stopped = preemption.name or "SIGTERM"
                     _say(f"{stopped}: saved checkpoint at step {step}; re-run the same command to "

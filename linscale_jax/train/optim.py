@@ -29,11 +29,12 @@ def make_schedule(optim_cfg, total_steps: int) -> optax.Schedule:
         raise ValueError(
             f"optim.schedule={optim_cfg.schedule!r} is not supported; choose one of {SCHEDULES}."
         )
-    if warmup < 0 or total_steps < 1 or lr <= 0:
-        raise ValueError(
-            f"need optim.lr > 0 (got {lr}), optim.warmup_steps >= 0 (got {warmup}) and "
-            f"train.steps >= 1 (got {total_steps})."
-        )
+    bad = [f"{name} {need} (got {got})" for name, need, got, ok in (
+        ("train.steps", ">= 1", total_steps, total_steps >= 1), ("optim.lr", "> 0", lr, lr > 0),
+        ("optim.warmup_steps", ">= 0", warmup, warmup >= 0)) if not ok]
+    if bad:
+        raise ValueError(f"need {'; '.join(bad)}; pass e.g. --config.{bad[0].split()[0]}=... with "
+                         "such a value.")
     warmup = min(warmup, total_steps)
     ramp = optax.linear_schedule(0.0, lr, warmup) if warmup else optax.constant_schedule(lr)
     if optim_cfg.schedule == "constant":

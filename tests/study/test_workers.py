@@ -38,6 +38,13 @@ def record(study, run, log, final):
     time.sleep(0.3)
 
 
+def stop_like_the_trainer(study, run, log, final):
+    """runner.process_run after a trainer saved on SIGTERM: a clean stop, not a failure."""
+    from linscale_jax.errors import Stopped
+
+    raise Stopped(f"[study] stopped by SIGTERM: {run.name} saved its checkpoint at step 3")
+
+
 def wait_for_term(study, run, log, final):
     Path(run.workdir, "ready").write_text("")
     time.sleep(60)
@@ -85,23 +92,37 @@ def test_runs_in_pinned_processes_longest_first_and_a_failure_does_not_stop_the_
     assert "ETA" in text
 
 
-def test_sigterm_is_forwarded_and_the_runs_stop(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_sigterm_is_forwarded_and_the_runs_stop(tmp_path, sig):
+    """SIGTERM, or one Ctrl-C (SIGINT), to the study: the workers stop, the study waits for them
+    and returns the stopped runs and the signal (runner.run_study: one line, exit status 0)."""
     runs = _runs(tmp_path, [(f"r{i}", float(i)) for i in range(4)])
 
     def term_when_ready():
         deadline = time.time() + 60
         while time.time() < deadline and not any(Path(r.workdir, "ready").exists() for r in runs):
             time.sleep(0.1)
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), sig)
 
     threading.Thread(target=term_when_ready, daemon=True).start()
     t0 = time.time()
+    lines = []
+    before = signal.getsignal(signal.SIGINT)
     out = workers.run_parallel({}, runs, {r.name: False for r in runs}, 2, wait_for_term,
-                               log=lambda m: None)
+                               log=lines.append)
     assert time.time() - t0 < 50  # not the 60 s sleep: the workers were stopped
-    assert out["stopped"] and not out["failed"]
+    assert out["stopped"] and not out["failed"] and out["signal"] == sig.name
+    assert not [x for x in lines if "stopped" in x]  # no line per run: the caller prints one
+    assert signal.getsignal(signal.SIGINT) is before
     assert sum(Path(r.workdir, "ready").exists() for r in runs) <= 2  # queued runs never started
     assert signal.getsignal(signal.SIGTERM) is not None
+
+
+def test_a_run_stopped_by_its_trainer_is_stopped_not_failed_and_ends_the_worker(tmp_path):
+    runs = _runs(tmp_path, [(f"r{i}", float(i)) for i in range(4)])
+    out = workers.run_parallel({}, runs, {r.name: False for r in runs}, 2, stop_like_the_trainer,
+                               log=lambda m: None)
+    assert not out["failed"] and 1 <= len(out["stopped"]) <= 2  # no worker took a second run
 
 
 def test_workers_for_rules():

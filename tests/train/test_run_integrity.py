@@ -108,7 +108,7 @@ def test_allow_config_change_is_recorded(run):
 
 
 def test_model_change_refused_by_cli_in_one_line(run):
-    """The issue's repro through the CLI: rc 1, one stderr line, no TF/CUDA noise, workdir intact."""
+    """A changed model through the CLI: rc 1, one stderr line, no TF/CUDA noise, workdir intact."""
     before = snapshot(run)
     c = config()
     flags = [a for a in cli_overrides(c) if not a.startswith("--config.model.n_layers")]
@@ -119,6 +119,8 @@ def test_model_change_refused_by_cli_in_one_line(run):
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("ERROR: ") and "model.n_layers" in lines[0], \
         p.stderr
+    log = lines[0].rsplit("[traceback: ", 1)[1].rstrip("]")  # a refusal's log: outside the workdir
+    assert not log.startswith(str(run)) and "Traceback" in open(log).read()
     assert snapshot(run) == before
 
 
