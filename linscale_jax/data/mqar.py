@@ -7,10 +7,14 @@
 
 One sequence x of seq_len + 1 tokens (Zoology's layout):
     k_1 v_1 k_2 v_2 ... k_P v_P | the P keys again in a random order, each at an even offset of the
-    rest of the sequence and followed by its value; every other position holds 0.
+    rest of the sequence and followed by its value (a target only, see below); every other position
+    holds 0.
 Keys are distinct ids in [1, 1 + n_keys), values distinct ids in [1 + n_keys, 1 + n_keys + n_values)
-(Zoology draws both without replacement). inputs = x[:-1], targets = x[1:]; weights are 1 exactly
-where the input is a query key, so the loss (and accuracy) counts only the recalled values.
+(Zoology draws both without replacement). targets = x[1:]; inputs = x[:-1] with every queried
+value replaced by 0, as in Zoology: the answers are targets only. (With the answers in the input a
+model can exclude the values already answered and reach (1 + 1/2 + ... + 1/P)/P, 0.52 for P = 4,
+without binding keys to values.) weights are 1 exactly where the input is a query key, so the loss
+(and accuracy) counts only the recalled values.
 segment_ids are 1 (one sequence per row). Needs 4·P <= seq_len + 1 and P <= n_keys, n_values.
 
 Query placement (placement): "uniform" draws the P query slots (the S = (seq_len + 1 - 2P) // 2
@@ -106,7 +110,9 @@ def sequences(rng: np.random.Generator, n: int, seq_len: int, n_pairs, n_keys: i
 def to_batch(x: np.ndarray, query: np.ndarray) -> dict:
     """The text pipeline's batch dict from sequences x [b, t + 1] and their query mask."""
     b, t = x.shape[0], x.shape[1] - 1
-    return dict(inputs=x[:, :-1].copy(), targets=x[:, 1:].copy(),
+    inputs = x[:, :-1].copy()
+    inputs[:, 1:][query[:, :t - 1]] = 0  # the answers are targets only, never inputs
+    return dict(inputs=inputs, targets=x[:, 1:].copy(),
                 segment_ids=np.ones((b, t), np.int32),
                 weights=query[:, :-1].astype(np.float32))
 

@@ -22,7 +22,7 @@ def test_sequences_layout_and_answer_only_weights():
     rng = np.random.default_rng(0)
     b = mqar.batch(rng, 16, 31, 8, n_keys=20, n_values=9)
     for i in range(16):
-        x = np.concatenate([b["inputs"][i], b["targets"][i][-1:]])
+        x = np.concatenate([b["inputs"][i][:1], b["targets"][i]])
         keys, values = x[0:16:2], x[1:16:2]
         assert len(set(keys)) == 8 and keys.min() >= 1 and keys.max() <= 20
         assert len(set(values)) == 8 and values.min() >= 21 and values.max() <= 29  # distinct values
@@ -31,6 +31,8 @@ def test_sequences_layout_and_answer_only_weights():
         assert sorted(b["inputs"][i][q]) == sorted(keys)  # every key asked once
         store = dict(zip(keys, values))
         assert all(b["targets"][i][t] == store[b["inputs"][i][t]] for t in q)  # answer = stored value
+        assert np.all(b["inputs"][i][q[q + 1 < 31] + 1] == 0)  # answers are never inputs (Zoology)
+        np.testing.assert_array_equal(b["inputs"][i][:16], x[:16])
         rest = np.setdiff1d(np.arange(16, 32), np.concatenate([q, q + 1]))
         assert np.all(x[rest] == 0)
     with pytest.raises(DataError, match="seq_len >= 63"):
