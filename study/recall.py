@@ -140,7 +140,7 @@ class Run:
         """What the run's result depends on, the full model config included (a stored result is
         reused only if these match)."""
         keys = ("n_layers", "n_pairs", "n_keys", "n_values", "placement", "power_a", "seq_len",
-                "batch_size", "max_steps", "warmup_steps", "weight_decay", "eval_every",
+                "batch_size", "max_steps", "warmup_steps", "schedule", "weight_decay", "eval_every",
                 "val_sequences", "stop_accuracy", "eval_sequences")
         return dict(arch=self.arch, d_model=self.d_model, head_dim=self.head_dim, seed=self.seed,
                     lr=self.lr, model=model_config(study, self.arch, self.d_model, self.head_dim).to_dict(),
@@ -210,7 +210,7 @@ def train_run(study, run: Run, log=_print) -> dict:
     seq_len, bs = int(study.seq_len), int(study.batch_size)
     parts = sharding.model_parts(mc, run.seed)
     ocfg = ml_collections.ConfigDict(dict(
-        lr=run.lr, weight_decay=float(study.weight_decay), b1=0.9, b2=0.95, eps=1e-8, schedule="cosine",
+        lr=run.lr, weight_decay=float(study.weight_decay), b1=0.9, b2=0.95, eps=1e-8, schedule=str(study.schedule),
         warmup_steps=int(study.warmup_steps), min_lr_ratio=0.1, decay_fraction=0.2, clip_norm=1.0))
     tx = optim.make_optimizer(ocfg, run.steps, parts.param_axes, parts.abstract_params)
     _, params, rest = nnx.split(build_model(mc, nnx.Rngs(run.seed)), nnx.Param, ...)
