@@ -136,7 +136,11 @@ def test_gce_tpu_vm_slice_calls_initialize_without_arguments(monkeypatch, tmp_pa
     monkeypatch.setattr(jax.distributed, "is_initialized", lambda: False)
     monkeypatch.setattr(jax.distributed, "initialize", lambda **kw: calls.append(kw))
     monkeypatch.setattr(distributed, "_cpu_platform", lambda: False)
-    assert distributed.initialize() and calls == [{}]
+    assert distributed.initialize() and len(calls) == 1
+    # no coordinator, process count or id: JAX reads them from the TPU VM; only the peer timeouts
+    assert not {"coordinator_address", "num_processes", "process_id"} & set(calls[0]), calls
+    assert set(calls[0]) <= {"initialization_timeout", "heartbeat_timeout_seconds",
+                             "shutdown_timeout_seconds"}, calls
 
 
 def test_single_host_tpu_vm_initialises_nothing(monkeypatch, tmp_path, metadata_server):

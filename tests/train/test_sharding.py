@@ -156,7 +156,8 @@ def test_weight_decay_mask_skips_norms_and_lower_bounds():
                 assert not v, f"{arch}: {k} should not be weight-decayed"
             if any(s in k for s in ("tpe/up", "tpe/down")):
                 assert v, f"{arch}: {k} is a matrix and should be weight-decayed"
-        if arch == "cosformer2":  # LRPE θ [h, e] and the TPE rates are gains; TPE W_up, W_down matrices
-            assert {k for k in names if "theta" in k or "tpe" in k} >= {
-                "layers/0/mixer/theta", "tpe/log_rate", "tpe/up/kernel", "tpe/down/kernel"}, names
+        if arch == "cosformer2":  # LRPE θ [h, e] and the TPE rates are gains; the TPE's one (tied)
+            #                       d×e matrix is decayed
+            assert {k for k in names if "theta" in k or "tpe" in k} == {
+                "layers/0/mixer/theta", "layers/1/mixer/theta", "tpe/log_rate", "tpe/up/kernel"}, names
         assert sum(names.values()) >= 2 * 4, names  # at least the mixer/GLU matrices of 2 layers
