@@ -183,8 +183,15 @@ def join(study, runs, workdir: str, approach: int, log=_print, runs_wall_s: floa
     if not have:
         raise FileNotFoundError(f"no evaluated runs under {workdir}/{contract.STUDY_RUNS}; train some first")
     seed_of = {r.name: r.seed for r in runs}
+    # the study's arch label: a variant run (cosformer2+tpe=none) is its own arch in every table,
+    # not the model config's arch
+    arch_of = {r.name: r.arch for r in runs}
+
+    def labelled(row):
+        return {**row, "arch": arch_of.get(row["run"], row["arch"]), "seed": seed_of.get(row["run"], "")}
+
     table = contract.study_path(workdir, contract.STUDY_TABLE)
-    rows = [{**r, "seed": seed_of.get(r["run"], "")} for r in collect([r.workdir for r in have])]
+    rows = [labelled(r) for r in collect([r.workdir for r in have])]
     write_csv(rows, table)
     log(f"[study] joined {len(have)}/{len(runs)} run(s) into {table}")
     fit_dir = contract.study_path(workdir, contract.STUDY_FIT)
@@ -199,7 +206,7 @@ def join(study, runs, workdir: str, approach: int, log=_print, runs_wall_s: floa
         else:
             dirs = [d for r in have for d in cooldown_dirs(r)
                     if os.path.exists(os.path.join(d, contract.EVAL_RESULTS))]
-            est = [{**r, "seed": seed_of.get(r["run"], "")} for r in collect(dirs)] if dirs else []
+            est = [labelled(r) for r in collect(dirs)] if dirs else []
         if est:
             write_csv(est, os.path.join(fit_dir, contract.fit_table_name(name, i == 0)))
     fit_table = os.path.join(fit_dir, contract.fit_table_name(fit_loss(study), True))

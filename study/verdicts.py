@@ -197,8 +197,9 @@ def judge(table, *, margin: float = DEFAULT_MARGIN, tolerance: float = DEFAULT_T
     rng = np.random.default_rng(seed)
     out = dict(margin=margin, tolerance=tolerance, n_boot=n_boot, seed_sd=sds, baseline=baseline)
     # finding 2 ---------------------------------------------------------------------------------
-    judged = [a for a in table.archs if a in linear]
-    out["not_judged"] = [a for a in table.archs if a != baseline and a not in linear]
+    # a variant label (`cosformer2+tpe=none`, models.sizes.split_variant) is judged as its arch
+    judged = [a for a in table.archs if a.split("+", 1)[0] in linear]
+    out["not_judged"] = [a for a in table.archs if a != baseline and a not in judged]
     eq = dict(verdict="not measured", archs={})
     if baseline in sizes and judged:
         c_star = common_compute({a: sizes[a] for a in [baseline, *judged]})
