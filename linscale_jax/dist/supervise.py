@@ -195,7 +195,7 @@ def _resume(workdir, argv, command) -> str:
     return f"{start}: {cmd}"
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     """A live process (a zombie, e.g. a killed process no parent has reaped, is not)."""
     try:
         os.kill(pid, 0)
@@ -218,7 +218,7 @@ def _release_lock(workdir: str | None, pid: int) -> None:
     try:
         holder = json.loads(lock.read_text())
         held = int(holder.get("pid", -1))
-        if holder.get("host") == socket.gethostname() and (held == pid or not _alive(held)):
+        if holder.get("host") == socket.gethostname() and (held == pid or not pid_alive(held)):
             lock.unlink()
     except (OSError, ValueError, AttributeError, TypeError):
         pass

@@ -25,6 +25,7 @@ import threading
 import time
 from etils import epath
 from linscale_jax import contract
+from linscale_jax.dist.supervise import pid_alive
 from linscale_jax.errors import Refusal
 
 LOCK_NAME = contract.LOCK
@@ -34,16 +35,6 @@ STALE_S = 300.0
 
 class WorkdirLockedError(Refusal, RuntimeError):
     """Another trainer holds the workdir."""
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def read_holder(workdir) -> dict | None:
@@ -61,7 +52,7 @@ def _held_by_other(h: dict | None) -> bool:
     if not h or (h.get("host") == socket.gethostname() and h.get("pid") == os.getpid()):
         return False
     if h.get("host") == socket.gethostname():
-        return _alive(int(h.get("pid", -1)))
+        return pid_alive(int(h.get("pid", -1)))
     return time.time() - float(h.get("heartbeat", 0)) < STALE_S
 
 
