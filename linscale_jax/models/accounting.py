@@ -11,7 +11,9 @@ Two definitions, kept separate on purpose:
       C/D = 72·l·d²·(1 + x) with x = llama n/(6d) + 5/(18d) | tnl 1/(2h) + 5/(18d)
             | hgrn2 1/(3h) + 29/(72d) | cosformer2 3/(4h) + 23/(72d)
   `paper_params`, `paper_flops_per_token`; C in PFLOP/s-days is C / PF_DAY. Each architecture's
-  terms (N beyond 12ld², x) come from its registry entry (linscale_jax.models.registry).
+  terms (N beyond 12ld², x) come from its registry entry (linscale_jax.models.registry). A linear
+  mixer's short convolution (model.short_conv = K; off in the paper) adds its l·3Kd parameters to
+  N and 6·l·3Kd to C/D.
 
 * exact -- `flops_per_token_exact`: training FLOPs per token of the real model = 3 × forward
   (backward = 2 × forward), 2 FLOPs per multiply-add, matmuls only (norms, activations, decays,
@@ -19,6 +21,7 @@ Two definitions, kept separate on purpose:
       per layer   projections  2·4d²  (q, k, v, o; HGRN2: q, f, i, o)
                   GLU          2·3dg  (actual g)
                   gate         2·2d·e (tnl, cosformer2: low-rank output gate, rank e)
+                  short conv   2·K·3d (model.short_conv = K > 0: depthwise, K taps on q, k, v)
                   mixer        llama: causal softmax, QKᵀ and PV over the (n+1)/2 keys a token sees
                                       on average: 2·2·d·(n+1)/2
                                linear (chunked, chunk c = min(C, n)), per head with key dim k and
@@ -51,6 +54,7 @@ from flax import nnx
 
 from linscale_jax import contract
 from linscale_jax.models import ModelConfig, build_model, registry
+from linscale_jax.models.linear_common import short_conv_params
 
 PF_DAY = contract.PF_DAY  # FLOPs in one PFLOP/s-day
 
@@ -84,7 +88,7 @@ def paper_params(cfg) -> int:
     """Table-1 N (non-embedding, leading terms)."""
     cfg = _model_config(cfg)
     l, d, h = cfg.n_layers, cfg.d_model, cfg.n_heads
-    return 12 * l * d * d + _spec(cfg).paper_params_extra(l, d, h)
+    return 12 * l * d * d + _spec(cfg).paper_params_extra(l, d, h) + short_conv_params(cfg)
 
 
 def paper_flops_per_token(cfg, seq_len: int) -> float:
@@ -92,7 +96,7 @@ def paper_flops_per_token(cfg, seq_len: int) -> float:
     cfg = _model_config(cfg)
     l, d, h, n = cfg.n_layers, cfg.d_model, cfg.n_heads, seq_len
     x = _spec(cfg).paper_flops_x(d, h, n)
-    return 72.0 * l * d * d * (1.0 + x)
+    return 72.0 * l * d * d * (1.0 + x) + 6 * short_conv_params(cfg)
 
 
 def forward_flops_per_token(cfg, seq_len: int) -> float:
