@@ -1,0 +1,22 @@
+"""The recall preset's learning-rate sweep: every arch label at 5 rates over 1e-4 ... 1e-2 at one
+shape, one seed; the rate with the best final validation accuracy is kept per label.
+
+    python -m study --config=configs/study/recall_sweep.py --workdir=DIR
+    cp DIR/recall_rates.json configs/study/recall_rates.json   # the rates the preset reads
+
+Writes DIR/recall_rates.json (rates, the sweep's accuracies, command, machine, CPU seconds) beside
+the recall study's outputs. Cost: docs/results.md "Recall (MQAR)".
+"""
+
+import importlib.util
+import os
+
+
+def get_config():
+    path = os.path.join(os.path.dirname(__file__), "recall.py")
+    spec = importlib.util.spec_from_file_location("_recall_preset", path)
+    recall = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(recall)
+    c = recall.get_config()
+    c.update(dict(shapes="d64e16", seeds="0", lr="1e-4/3e-4/1e-3/3e-3/1e-2"))
+    return c
