@@ -2,6 +2,7 @@
 
     python tests/models_shard_map_check.py equal [impl]   # sharded == unsharded, values + grads
     python tests/models_shard_map_check.py tpu            # the sharded train step lowered for TPU
+    python tests/models_shard_map_check.py conv           # `equal` with model.short_conv=4, one mesh
 
 `equal`: for TNL, HGRN2 and cosFormer2 and every mesh below (including 'seq' > 1, the LASP form),
 the loss and every parameter gradient of the trainer's sharded forward (parameters sharded by
@@ -75,16 +76,16 @@ def rel_err(x, y):
     return float(jnp.max(jnp.abs(x - y)) / (jnp.max(jnp.abs(y)) + 1e-30))
 
 
-def check_equal(impl):
+def check_equal(impl, meshes=MESHES, **model_fields):
     data = batch()
     for arch in ARCHS:
-        c0 = config(arch, (1, 1, 1, 1), impl)
+        c0 = config(arch, (1, 1, 1, 1), impl, **model_fields)
         model = build_model(ModelConfig.from_config(c0.model), rngs=nnx.Rngs(0))
         graphdef, params, rest = nnx.split(model, nnx.Param, ...)
         params = nnx.to_pure_dict(params)
         want = jax.jit(loss_fn(graphdef, rest))(params, data)
-        for shape in MESHES:
-            c = config(arch, shape, impl)
+        for shape in meshes:
+            c = config(arch, shape, impl, **model_fields)
             mesh = sharding.make_mesh(c.mesh)
             fns = trainer._compiled(trainer._key(c, mesh))
             f = jax.jit(trainer._under_mesh(loss_fn(graphdef, rest), mesh),
@@ -229,6 +230,8 @@ def main():
     assert jax.device_count() == 8, jax.devices()
     if sys.argv[1] == "equal":
         check_equal(sys.argv[2] if len(sys.argv) > 2 else "xla")
+    elif sys.argv[1] == "conv":  # the short convolution's shifts over a 'seq'-sharded axis
+        check_equal("xla", meshes=((2, 1, 2, 2),), short_conv=4)
     else:
         check_tpu()
     print("OK")

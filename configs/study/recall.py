@@ -15,8 +15,8 @@ def get_config():
     return ml_collections.ConfigDict(dict(
         kind="recall",
         archs="llama,tnl,hgrn2,cosformer2,tnl+short_conv=4,hgrn2+short_conv=4,cosformer2+short_conv=4",
-        shapes="d64e8,d64e16,d64e32",  # d_model 64, head dim 8 / 16 / 32: state d·e per layer
-        baseline_shapes="d64e16",  # llama's KV cache 2·d·seq_len does not depend on the head dim
+        shapes="d16e4,d32e8,d64e16",  # (d_model, head dim), 4 heads: state h·e² per layer ×4 per step
+        baseline_shapes="d64e16",  # the positive control (llama-d64e16 at 4 pairs)
         n_layers=2,
         n_pairs="4",
         n_keys=64,
@@ -25,7 +25,7 @@ def get_config():
         power_a=0.01,
         seq_len=64,
         batch_size=32,
-        max_steps=3000,
+        max_steps=2000,
         lr="",  # "": per arch label from `rates`; or "3e-3", or "llama:1e-3,tnl:3e-3,..."
         rates="configs/study/recall_rates.json",
         warmup_steps=50,

@@ -8,15 +8,11 @@ Writes DIR/recall_rates.json (rates, the sweep's accuracies, command, machine, C
 the recall study's outputs. Cost: docs/results.md "Recall (MQAR)".
 """
 
-import importlib.util
 import os
+import runpy
 
 
 def get_config():
-    path = os.path.join(os.path.dirname(__file__), "recall.py")
-    spec = importlib.util.spec_from_file_location("_recall_preset", path)
-    recall = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(recall)
-    c = recall.get_config()
+    c = runpy.run_path(os.path.join(os.path.dirname(__file__), "recall.py"))["get_config"]()
     c.update(dict(shapes="d64e16", seeds="0", lr="1e-4/3e-4/1e-3/3e-3/1e-2"))
     return c

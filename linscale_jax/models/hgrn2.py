@@ -77,7 +77,7 @@ class HGRN2Mixer(nnx.Module):
     def __call__(self, x, *, positions, segment_ids, cache, extra):
         """extra = (log β_j [d], log(1-β_j) [d]) for this layer."""
         h = self.cfg.n_heads
-        z, state, history = project(x, (self.wq, self.wf, self.wi), self.conv, segment_ids, cache)
+        z, state, history = project(x, (self.wq, self.wf, self.wi), self.conv, positions, cache)
         zq, zf, v = unstack(z, -2)
         log_f = gate_log_f(zf, *extra)
         k = (-jnp.expm1(log_f)).astype(x.dtype)

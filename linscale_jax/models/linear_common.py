@@ -1,12 +1,13 @@
 """The linear mixers' shared front and their glue to `kernels_pallas.linear_attention` (the only
 entry point).
 
-    z, state, history = project(x, (wq, wk, wv), conv, segment_ids, cache)  # fused q/k/v [b,t,3,d]
+    z, state, history = project(x, (wq, wk, wv), conv, positions, cache)  # fused q/k/v [b,t,3,d]
     o, cache = qkv_attention(cfg, x, (wq, wk, wv), conv, ...)  # TNL, cosFormer2: SiLU, LRPE, kernel
 
 The front of every linear mixer: its three input projections in one matmul, then (model.short_conv
 = K > 0) a causal depthwise convolution of width K over time on each projected channel (fla's
-`use_short_conv`; Zoology, Based, GLA and Mamba put one in front of the mixer), then the
+`use_short_conv`; Zoology, Based, GLA and Mamba put one in front of the mixer; no tap crosses a
+packed document), then the
 architecture's own activations. The paper's configs keep it off (K = 0). Decoding caches of a mixer
 with the convolution are {"state": [b,h,k,v], "conv": the last K-1 projected inputs [b,K-1,3,d]}.
 
@@ -146,27 +147,26 @@ def lrpe(x, positions, theta):
 N_PROJ = 3  # projections through the front (q, k, v; HGRN2: q, f, i)
 
 
-def short_conv(z, kernel, segment_ids=None, history=None):
-    """Causal depthwise convolution over time: z [b, t, *c], kernel [K, *c] ->
-    (y [b, t, *c] in z.dtype, history [b, K-1, *c] float32: the last K-1 inputs, for decoding).
+def short_conv(z, kernel, positions, history=None):
+    """Causal depthwise convolution over time: z [b, t, *c], kernel [K, *c], positions [b, t] (each
+    token's position in its document, as the mixers get them) -> (y [b, t, *c] in z.dtype,
+    history [b, K-1, *c] float32: the last K-1 inputs, for decoding).
 
-    y_t = sum_{s=0}^{K-1} kernel[K-1-s] * z_{t-s}, accumulated in float32. Inputs before the
-    sequence are `history` (zeros when None); with segment_ids [b, t] a tap never reaches into an
-    earlier document."""
+    y_t = sum_{s=0}^{K-1} kernel[K-1-s] * z_{t-s} [positions_t >= s]: a tap never reaches before its
+    document's first token (packed documents). Inputs before the sequence are `history` (zeros when
+    None). Sums in float32 for narrower dtypes."""
     width, t = kernel.shape[0], z.shape[1]
+    dtype = jnp.promote_types(z.dtype, jnp.float32)
     if history is None:
-        history = jnp.zeros((z.shape[0], width - 1) + z.shape[2:], jnp.float32)
-    full = jnp.concatenate([history.astype(z.dtype), z], axis=1)
-    w = kernel.astype(jnp.float32)
-    y = jnp.zeros(z.shape, jnp.float32)
-    for j in range(width):
-        tap = full[:, j:j + t].astype(jnp.float32) * w[j]
+        full = jnp.pad(z, ((0, 0), (width - 1, 0)) + ((0, 0),) * (z.ndim - 2))
+    else:
+        full = jnp.concatenate([history.astype(z.dtype), z], axis=1)
+    w = kernel.astype(dtype)
+    y = z.astype(dtype) * w[width - 1]
+    for j in range(width - 1):
         lag = width - 1 - j
-        if segment_ids is not None and lag:
-            earlier = jnp.pad(segment_ids, ((0, 0), (lag, 0)), mode="edge")[:, :t]
-            same = (earlier == segment_ids).reshape(segment_ids.shape + (1,) * (z.ndim - 2))
-            tap = jnp.where(same, tap, 0.0)
-        y = y + tap
+        inside = (positions >= lag).astype(dtype).reshape(positions.shape + (1,) * (z.ndim - 2))
+        y = y + full[:, j:j + t].astype(dtype) * w[j] * inside
     return y.astype(z.dtype), full[:, t:].astype(jnp.float32)
 
 
@@ -179,8 +179,8 @@ class ShortConv(nnx.Module):
         self.kernel = nnx.Param(jax.random.uniform(keys(), (width, N_PROJ, cfg.d_model), jnp.float32,
                                                    -bound, bound), axes=(None, None, "heads"))
 
-    def __call__(self, z, segment_ids, history):
-        return short_conv(z, self.kernel[...], segment_ids, history)
+    def __call__(self, z, positions, history):
+        return short_conv(z, self.kernel[...], positions, history)
 
 
 def make_short_conv(cfg: ModelConfig, keys: KeyGen):
@@ -213,15 +213,16 @@ def init_cache(cfg: ModelConfig, batch_size: int, key_dim: int):
                                               jnp.float32)}
 
 
-def project(x, linears, conv, segment_ids, cache):
+def project(x, linears, conv, positions, cache):
     """x [b, t, d] through the mixer's three input kernels (one matmul, stacked_dense) and its
-    short convolution (conv: ShortConv or None) -> (z [b, t, 3, d], the state part of `cache`,
-    the convolution's new history or None). cache: None (training), a state, or init_cache's dict."""
+    short convolution (conv: ShortConv or None; positions [b, t] in the document) ->
+    (z [b, t, 3, d], the state part of `cache`, the convolution's new history or None).
+    cache: None (training), a state, or init_cache's dict."""
     z = stacked_dense(x, linears)
     state, history = (cache["state"], cache["conv"]) if isinstance(cache, dict) else (cache, None)
     if conv is None:
         return z, state, None
-    z, history = conv(z, segment_ids, history)
+    z, history = conv(z, positions, history)
     return z, state, (history if cache is not None else None)
 
 
@@ -236,7 +237,7 @@ def qkv_attention(cfg: ModelConfig, x, linears, conv, *, positions, segment_ids,
     when given (key dim 2e); the kernel with log_decay (None | [h]). x [b, t, d] ->
     (o [b, t, h, e], new cache or None)."""
     b, t, d = x.shape
-    z, state, history = project(x, linears, conv, segment_ids, cache)
+    z, state, history = project(x, linears, conv, positions, cache)
     qk, v = jnp.split(z.reshape(b, t, N_PROJ, cfg.n_heads, d // cfg.n_heads), [2], axis=2)
     qk = jax.nn.silu(qk)
     if theta is not None:

@@ -66,7 +66,7 @@ def run_recall(study, workdir: str, log=_print) -> list[dict]:
     write_csv(rows, os.path.join(workdir, "recall.csv"))
     written = ["recall.csv", "recall_runs.csv", "recall.png", "report.md"]
     if is_sweep(runs):
-        rates = rates_record(runs, results, best_lr(runs, results), study)
+        rates = rates_record(runs, results, best_lr(runs, results, float(study.stop_accuracy)), study)
         write_rates(os.path.join(workdir, "recall_rates.json"), rates)
         written.append("recall_rates.json")
     else:

@@ -5,11 +5,11 @@ their provenance (configs/study/recall_rates.json).
     cp DIR/recall_rates.json configs/study/recall_rates.json               # what the preset reads
     rate("configs/study/recall_rates.json", "tnl+short_conv=4")           # -> the chosen lr
 
-The file (JSON): rates {label: lr} (per label the rate with the best mean final validation accuracy
-over the seeds, ties to the smaller rate), shape (the one shape swept), sweep {label: {lr:
-validation accuracy}}, test {label: {lr: {n_pairs: test accuracy}}}, status {label: {lr: run status}},
-settings (the task and training fields the rates hold for), command, machine, cpu_seconds (user +
-sys of the sweep's process and its workers) and run_seconds (the runs' summed wall seconds).
+The file (JSON): rates {label: lr} (study.recall.table.best_lr: the best mean final validation
+accuracy over the seeds, counted up to the early stop's target, ties to the fewer steps), shape (the
+one shape swept), sweep {label: {lr: validation accuracy}}, steps {label: {lr: steps trained}}, test
+{label: {lr: {n_pairs: test accuracy}}}, status {label: {lr: run status}}, settings (the task and
+training fields the rates hold for), command, machine and run_seconds (the runs' summed wall seconds).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import resource
 import sys
 
 # the sweep fields a rate depends on (recorded in the file's settings)
@@ -56,30 +55,29 @@ def is_sweep(runs: list) -> bool:
 def record(runs: list, results: dict, chosen: dict, study) -> dict:
     """The rates file's content from a sweep's runs and results; chosen: table.best_lr()."""
     shapes = sorted({f"d{r.d_model}e{r.head_dim}" for r in runs})
-    sweep, test, status = {}, {}, {}
+    sweep, steps, test, status = {}, {}, {}, {}
     for r in runs:
         res, key = results[r.name], f"{r.lr:g}"
         sweep.setdefault(r.arch, {}).setdefault(key, []).append(res["val_accuracy"])
+        steps.setdefault(r.arch, {}).setdefault(key, []).append(res["steps"])
         t = test.setdefault(r.arch, {}).setdefault(key, {})
         for p, c in res["per_pairs"].items():
             t.setdefault(p, []).append(c["correct"] / max(c["queries"], 1))
         status.setdefault(r.arch, {}).setdefault(key, []).append(res["status"])
     mean = lambda xs: round(sum(xs) / len(xs), 4)  # noqa: E731
-    self_ = resource.getrusage(resource.RUSAGE_SELF)
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     import jax
 
     return dict(
         rates={arch: lr for (arch, _, _), lr in chosen.items()},
         shape=",".join(shapes),
         sweep={a: {lr: mean(v) for lr, v in d.items()} for a, d in sweep.items()},
+        steps={a: {lr: round(mean(v)) for lr, v in d.items()} for a, d in steps.items()},
         test={a: {lr: {p: mean(v) for p, v in t.items()} for lr, t in d.items()} for a, d in test.items()},
         status={a: {lr: "/".join(sorted(set(v))) for lr, v in d.items()} for a, d in status.items()},
         settings={k: str(study[k]) for k in SETTINGS},
         command=" ".join(["python", "-m", "study"] + sys.argv[1:]),
         machine=f"{os.cpu_count()} CPU cores ({platform.machine()}, {platform.processor() or 'cpu'}), "
                 f"jax {jax.__version__} on {jax.default_backend()}",
-        cpu_seconds=round(self_.ru_utime + self_.ru_stime + kids.ru_utime + kids.ru_stime),
         run_seconds=round(sum(results[r.name]["seconds"] for r in runs)),
     )
 

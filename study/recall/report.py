@@ -94,7 +94,8 @@ def cell_table(rows: list[dict], n_pairs: list[str]) -> list[str]:
 
 
 def sweep_table(rates: dict) -> list[str]:
-    """The rates file's sweep: validation accuracy per arch label and rate, the chosen one bold."""
+    """The rates file's sweep: validation accuracy (steps trained) per arch label and rate, the
+    chosen one bold."""
     lrs = sorted({float(lr) for d in rates["sweep"].values() for lr in d})
     lines = ["| arch | " + " | ".join(f"lr {lr:g}" for lr in lrs) + " | chosen |",
              "|---|" + "---|" * (len(lrs) + 1)]
@@ -102,8 +103,8 @@ def sweep_table(rates: dict) -> list[str]:
         chosen = float(rates["rates"][label])
         vals = []
         for lr in lrs:
-            v = accs.get(f"{lr:g}")
-            text = "-" if v is None else f"{v:.3f}"
+            v, n = accs.get(f"{lr:g}"), rates.get("steps", {}).get(label, {}).get(f"{lr:g}")
+            text = "-" if v is None else f"{v:.3f}" + (f" ({n})" if n else "")
             vals.append(f"**{text}**" if lr == chosen else text)
         lines.append(f"| {label} | " + " | ".join(vals) + f" | {chosen:g} |")
     return lines
@@ -146,8 +147,9 @@ def report_section(rows: list[dict], study, rates: dict | None) -> str:
              *cell_table(rows, n_pairs), "", control_sentence(ctl), ""]
     if rates:
         lines += [f"Learning rates from the sweep at {rates['shape']} (`{rates['command']}`; "
-                  f"{rates['machine']}; validation accuracy at the end of each run, the chosen rate "
-                  "bold):", "", *sweep_table(rates), ""]
+                  f"{rates['machine']}; validation accuracy at the end of each run and its steps, the "
+                  f"chosen rate bold: the best accuracy counted up to the early stop's "
+                  f"{study.stop_accuracy}, ties to the fewer steps):", "", *sweep_table(rates), ""]
     return "\n".join(lines)
 
 

@@ -28,6 +28,13 @@ def test_sharded_model_equals_unsharded_every_mesh():
     assert out.count("grads equal") == 12
 
 
+def test_sharded_short_conv_equals_unsharded():
+    """model.short_conv=4 under a (data, tensor, seq) mesh: the convolution's taps cross sequence
+    shards, never documents; loss and gradients equal the unsharded model's."""
+    out = _run("conv")
+    assert out.count("grads equal") == 3
+
+
 def test_sharded_train_step_lowered_for_tpu():
     """The trainer's sharded step exported for TPU: every Mosaic call inside a shard_map region;
     compiled for 8 CPU devices: no all-gather of q, k, v or the decay."""

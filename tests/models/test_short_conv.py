@@ -18,21 +18,20 @@ LINEAR = ("tnl", "hgrn2", "cosformer2")
 B, T, V, K = 2, 16, 40, 4
 
 
-def naive_conv(z, w, seg=None, history=None):
-    """y[b, t, c] = sum_s w[K-1-s, c] z[b, t-s, c], history before t = 0, no tap across documents."""
+def naive_conv(z, w, pos, history=None):
+    """y[b, t, c] = sum_s w[K-1-s, c] z[b, t-s, c] over taps s <= pos[b, t] (inside the document),
+    inputs before t = 0 from the history."""
     z, w = np.asarray(z, np.float64), np.asarray(w, np.float64)
     b, t = z.shape[:2]
     width = w.shape[0]
-    hist = np.zeros((b, width - 1) + z.shape[2:]) if history is None else np.asarray(history, np.float64)
+    full = np.concatenate([np.zeros((b, width - 1) + z.shape[2:]) if history is None
+                           else np.asarray(history, np.float64), z], 1)
     y = np.zeros_like(z)
     for i in range(b):
         for j in range(t):
             for s in range(width):
-                if j - s >= 0:
-                    if seg is None or seg[i, j - s] == seg[i, j]:
-                        y[i, j] += w[width - 1 - s] * z[i, j - s]
-                elif seg is None or seg[i, 0] == seg[i, j]:  # before the sequence: the history
-                    y[i, j] += w[width - 1 - s] * hist[i, width - 1 + j - s]
+                if s <= pos[i, j]:
+                    y[i, j] += w[width - 1 - s] * full[i, width - 1 + j - s]
     return y
 
 
@@ -41,12 +40,14 @@ def test_short_conv_matches_a_naive_loop_values_and_gradients():
     z = jnp.asarray(rng.normal(size=(2, 9, 3, 5)), jnp.float32)
     w = jnp.asarray(rng.normal(size=(K, 3, 5)), jnp.float32)
     hist = jnp.asarray(rng.normal(size=(2, K - 1, 3, 5)), jnp.float32)
-    seg = np.array([[1] * 9, [1, 1, 2, 2, 2, 2, 2, 3, 3]], np.int32)
-    for s, h in ((None, None), (seg, None), (None, hist)):
-        y, new_hist = short_conv(z, w, None if s is None else jnp.asarray(s), h)
-        np.testing.assert_allclose(y, naive_conv(z, w, s, h), rtol=1e-5, atol=1e-5)
+    arange = np.broadcast_to(np.arange(9), (2, 9))
+    packed = np.array([np.arange(9), [0, 1, 0, 1, 2, 3, 4, 0, 1]])  # documents [0,2) [2,7) [7,9)
+    decoding = arange + 5  # positions after 5 earlier tokens: the history's taps count
+    for pos, h in ((arange, None), (packed, None), (decoding, hist)):
+        y, new_hist = short_conv(z, w, jnp.asarray(pos), h)
+        np.testing.assert_allclose(y, naive_conv(z, w, pos, h), rtol=1e-5, atol=1e-5)
         np.testing.assert_array_equal(new_hist, z[:, -(K - 1):])  # the last K-1 inputs
-    # gradients: the naive form written in jnp (loops over taps and positions)
+    # gradients: the naive form written in jnp (loops over taps and positions), packed documents
     cot = jnp.asarray(rng.normal(size=z.shape), jnp.float32)
 
     def loop_form(z, w):
@@ -54,16 +55,20 @@ def test_short_conv_matches_a_naive_loop_values_and_gradients():
         for j in range(z.shape[1]):
             acc = jnp.zeros(z.shape[:1] + z.shape[2:])
             for s in range(K):
-                if j - s >= 0 and seg[1, j - s] == seg[1, j]:
+                if s <= packed[1, j]:
                     acc = acc + w[K - 1 - s] * z[:, j - s]
             out.append(acc)
         return jnp.sum(jnp.stack(out, 1) * cot)
 
-    segs = jnp.asarray(np.repeat(seg[1:], 2, 0))
+    pos = jnp.asarray(np.repeat(packed[1:], 2, 0))
     want = jax.grad(loop_form, argnums=(0, 1))(z, w)
-    got = jax.grad(lambda z, w: jnp.sum(short_conv(z, w, segs)[0] * cot), argnums=(0, 1))(z, w)
+    got = jax.grad(lambda z, w: jnp.sum(short_conv(z, w, pos)[0] * cot), argnums=(0, 1))(z, w)
     for g, x in zip(got, want):
         np.testing.assert_allclose(g, x, rtol=1e-5, atol=1e-5)
+    # bf16 inputs: summed in float32, returned in bf16
+    y16, _ = short_conv(z.astype(jnp.bfloat16), w, jnp.asarray(arange))
+    assert y16.dtype == jnp.bfloat16
+    np.testing.assert_allclose(y16.astype(jnp.float32), naive_conv(z, w, arange), rtol=3e-2, atol=3e-2)
 
 
 def tiny(arch, **kw):

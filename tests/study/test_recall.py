@@ -101,6 +101,16 @@ def test_did_not_train_copy_level_and_recall():
     assert table.cell_status(table.TRAINED, 0.2501, 4) == "recall"
 
 
+def test_best_lr_counts_accuracy_up_to_the_target_then_prefers_fewer_steps():
+    from types import SimpleNamespace as R
+
+    runs = [R(name=f"r{lr}", arch="tnl", d_model=16, head_dim=8, lr=lr) for lr in (1e-3, 3e-3, 1e-2)]
+    res = {"r0.001": dict(val_accuracy=0.995, steps=2000), "r0.003": dict(val_accuracy=0.991, steps=1100),
+           "r0.01": dict(val_accuracy=0.4, steps=2000)}
+    assert table.best_lr(runs, res, 0.99) == {("tnl", 16, 8): 3e-3}  # both reached 0.99; 3e-3 sooner
+    assert table.best_lr(runs, res, 0.999) == {("tnl", 16, 8): 1e-3}  # below the target: accuracy decides
+
+
 def _study(**kw):
     from configs.study.recall import get_config
 
@@ -189,7 +199,7 @@ def test_cells_control_per_shape_and_verdict_input(tmp_path):
     verdict, lines = findings.retrieval(v, path)
     assert verdict.startswith("**reproduced**") and "hgrn2 e8" in "\n".join(lines)
     assert "tnl d16 e8 P=2 (did not train)" in lines[-1] and "(copy level)" in lines[-1]
-    rec = rates.record(runs, results, table.best_lr(runs, results), study)
+    rec = rates.record(runs, results, table.best_lr(runs, results, 0.99), study)
     assert rec["rates"] == {"llama": 3e-3, "tnl": 3e-3, "hgrn2": 3e-3} and rates.is_sweep(runs)
     assert rec["sweep"]["llama"] == {"0.001": 0.45, "0.003": 0.765} and rec["shape"] == "d16e8"
     # no linear recall result: finding 3 is not measured; the baseline below 0.9: not measured either
@@ -238,7 +248,7 @@ def test_recall_sweep_then_preset_commands_shrunk(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     rec = json.load(open(sweep / "recall_rates.json"))
     assert set(rec["rates"]) == {"llama", "tnl+short_conv=4"} and set(rec["sweep"]["llama"]) == {"0.001", "0.003"}
-    assert "recall_sweep.py" in rec["command"] and rec["cpu_seconds"] > 0
+    assert "recall_sweep.py" in rec["command"] and rec["run_seconds"] > 0
     args = [sys.executable, "-m", "study", "--config=configs/study/recall.py", f"--workdir={wd}", *shrink,
             "--config.seeds=0,1", f"--config.rates={sweep / 'recall_rates.json'}"]
     out = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
