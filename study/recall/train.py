@@ -144,13 +144,29 @@ class Run:
         return c
 
     def settings(self, study) -> dict:
-        """What the run's result depends on: the trainer's model, optimizer and train sections and
-        the task (a stored result is reused only if these match)."""
+        """What the run's result depends on: the model section, the optimizer and step fields of the
+        trainer's config and the task (a stored result is reused while these match: `matches`)."""
         keys = ("n_pairs", "n_keys", "n_values", "placement", "power_a", "eval_every", "val_sequences",
                 "stop_accuracy", "eval_sequences")
         c = self.config(study)
-        return dict(arch=self.arch, model=c.model.to_dict(), optim=c.optim.to_dict(),
-                    train=c.train.to_dict(), **{k: str(study[k]) for k in keys})
+        return dict(arch=self.arch, model=c.model.to_dict(),
+                    optim={k: c.optim[k] for k in OPTIM_FIELDS},
+                    train={k: c.train[k] for k in ("steps", "batch_size", "seq_len", "grad_accum", "seed")},
+                    **{k: str(study[k]) for k in keys})
+
+
+# the optimizer fields a run's result depends on (linscale_jax.train.optim.make_optimizer reads them)
+OPTIM_FIELDS = ("lr", "weight_decay", "b1", "b2", "eps", "schedule", "warmup_steps", "min_lr_ratio",
+                "decay_fraction", "clip_norm")
+
+
+def matches(stored, wanted) -> bool:
+    """True when `stored` holds every field of `wanted` with its value (nested dicts compared field by
+    field; fields only `stored` has, from a config with more fields, are ignored)."""
+    if isinstance(wanted, dict):
+        return isinstance(stored, dict) and all(k in stored and matches(stored[k], v)
+                                                for k, v in wanted.items())
+    return stored == wanted
 
 
 def build_runs(study, workdir: str) -> list[Run]:
@@ -275,7 +291,7 @@ def load_result(study, run: Run) -> dict | None:
             res = json.load(f)
     except (OSError, ValueError):
         return None
-    return res if res.get("settings") == json.loads(json.dumps(run.settings(study))) else None
+    return res if matches(res.get("settings"), json.loads(json.dumps(run.settings(study)))) else None
 
 
 def process_run(study, run: Run, log=_print, final: bool = True) -> dict:

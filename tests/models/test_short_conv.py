@@ -114,15 +114,16 @@ def test_mixers_with_the_conv_decode_step_by_step_and_keep_documents_apart(arch)
 
 
 def test_every_impl_gives_the_same_values_and_gradients():
-    """reference, xla and pallas (interpret mode on CPU): the conv is plain jnp before the kernel."""
+    """reference, xla and (TNL) pallas in interpret mode on CPU: the conv is plain jnp before the
+    kernel, whose impls are compared on their own in tests/kernels."""
     toks = tokens(3)
     for arch in LINEAR:
         res = {}
-        for impl in ("reference", "xla", "pallas"):
+        for impl in ("reference", "xla") + (("pallas",) if arch == "tnl" else ()):
             m = model_of(arch, impl=impl, n_layers=1)
             loss, grads = nnx.jit(nnx.value_and_grad(lambda m, t: jnp.mean(m(t) ** 2)))(m, toks)
             res[impl] = (loss, nnx.to_pure_dict(nnx.state(grads, nnx.Param)))
-        for impl in ("xla", "pallas"):
+        for impl in set(res) - {"reference"}:
             np.testing.assert_allclose(res[impl][0], res["reference"][0], rtol=2e-5)
             conv = [k for k in jax.tree_util.tree_flatten_with_path(res[impl][1])[0]
                     if "conv" in jax.tree_util.keystr(k[0])]
@@ -136,9 +137,9 @@ def test_every_impl_gives_the_same_values_and_gradients():
 def test_generator_prefill_equals_the_parallel_forward():
     from eval.generate import Generator
 
-    model, toks = model_of("hgrn2", scan_layers=True), tokens(4, (B, 21))
+    model, toks = model_of("hgrn2", scan_layers=True), tokens(4, (B, 17))
     gen = Generator(model, chunk_size=16, min_chunk=4)
-    logits, _ = gen.prefill(toks)  # chunks 16, 4, 1
+    logits, _ = gen.prefill(toks)  # chunks 16, 1
     np.testing.assert_allclose(logits, _fwd(model, toks, jnp.ones(toks.shape, jnp.int32)),
                                atol=2e-5, rtol=1e-5)
     out = gen.generate(toks[:, :8], max_new_tokens=3)  # greedy: each token the forward's argmax
