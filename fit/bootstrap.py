@@ -204,16 +204,20 @@ def pooled(sds: list[SeedSd]) -> SeedSd:
     return SeedSd(float(np.sqrt(sum(s.df * s.sd**2 for s in m) / df)), df, f"pooled: {len(m)} archs, {df:g} df")
 
 
-def residual_noise(curves: list[Curve]) -> tuple[float, float]:
-    """(RMS of the trend residuals, their lag-1 autocorrelation) pooled over sizes with >= 4
-    checkpoints; (0, 0) when none has."""
-    res = [c.trend()[1] for c in curves if len(c.flops) >= 4]
+def ar1(residuals: list[np.ndarray]) -> tuple[float, float]:
+    """(RMS, lag-1 autocorrelation) of residual series, pooled; (0, 0) without any."""
+    res = [np.asarray(r, float) for r in residuals if len(r) >= 2]
     if not res:
         return 0.0, 0.0
     sd = float(np.sqrt(np.mean(np.concatenate(res) ** 2)))
     num = sum(float(np.sum(r[1:] * r[:-1])) for r in res)
     den = sum(float(np.sum(r * r)) for r in res)
     return sd, float(num / den) if den > 0 else 0.0
+
+
+def residual_noise(curves: list[Curve]) -> tuple[float, float]:
+    """ar1 of the trend residuals of the sizes with >= 4 checkpoints; (0, 0) when none has."""
+    return ar1([c.trend()[1] for c in curves if len(c.flops) >= 4])
 
 
 def block_length(rho: float, k: int) -> int:
@@ -231,11 +235,13 @@ def _block_indices(rng: np.random.Generator, n: int, k: int, block: int) -> np.n
     return (starts[:, :, None] + np.arange(block)[None, None, :]).reshape(n, m * block)[:, :k]
 
 
-def draw_curves(curves: dict, sigma: dict, n: int, rng: np.random.Generator, block: int = 1) -> dict:
+def draw_curves(curves: dict, sigma: dict, n: int, rng: np.random.Generator, block: int = 1,
+                trends: dict | None = None) -> dict:
     """{key: [Curve per size]} -> {key: [[n, k_i] loss draws per size]} (module docstring).
 
     sigma: {key: [n] seed-sd draws}. Keys share the residual block positions of size i (paired);
-    seed offsets are independent per key and size."""
+    seed offsets are independent per key and size. trends: {key: [(trend [k], residuals [k]) per
+    size]} in place of each Curve.trend() (e.g. a fitted law plus the size's mean offset)."""
     sizes = max(len(c) for c in curves.values())
     idx = {}
     for i in range(sizes):
@@ -245,7 +251,7 @@ def draw_curves(curves: dict, sigma: dict, n: int, rng: np.random.Generator, blo
     for key, cs in curves.items():
         draws = []
         for i, c in enumerate(cs):
-            t, r = c.trend()
+            t, r = c.trend() if trends is None else trends[key][i]
             y = t[None, :] + r[idx[i, len(t)]]
             y = y + (sigma[key] / np.sqrt(c.replicates) * rng.standard_normal(n))[:, None]
             draws.append(np.maximum(y, 1e-6))

@@ -12,10 +12,11 @@ step function) on the replicate-mean curves of every size except the largest (th
 The 95% interval is for the *observed* value, so it combines
 
   - the fit's uncertainty: refits on draws of the fitted sizes with the sizes fixed
-    (fit.bootstrap.draw_curves: trend + block-resampled checkpoint residuals + a seed offset whose
-    sd is drawn from the measured seed sd's scaled inverse-χ²), each starting from the point fit;
+    (fit.bootstrap.draw_curves: each size's law plus its mean offset, the residuals around that
+    resampled in blocks, and a seed offset whose sd is drawn from the measured seed sd's scaled
+    inverse-χ²), each refit starting from the point fit;
   - observation noise of the held-out run: its seed offset (the same drawn sd, over the square root
-    of its replicates) and the fitted sizes' checkpoint residual sd.
+    of its replicates) and the sd of the fitted sizes' residuals around the law.
 
 More than 10% failed refits: no interval (ci None, `failed` says how many). An actual value outside
 the interval flags the law (or the held-out run) as not predictive.
@@ -124,16 +125,21 @@ def predict(table: Table, *, n_boot: int = 200, seed: int = 0, seed_sd: bs.SeedS
     seed_sd = bs.seed_sd_of(curves) if seed_sd is None else seed_sd
     point = _fit(_table(arch, rest), flops_per_param_token)
     pred = [point.predict(c.n_params, c.tokens) for c in held]
-    resid = np.concatenate([c.mean - point.predict(c.n_params, c.tokens) for c in rest])
-    resid_sd = float(np.sqrt(np.mean(resid**2)))
-    ckpt_sd, rho = bs.residual_noise(rest)
+    trends = []  # per fitted size: the law plus the size's mean offset, and the residuals around it
+    for c in rest:
+        law = point.predict(c.n_params, c.tokens)
+        u = c.mean - law
+        trends.append((law + u.mean(), (u - u.mean()) * np.sqrt(len(u) / max(len(u) - 1, 1))))
+    resid_sd = float(np.sqrt(np.mean(np.concatenate([c.mean - point.predict(c.n_params, c.tokens)
+                                                      for c in rest]) ** 2)))
+    ckpt_sd, rho = bs.ar1([r for _, r in trends])
     rng = np.random.default_rng(seed)
     ci = [(None, None)] * len(held)
     failed = 1.0 if n_boot else 0.0
     if n_boot:
         sigma = seed_sd.draws(rng, n_boot)
         draws = bs.draw_curves({arch: rest}, {arch: sigma}, n_boot, rng,
-                               bs.block_length(rho, max(len(c.flops) for c in rest)))[arch]
+                               bs.block_length(rho, max(len(c.flops) for c in rest)), {arch: trends})[arch]
         sims, ok = [], []
         for b in range(n_boot):
             try:

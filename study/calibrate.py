@@ -49,21 +49,16 @@ def _law(w: dict, n, d):
 
 def residual_ar1(table, law: dict) -> tuple[float, float]:
     """(sd, lag-1 autocorrelation) of one arch's within-run residuals around `law` (each run's mean
-    removed; the sd scaled for that mean), pooled over runs."""
-    ss, n, num, den = 0.0, 0, 0.0, 0.0
+    removed; the sd scaled for that mean), pooled over runs (fit.bootstrap.ar1)."""
+    from fit.bootstrap import ar1
+
+    res = []
     for _, r in table.runs():
         w = r.loss - _law(law, r.n_params, r.tokens)
-        w = w - w.mean()
-        k = len(w)
-        if k < 2:
-            continue
-        ss += float(np.sum(w * w)) * k / (k - 1)
-        n += k
-        num += float(np.sum(w[1:] * w[:-1]))
-        den += float(np.sum(w * w))
-    if not n:
-        return 0.0, 0.0
-    return float(np.sqrt(ss / n)), float(np.clip(num / den, -0.5, 0.95)) if den > 0 else 0.0
+        if len(w) >= 2:
+            res.append((w - w.mean()) * np.sqrt(len(w) / (len(w) - 1)))
+    sd, rho = ar1(res)
+    return sd, float(np.clip(rho, -0.5, 0.95))
 
 
 def design(tabs: dict, found: dict) -> dict:
