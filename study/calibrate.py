@@ -237,7 +237,7 @@ def main(argv=None) -> int:
     try:
         cal = calibrate(a.workdir, a.seeds, a.effect, a.bootstrap or None)
     except (ValueError, KeyError) as e:
-        print(f"ERROR: {e}; rerun the study's join (`--join_only`) with this version", file=sys.stderr)
+        print(f"ERROR: {e}", file=sys.stderr)
         return 1
     report.write_report(a.workdir)
     if a.json:
