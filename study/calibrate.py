@@ -1,6 +1,7 @@
 """How often the study's finding-2 verdicts come out right, on simulations of the study's own design.
 
     python -m study.calibrate --workdir=DIR [--seeds=N] [--effect=0.1] [--bootstrap=B] [--json]
+                              [--replicate_sizes=smallest,largest --replicate_seeds=N]
 
 DIR is a finished study (findings.json and fit/table*.csv, as `python -m study` writes them). Each
 simulated study has the study's sizes, checkpoints, tokens, replicate runs and loss estimators (the
@@ -19,9 +20,11 @@ baseline's design for every arch, so that equal laws give equal L(C)), and per e
             the same): the four scenarios take turns over the simulated studies
 and is judged by the same code (study.verdicts.judge, the study's margin and draws). Prints one JSON
 object per case (`case`, the shares of better / worse / equivalent / not_resolved over every linear
-arch and estimator, `n`, the target, `by_scenario`); writes DIR/calibration.json and renders
-DIR/report.md again with its calibration section. Targets: better + worse <= 10% in both nulls; the
-correct direction >= 80% at the effect.
+arch and estimator, `n`, the target, `by_scenario`); writes DIR/calibration.json (one entry per
+simulated design) and renders DIR/report.md again with its calibration section. Targets: better +
+worse <= 10% in both nulls; the correct direction >= 80% at the effect. --replicate_sizes and
+--replicate_seeds simulate another replicate design (as study.replicates) and give its CPU time
+from the study's own runs' timing: which design change reaches the power, at what cost.
 """
 
 from __future__ import annotations
@@ -61,9 +64,29 @@ def residual_ar1(table, law: dict) -> tuple[float, float]:
     return sd, float(np.clip(rho, -0.5, 0.95))
 
 
-def design(tabs: dict, found: dict) -> dict:
-    """Per estimator: the baseline's runs (n_params, tokens, flops per checkpoint), the common
-    compute, the baseline's law, and per arch its noise (residual sd, rho, seed sd)."""
+def _size(name: str) -> str:
+    return name.split("-")[1]  # <arch>-<size>[-seed<k>]
+
+
+def replicated(runs: list, sizes: list[str], seeds: int) -> list:
+    """The seed-0 runs plus `seeds` replicates of each size in `sizes` (smallest, largest or a
+    size name, as study.replicates.sizes)."""
+    base = [r for r in runs if "-seed" not in r[0]]
+    order = [_size(r[0]) for r in sorted(base, key=lambda r: r[1])]
+    named = {order[0] if x == "smallest" else order[-1] if x == "largest" else x for x in sizes}
+    unknown = named - set(order)
+    if unknown:
+        raise ValueError(f"--replicate_sizes names {sorted(unknown)}, not sizes of the study ({', '.join(order)}); "
+                         "use smallest, largest or one of them")
+    extra = [(f"{name}-seed{k}", n, tok, fl) for name, n, tok, fl in base if _size(name) in named
+             for k in range(1, seeds + 1)]
+    return base + extra
+
+
+def design(tabs: dict, found: dict, replicates: tuple | None = None) -> dict:
+    """Per estimator: the baseline's runs (n_params, tokens, flops per checkpoint; `replicates`
+    (sizes, seeds) in place of the study's replicate runs), the common compute, the baseline's law,
+    and per arch its noise (residual sd, rho, seed sd)."""
     from fit.bootstrap import curves_of
     from study import verdicts
 
@@ -71,6 +94,8 @@ def design(tabs: dict, found: dict) -> dict:
     for est, t in tabs.items():
         base = t.select(BASELINE_ARCH)
         runs = [(name, float(r.n_params[0]), r.tokens.copy(), r.flops.copy()) for name, r in base.runs()]
+        if replicates is not None:
+            runs = replicated(runs, *replicates)
         laws = found["laws_nd"][est]
         by = found["by_estimator"][est]
         pool = by["seed_sd_pooled"]["sd"]
@@ -124,6 +149,20 @@ def simulate(d: dict, case: str, effect: float, scenario: tuple, rng):
     return from_columns(f"simulated {case}", **cols)
 
 
+def cost(found: dict, runs: list) -> dict:
+    """CPU time of the simulated design's runs against the study's, from the runs' timing sums
+    (train, eval, cooldowns; a replicate costs what its size's seed-0 run cost)."""
+    def busy(r):
+        t = r.get("timing") or {}
+        return sum(float(t.get(k, 0.0)) for k in ("train_s", "eval_s", "cooldown_s"))
+
+    per = {(r["arch"], r["size"]): busy(r) for r in found.get("runs", []) if not r["seed"]}
+    study = sum(busy(r) for r in found.get("runs", []))
+    archs = {a for a, _ in per}
+    design_s = sum(per.get((a, _size(name)), 0.0) for name, *_ in runs for a in archs)
+    return dict(study_cpu_min=study / 60, design_cpu_min=design_s / 60, extra_cpu_min=(design_s - study) / 60)
+
+
 def target(case: str, shares: dict) -> tuple[str, bool]:
     if case.startswith("null"):
         fr = shares["better"] + shares["worse"]
@@ -132,9 +171,11 @@ def target(case: str, shares: dict) -> tuple[str, bool]:
     return f"power {right:.0%} (>= {POWER_MIN:.0%})", right >= POWER_MIN
 
 
-def calibrate(workdir: str, seeds: int = 40, effect: float = 0.1, n_boot: int | None = None,
-              log=None) -> dict:
-    """Simulate and judge `seeds` studies per case (module docstring); returns calibration.json's dict."""
+def calibrate(workdir: str, seeds: int = 100, effect: float = 0.1, n_boot: int | None = None,
+              replicates: tuple | None = None, log=None) -> dict:
+    """Simulate and judge `seeds` studies per case (module docstring); `replicates` (sizes, seeds)
+    simulates that replicate design instead of the study's. Returns this design's entry of
+    calibration.json (which keeps one entry per design)."""
     from study import verdicts
 
     t0 = time.time()
@@ -147,7 +188,7 @@ def calibrate(workdir: str, seeds: int = 40, effect: float = 0.1, n_boot: int | 
         path = contract.study_path(workdir, contract.STUDY_FIT, contract.fit_table_name(est, i == 0))
         study_tabs.update(verdicts.load_tables([f"{est}={path}"]))
     study_tabs = {e: t.take(t.step >= found["design"]["fit_min_step"]) for e, t in study_tabs.items()}
-    des = design(study_tabs, found)
+    des = design(study_tabs, found, replicates)
     n_boot = int(n_boot or found["n_boot"])
     linear = tuple(a for a in study_tabs[found["estimators"][0]].archs if a != BASELINE_ARCH)
     cases = []
@@ -174,13 +215,22 @@ def calibrate(workdir: str, seeds: int = 40, effect: float = 0.1, n_boot: int | 
         cases.append(dict(case=case, **shares, n=n, target=text, met=ok, by_scenario=by))
         if log:
             log(json.dumps(results_line(cases[-1])))
-    out = dict(command=f"python -m study.calibrate --workdir={workdir} --seeds={seeds} --effect={effect:g}"
-               + (f" --bootstrap={n_boot}" if n_boot != found["n_boot"] else ""),
+    runs = des[found["estimators"][0]]["runs"]
+    label = ("the study's own design" if replicates is None else
+             f"replicates: {replicates[1]} more seed(s) of {','.join(replicates[0])}")
+    flags = "" if replicates is None else f" --replicate_sizes={','.join(replicates[0])} --replicate_seeds={replicates[1]}"
+    out = dict(design=label, runs=len(runs) * len(linear + (BASELINE_ARCH,)),
+               command=f"python -m study.calibrate --workdir={workdir} --seeds={seeds} --effect={effect:g}"
+               + (f" --bootstrap={n_boot}" if n_boot != found["n_boot"] else "") + flags,
                seeds=seeds, effect=effect, n_boot=n_boot, scenarios=[s[0] for s in SCENARIOS], cases=cases,
-               seconds=time.time() - t0, mde=_mde(found))
+               seconds=time.time() - t0, mde=_mde(found), cost=cost(found, runs))
     out["summary"] = summary(out)
-    with open(contract.study_path(workdir, "calibration.json"), "w") as f:
-        json.dump(plain(out), f, indent=2)
+    path = contract.study_path(workdir, contract.CALIBRATION_JSON)
+    old = json.load(open(path)).get("designs", []) if os.path.exists(path) else []
+    designs = [d for d in old if d.get("design") != label] + [plain(out)]
+    designs.sort(key=lambda d: d["design"] != "the study's own design")
+    with open(path, "w") as f:
+        json.dump(dict(designs=designs), f, indent=2)
     return out
 
 
@@ -201,14 +251,11 @@ def summary(cal: dict) -> str:
     if all(c["met"] for c in hits):
         return s + f"A difference of {cal['effect']:g} nats is resolved in the right direction in at least 80% of studies."
     mdes = [v for per in cal["mde"].values() for v in per.values() if v is not None]
-    need = max(mdes) if mdes else None
-    s += (f"**Power at {cal['effect']:g} nats is below 80%** (the study's own minimal detectable effects: "
-          + ("—" if need is None else f"up to {need:.3f} nats") + "). The intervals are set by the seed sd "
-          "(its value and its few degrees of freedom) and by each size's checkpoint noise; the design changes "
-          "that shrink them are more replicate seeds (each adds degrees of freedom and averages the seed offset "
-          "of its size) and replicates of the sizes nearest C* (d64, d80), at the cost of one run of that size "
-          "per seed and arch (the 'Runs' and 'Wall time' sections give each run's cost).")
-    return s
+    return s + (f"**Power at {cal['effect']:g} nats is below 80%**" + (
+        f" (the study's own minimal detectable effects: {min(mdes):.3f} to {max(mdes):.3f} nats)" if mdes else "")
+        + ". The intervals are set by the seed sd (its value and its few degrees of freedom) and by each size's "
+        "checkpoint noise: more replicate seeds add degrees of freedom and average the seed offsets; "
+        "`--replicate_sizes=... --replicate_seeds=N` simulates such a design and gives its cost.")
 
 
 def results_line(c: dict) -> dict:
@@ -222,9 +269,12 @@ def main(argv=None) -> int:
 
     p = ArgumentParser(prog="python -m study.calibrate", description=__doc__.split("\n")[0])
     p.add_argument("--workdir", required=True, help="a finished study directory")
-    p.add_argument("--seeds", type=int, default=40, help="simulated studies per case")
+    p.add_argument("--seeds", type=int, default=100, help="simulated studies per case")
     p.add_argument("--effect", type=float, default=0.1, help="the planted difference, nats")
     p.add_argument("--bootstrap", type=int, default=0, help="draws per verdict (0: the study's)")
+    p.add_argument("--replicate_sizes", default="", help="simulate replicates of these sizes instead of "
+                   "the study's: smallest, largest or size names, comma-separated")
+    p.add_argument("--replicate_seeds", type=int, default=1, help="replicate seeds per named size")
     p.add_argument("--json", action="store_true", help="one JSON object per case")
     a = p.parse_args(argv)
     from study import report
@@ -235,7 +285,9 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 1
     try:
-        cal = calibrate(a.workdir, a.seeds, a.effect, a.bootstrap or None)
+        reps = ([x.strip() for x in a.replicate_sizes.split(",") if x.strip()], a.replicate_seeds) \
+            if a.replicate_sizes else None
+        cal = calibrate(a.workdir, a.seeds, a.effect, a.bootstrap or None, reps)
     except (ValueError, KeyError) as e:
         print(f"ERROR: {e}", file=sys.stderr)
         return 1
@@ -248,7 +300,9 @@ def main(argv=None) -> int:
         for c in cal["cases"]:
             print(f"| {c['case']} | {c['better']:.0%} | {c['worse']:.0%} | {c['equivalent']:.0%} | "
                   f"{c['not_resolved']:.0%} | {c['target']} |")
-        print(f"\n{cal['summary']}\n{cal['seconds']:.0f} s; DIR/calibration.json and report.md updated")
+        c = cal["cost"]
+        print(f"\n{cal['design']}: {c['design_cpu_min']:.1f} CPU-minutes of runs ({c['extra_cpu_min']:+.1f} against "
+              f"the study's). {cal['summary']}\n{cal['seconds']:.0f} s; DIR/calibration.json and report.md updated")
     return 0
 
 

@@ -27,6 +27,9 @@ import numpy as np
 from linscale_jax.contract import BASELINE_ARCH, RECALL_CSV
 
 SECTION = "## The paper's findings in miniature"
+TITLES = (("power_laws", "1. Power laws fit all four architectures"),
+          ("equal_compute", f"2. Linear models match or beat {BASELINE_ARCH} in loss at equal compute"),
+          ("retrieval", f"3. {BASELINE_ARCH} leads on retrieval"))
 
 
 def _ci(v, digits=3) -> str:
@@ -178,11 +181,8 @@ def section(result: dict) -> tuple[list[str], dict]:
          + (f" Every finding is also judged under the other learning-rate protocol, read from "
             f"`{prot['source']}` ({' vs '.join(prot['labels'])}); where the two disagree the verdict is "
             "\"depends on the learning-rate protocol\"." if prot else ""), ""]
-    titles = (("power_laws", "1. Power laws fit all four architectures"),
-              ("equal_compute", f"2. Linear models match or beat {BASELINE_ARCH} in loss at equal compute"),
-              ("retrieval", f"3. {BASELINE_ARCH} leads on retrieval"))
     verdicts = {}
-    for key, title in titles:
+    for key, title in TITLES:
         f = fd[key]
         extra = ("" if len(est) < 2 or "by_estimator" not in f else
                  " (" + "; ".join(f"{n}: {v}" for n, v in f["by_estimator"].items()) + ")")
@@ -195,6 +195,16 @@ def section(result: dict) -> tuple[list[str], dict]:
             L += result["retrieval_lines"] + [""]
         verdicts[key] = f["verdict"]
     return L, verdicts
+
+
+def console_lines(found: dict) -> list[str]:
+    """One line per finding for the study's console: its verdict, and finding 2's per arch."""
+    out = []
+    for key, title in TITLES:
+        f = found["findings"][key]
+        archs = ", ".join(f"{a} {r['verdict']}" for a, r in f.get("archs", {}).items()) if key == "equal_compute" else ""
+        out.append(f"[study] {title}: {f['verdict']}" + (f" ({archs})" if archs else ""))
+    return out
 
 
 def recall_rows_from(study) -> tuple[dict | None, str]:

@@ -20,7 +20,6 @@ from linscale_jax import contract
 from study import findings, holdout
 
 LAWS = (("L_C", "L(C)"), ("N_opt_C", "N_opt(C)"), ("D_opt_C", "D_opt(C)"))
-CALIBRATION_JSON = "calibration.json"  # study.calibrate's output in the study directory
 
 
 def _ci(x, digits=4) -> str:
@@ -249,26 +248,29 @@ def _comparisons(found: dict, fits: dict) -> list[str]:
 
 
 def _calibration_section(workdir: str) -> list[str]:
-    cal = _read(contract.study_path(workdir, CALIBRATION_JSON))
+    cal = _read(contract.study_path(workdir, contract.CALIBRATION_JSON))
     if not cal:
         return []
     L = ["## Calibration of the verdicts on this study's design", "",
-         f"`{cal['command']}` ({cal['seconds']:.0f} s): {cal['seeds']} simulated studies per case with this "
-         "study's sizes, checkpoints, tokens, replicates and estimators; each arch's loss from its own fitted "
-         "L(N, D), checkpoint residuals as an AR(1) with its measured sd and lag-1 autocorrelation, seed "
-         "effects at 1× and 3× each arch's measured sd, as offsets and as slope changes (a quarter of the "
-         "studies each); the same verdict code. Shares of finding-2 verdicts over every linear arch and "
-         "estimator:", "",
-         "| case | better | worse | equivalent | not_resolved | target |", "|---|---|---|---|---|---|"]
-    for c in cal["cases"]:
-        L.append(f"| {c['case']} | {c['better']:.0%} | {c['worse']:.0%} | {c['equivalent']:.0%} | "
-                 f"{c['not_resolved']:.0%} | {c['target']} |")
-    L += ["", "By seed-effect scenario (resolved share: false in the nulls, correct with an effect):", "",
-          "| case | " + " | ".join(cal["scenarios"]) + " |", "|---|" + "---|" * len(cal["scenarios"])]
-    for c in cal["cases"]:
-        L.append(f"| {c['case']} | " + " | ".join(f"{c['by_scenario'][s]['resolved']:.0%}" for s in cal["scenarios"])
-                 + " |")
-    L += ["", cal["summary"], ""]
+         "`python -m study.calibrate` simulates studies with this study's sizes, checkpoints, tokens, "
+         "replicates and estimators: each arch's loss from the baseline's fitted L(N, D) (changed per case), "
+         "its own within-run residuals around its law as an AR(1) with their sd and lag-1 autocorrelation, and "
+         "seed effects at 1× and 3× its measured sd, as offsets and as slope changes (a quarter of the studies "
+         "each); the same verdict code judges them. Shares of finding-2 verdicts over every linear arch and "
+         "estimator; the resolved share per seed-effect scenario is the false one in the nulls and the "
+         "correct one with an effect.", ""]
+    for d in cal["designs"]:
+        c = d["cost"]
+        L += [f"**{d['design']}** ({d['runs']} runs, {c['design_cpu_min']:.0f} CPU-minutes of runs, "
+              f"{c['extra_cpu_min']:+.0f} against this study's; `{d['command']}`, {d['seconds']:.0f} s, "
+              f"{d['seeds']} studies per case):", "",
+              "| case | better | worse | equivalent | not_resolved | target | "
+              + " | ".join(d["scenarios"]) + " |", "|---|---|---|---|---|---|" + "---|" * len(d["scenarios"])]
+        for x in d["cases"]:
+            L.append(f"| {x['case']} | {x['better']:.0%} | {x['worse']:.0%} | {x['equivalent']:.0%} | "
+                     f"{x['not_resolved']:.0%} | {x['target']} | "
+                     + " | ".join(f"{x['by_scenario'][s]['resolved']:.0%}" for s in d["scenarios"]) + " |")
+        L += ["", d["summary"], ""]
     return L
 
 
@@ -337,7 +339,7 @@ def write_report(workdir: str) -> str:
     rep_dir = contract.study_path(workdir, contract.REPORT_DIR)
     os.makedirs(rep_dir, exist_ok=True)
     table = load(contract.study_path(workdir, contract.STUDY_FIT, contract.STUDY_TABLE)).with_compute_unit("pf-days")
-    plot_loss_vs_compute(table, contract.study_path(workdir, contract.STUDY_FIT, "envelope.csv"), fits,
+    plot_loss_vs_compute(table, contract.study_path(workdir, contract.STUDY_FIT, contract.ENVELOPE_CSV), fits,
                          os.path.join(rep_dir, "loss_vs_compute.png"))
     curves = contract.study_path(workdir, contract.HOLDOUT_CURVES_CSV)
     if os.path.exists(curves) and os.path.getsize(curves) > 80:

@@ -28,8 +28,6 @@ import numpy as np
 from linscale_jax import contract
 from study import compare, findings, holdout, plan
 
-BRACKETING_CSV = "bracketing.csv"  # in STUDY_FIT
-ENVELOPE_CSV = "envelope.csv"  # in STUDY_FIT
 BRACKETING_COLUMNS = ("arch", "estimator", "interior", "smallest", "largest", "one_size")
 CLAMPED = {"interior": 0, "smallest": -1, "largest": 1, "one_size": 2}  # approach1.Envelope.clamped
 # Tokens per parameter at the compute-optimal point: Hoffmann et al. (2022, Chinchilla), about 20
@@ -82,13 +80,13 @@ def bracketing(tabs: dict, workdir: str) -> dict:
                               tokens=f"{d:.6g}", clamped=int(k))
                          for c, l, n, d, k in zip(env.compute, env.loss, env.n_params, env.tokens, env.clamped)]
     fit_dir = contract.study_path(workdir, contract.STUDY_FIT)
-    with open(os.path.join(fit_dir, BRACKETING_CSV), "w", newline="") as f:
+    with open(os.path.join(fit_dir, contract.BRACKETING_CSV), "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(BRACKETING_COLUMNS)
         for est, archs in out.items():
             for a, s in archs.items():
                 w.writerow([a, est, *(f"{s[k]:.4f}" for k in BRACKETING_COLUMNS[2:])])
-    with open(os.path.join(fit_dir, ENVELOPE_CSV), "w", newline="") as f:
+    with open(os.path.join(fit_dir, contract.ENVELOPE_CSV), "w", newline="") as f:
         w = csv.DictWriter(f, ("arch", "estimator", "compute", "loss", "n_params", "tokens", "clamped"))
         w.writeheader()
         w.writerows(env_rows)
@@ -239,7 +237,9 @@ def by_protocol(found: dict, own_label: str, other: dict, src: str) -> dict:
             t = theirs.get("own_verdict") or theirs.get("verdict", "not measured")
             mine["own_verdict"] = mine["verdict"]
             mine["by_protocol"] = {own_label: mine["verdict"], other_label: t}
-            mine["verdict"] = verdicts.combine(mine["by_protocol"], PROTOCOL)
+            heads = {k: v.split(":", 1)[0] for k, v in mine["by_protocol"].items()}  # retrieval: verdict: why
+            if len(set(heads.values())) > 1:
+                mine["verdict"] = verdicts.combine(heads, PROTOCOL)
     return out
 
 

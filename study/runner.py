@@ -217,8 +217,8 @@ def join(study, runs, workdir: str, approach: int, log=_print, runs_wall_s: floa
     errors = fit_laws(study, fit_table, fit_dir, approach, log)
     found = results.write(study, runs, workdir, errors, dict(runs_s=runs_wall_s, workers=workers, t0=t0))
     path = report.write_report(workdir)
-    for key, f in found["findings"].items():
-        log(f"[study] finding {key}: {f['verdict']}")
+    for line in findings.console_lines(found):
+        log(line)
     log(f"[study] report: {path}")
     return {"table": table, "fit_dir": fit_dir, "report": path, "fit_errors": errors}
 

@@ -63,12 +63,25 @@ def _no_nan(text: str):
     return json.loads(text, parse_constant=bad)
 
 
+def other_protocol(d: Path) -> str:
+    """A finished study of the other learning-rate protocol, as its findings.json: tnl better there."""
+    d.mkdir()
+    (d / contract.FINDINGS_JSON).write_text(json.dumps(dict(design=dict(protocol="paper"), findings=dict(
+        power_laws=dict(verdict="not resolved", archs={}),
+        equal_compute=dict(verdict="not reproduced", archs={"tnl": {"verdict": "better"},
+                                                            "cosformer2": {"verdict": "better"}}),
+        retrieval=dict(verdict="not measured here", archs={})))))
+    return str(d)
+
+
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
     from study import report, results
 
     wd = tmp_path_factory.mktemp("study")
     study, runs = make_study(wd)
+    study.fit.bootstrap = 20
+    study.protocol_from = other_protocol(tmp_path_factory.mktemp("other") / "paper")
     found = results.write(study, runs, str(wd), wall=dict(runs_s=60.0, workers=2, t0=0.0))
     return wd, study, runs, found, report.write_report(str(wd))
 
@@ -78,7 +91,7 @@ def test_results_are_written_once_as_data(written):
     on_disk = _no_nan((wd / contract.FINDINGS_JSON).read_text())
     assert on_disk == json.loads(json.dumps(found))
     eq = on_disk["findings"]["equal_compute"]["archs"]
-    assert eq["tnl"]["verdict"] == "worse" and eq["cosformer2"]["verdict"] == "better"
+    assert eq["tnl"]["own_verdict"] == "worse" and eq["cosformer2"]["verdict"] == "better"
     for r in (eq["tnl"], eq["cosformer2"]):
         assert r["failed"] == 0 and r["mde"] > 0 and r["measured"]["ci_low"] < r["measured"]["diff"] < r["measured"]["ci_high"]
     sd = on_disk["by_estimator"]["val_loss"]["seed_sd"]["llama"]
@@ -124,16 +137,15 @@ def test_report_renders_the_files_without_recomputing(written, monkeypatch):
 def test_verdicts_under_both_protocols(written, tmp_path):
     from study import results
 
-    wd = written[0]
-    other = tmp_path / "other_protocol"
-    study, runs = make_study(other, seed=5, offsets={**OFFSET, "tnl": -0.25})  # tnl better here
-    study.protocol_from = str(wd)
-    found = results.write(study, runs, str(other))
+    wd, study, _, found, path = written
     eq = found["findings"]["equal_compute"]
     assert eq["archs"]["tnl"]["verdict"] == "depends on the learning-rate protocol"
-    assert sorted(eq["archs"]["tnl"]["by_protocol"].values()) == ["better", "worse"]
+    assert eq["archs"]["tnl"]["by_protocol"] == {"this study": "worse", "paper": "better"}
     assert eq["archs"]["cosformer2"]["verdict"] == "better"  # both protocols agree
-    assert eq["verdict"] == "depends on the learning-rate protocol" and len(found["protocols"]["labels"]) == 2
+    assert found["findings"]["retrieval"]["verdict"].startswith("not measured")
+    assert found["protocols"]["labels"] == ["this study", "paper"]
+    assert "depends on the learning-rate protocol" in Path(path).read_text()
+    study = study.copy_and_resolve_references()
     study.protocol_from = str(tmp_path / "missing")
     with pytest.raises(FileNotFoundError, match="protocol_from"):
         results.protocol_sources(study)
@@ -151,4 +163,13 @@ def test_calibration_on_the_study_design(written):
         assert c["n"] == 4 * 3 * 2  # seeds x linear archs x estimators
     assert by["one arch lower"]["better"] >= 0.8 and by["one arch higher"]["worse"] >= 0.8
     assert by["null-equal"]["better"] + by["null-equal"]["worse"] <= 0.25
-    assert _no_nan((wd / "calibration.json").read_text())["cases"][0]["case"] == "null-equal"
+    saved = _no_nan((wd / "calibration.json").read_text())["designs"]
+    assert [d["design"] for d in saved] == ["the study's own design"] and saved[0]["cases"][0]["case"] == "null-equal"
+    more = calibrate.calibrate(str(wd), seeds=2, effect=0.3, n_boot=40, replicates=(["smallest", "largest"], 2))
+    assert more["runs"] == 4 * (4 + 4)  # 4 archs x (4 sizes + 2 seeds of 2 sizes)
+    saved = json.loads((wd / "calibration.json").read_text())["designs"]
+    assert len(saved) == 2 and saved[1]["design"].startswith("replicates: 2 more seed(s) of smallest,largest")
+    from study import report
+
+    text = Path(report.write_report(str(wd))).read_text()
+    assert "## Calibration of the verdicts on this study's design" in text and "null-crossing-at-C*" in text
