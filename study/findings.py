@@ -54,7 +54,8 @@ def _diff(e: dict) -> str:
                                    f"[{e['ci_low']:+.3f}, {e['ci_high']:+.3f}]")
 
 
-def _label(e: dict) -> str:
+def label(e: dict) -> str:
+    """A row's verdict as the report writes it: 'not_resolved (fit unstable)' for an unstable fit."""
     v = e.get("verdict") or "—"
     return f"{v} ({e['reason']})" if e.get("reason") else v
 
@@ -86,7 +87,7 @@ def power_laws(f: dict, est: list[str], by: dict) -> list[str]:
             ex = "—" if x is None else f"{x:.4f}" + (f" [{ci[0]:.4f}, {ci[1]:.4f}]" if ci else "")
             hs = r.get("holdout") or []
             ho = "; ".join(f"N={h['n_params']:.3g}: {_diff(h)}" for h in hs) or r.get("note", "—")
-            L.append(f"| {a} | {n} | {ex} | {ho} | {lack_of_fit_text(r.get('lack_of_fit'))} | {_label(r)} |")
+            L.append(f"| {a} | {n} | {ex} | {ho} | {lack_of_fit_text(r.get('lack_of_fit'))} | {label(r)} |")
     return L
 
 
@@ -109,8 +110,8 @@ def equal_compute(f: dict, est: list[str], by: dict, margin: float) -> list[str]
             m = r.get("measured") or {}
             hw = r.get("halfwidth90")
             hw_text = "—" if hw is None else f"{hw:.3f}" + ("" if hw < margin else " (equivalence out of reach)")
-            L.append(f"| {a} | {n} | {_diff(r)} | {_diff(m)} {_label(m) if m else ''} | {_f(r.get('mde'), '.3f')} | "
-                     f"{hw_text} | {_f(r.get('failed'), '.0%')} | {_label(r)} |")
+            L.append(f"| {a} | {n} | {_diff(r)} | {_diff(m)} {label(m) if m else ''} | {_f(r.get('mde'), '.3f')} | "
+                     f"{hw_text} | {_f(r.get('failed'), '.0%')} | {label(r)} |")
             if r.get("note"):
                 notes.append(f"{a} ({n}): {r['note']}.")
     L += ["", "Verdict per arch" + (" (over estimators and learning-rate protocols)" if any(

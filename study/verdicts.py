@@ -133,12 +133,6 @@ def outcome(draws, margin: float, max_failed: float = MAX_FAILED) -> dict:
                 halfwidth90=(hi90 - lo90) / 2)
 
 
-def label(row: dict) -> str:
-    """A row's verdict as the report writes it: 'not_resolved (fit unstable)' for an unstable fit."""
-    v = row.get("verdict") or "—"
-    return f"{v} ({row['reason']})" if row.get("reason") else v
-
-
 def _ranking(points: dict, draws: dict, baseline: str) -> dict:
     """best / runner_up / diff [d, lo, hi] / p_best / resolved / vs_llama from per-arch point values
     and paired draws [n] (NaN: failed)."""
@@ -169,13 +163,20 @@ def judge(table, *, margin: float = DEFAULT_MARGIN, tolerance: float = DEFAULT_T
           seed_sd: float | None = None, n_boot: int = 200, seed: int = 0, holdout: bool = True,
           baseline: str = BASELINE_ARCH, linear: tuple | None = None) -> dict:
     """Findings 1 and 2 of one table (one loss estimator); see the module docstring."""
+    from fit.table import FitError
+
     linear = linear_archs() if linear is None else linear
     prep = prepare(table, seed_sd)
     rng = np.random.default_rng(seed)
     draws = draw(prep, n_boot, rng)
     curves = prep["curves"]
     c_star = common_compute(curves)
-    fitted = {a: laws(curves[a], draws[a], [c_star]) for a in curves}
+    fitted, unfitted = {}, {}
+    for a in curves:
+        try:
+            fitted[a] = laws(curves[a], draws[a], [c_star])
+        except FitError as e:  # e.g. fewer than 3 sizes: no envelope
+            unfitted[a] = f"no law: {e}"
     out = dict(margin=margin, tolerance=tolerance, n_boot=n_boot, baseline=baseline, compute=c_star,
                seed_sd={a: s.json() for a, s in prep["seed_sd"].items()}, seed_sd_pooled=prep["pooled"].json(),
                noise={a: dict(ckpt_sd=v[0], rho=v[1]) for a, v in prep["noise"].items()}, block=prep["block"])
@@ -185,9 +186,11 @@ def judge(table, *, margin: float = DEFAULT_MARGIN, tolerance: float = DEFAULT_T
     out["not_judged"] = [a for a in table.archs if a != baseline and a not in judged]
     eq = dict(verdict="not measured", archs={}, compute=c_star)
     if baseline in curves and judged:
-        pb, db = fitted[baseline]
         for a in judged:
-            pa, da = fitted[a]
+            if a in unfitted or baseline in unfitted:
+                eq["archs"][a] = dict(diff=None, **outcome([], margin), note=unfitted.get(a) or unfitted[baseline])
+                continue
+            (pa, da), (pb, db) = fitted[a], fitted[baseline]
             row = dict(diff=float(pa.law_at[0, 0] - pb.law_at[0, 0]),
                        **outcome(da.law_at[:, 0] - db.law_at[:, 0], margin),
                        loss=float(pa.law_at[0, 0]), baseline_loss=float(pb.law_at[0, 0]))
@@ -201,24 +204,25 @@ def judge(table, *, margin: float = DEFAULT_MARGIN, tolerance: float = DEFAULT_T
         eq["verdict"] = ("reproduced" if all(v in ("better", "equivalent") for v in vs) else
                          "not reproduced" if "worse" in vs else "not resolved")
     out["equal_compute"] = eq
-    out["law_at_common_compute"] = dict(compute=c_star, **_ranking(
-        {a: float(p.law_at[0, 0]) for a, (p, _) in fitted.items()}, {a: d.law_at[:, 0] for a, (_, d) in fitted.items()},
-        baseline))
-    out["common_compute"] = dict(compute=c_star, **_ranking(
-        {a: float(p.envelope_at[0, 0]) for a, (p, _) in fitted.items()},
-        {a: d.envelope_at[:, 0] for a, (_, d) in fitted.items()}, baseline))
+    for key, field in (("law_at_common_compute", "law_at"), ("common_compute", "envelope_at")):
+        out[key] = dict(compute=c_star, unfitted=unfitted, **(_ranking(
+            {a: float(getattr(p, field)[0, 0]) for a, (p, _) in fitted.items()},
+            {a: getattr(d, field)[:, 0] for a, (_, d) in fitted.items()}, baseline) if fitted else {}))
     # finding 1 ---------------------------------------------------------------------------------
-    out["power_laws"] = power_laws(prep, draws, fitted, tolerance) if holdout else \
+    out["power_laws"] = power_laws(prep, draws, fitted, unfitted, tolerance) if holdout else \
         dict(verdict="not measured", archs={})
     return out
 
 
-def power_laws(prep: dict, draws: dict, fitted: dict, tolerance: float) -> dict:
+def power_laws(prep: dict, draws: dict, fitted: dict, unfitted: dict, tolerance: float) -> dict:
     from fit.holdout import envelope_lack_of_fit, held_out_sizes
     from fit.table import FitError
 
     res = {}
     for a, cs in prep["curves"].items():
+        if a in unfitted:
+            res[a] = dict(verdict="not_resolved", note=unfitted[a])
+            continue
         point, d = fitted[a]
         ex = outcome(d.exponent, 0.0)
         r = dict(verdict="not_resolved", exponent=float(point.exponent[0]), failed=ex["failed"])
@@ -329,6 +333,8 @@ def _iv(lo, hi) -> str:
 
 def text(result: dict) -> str:
     """A plain-text rendering of judge_all's JSON."""
+    from study.findings import label
+
     L = [f"estimators: {', '.join(result['estimators'])}; margin ±{result['margin']:g} nats (equivalence), "
          f"held-out tolerance ±{result['tolerance']:g} nats"]
     for key, f in result["findings"].items():

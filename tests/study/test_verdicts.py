@@ -40,7 +40,9 @@ def test_outcome_four_ways_with_failed_share_and_detectable_effect():
     d[:300] = np.nan
     r = verdicts.outcome(d, 0.05)
     assert r["verdict"] == "not_resolved" and r["reason"] == "fit unstable" and r["ci_low"] is None
-    assert verdicts.label(r) == "not_resolved (fit unstable)"
+    from study.findings import label
+
+    assert label(r) == "not_resolved (fit unstable)"
 
 
 def test_judge_resolves_planted_differences_and_states_the_finding():
@@ -116,6 +118,16 @@ def test_failing_fits_give_not_resolved_fit_unstable(monkeypatch):
     row = verdicts.judge(t, n_boot=50, holdout=False, linear=LIN)["equal_compute"]["archs"]["tnl"]
     assert row["verdict"] == "not_resolved" and row["reason"] == "fit unstable" and row["failed"] == 0.2
     assert row["ci_low"] is None and row["measured"]["verdict"] == "worse"
+
+
+def test_an_arch_with_too_few_sizes_is_not_resolved_not_an_error():
+    t = table({"llama": 0.0, "tnl": 0.3}, seed=9)
+    two = t.take((t.arch == "llama") | (t.n_params <= SIZES[1]))  # tnl: 2 sizes, no envelope
+    r = verdicts.judge(two, n_boot=20, linear=LIN)
+    row = r["equal_compute"]["archs"]["tnl"]
+    assert row["verdict"] == "not_resolved" and row["diff"] is None and "no law" in row["note"]
+    assert r["power_laws"]["archs"]["tnl"]["verdict"] == "not_resolved"
+    assert r["power_laws"]["archs"]["llama"]["exponent"] < 0
 
 
 def test_estimators_that_disagree_give_depends():
