@@ -6,8 +6,8 @@
     write_csv(preds, path); write_curves_csv(preds, path)
 
 The law is approach 3, ``L(N, D) = E + A/N^alpha + B/D^beta`` (fit.approach3), fitted with alpha and
-beta bounded to [0.01, 2.5] and E below the lowest loss (so a resample's fit cannot run off to a
-step function) on the replicate-mean curves of every size except the largest (the two largest from
+beta bounded to [0.01, 2.5] and E between 5e-5 and the lowest loss (so a resample's fit cannot run
+off to a step function) on the replicate-mean curves of every size except the largest (the two largest from
 5 sizes on: `held_out_sizes`); it predicts each held-out size's loss at each of its checkpoints.
 The 95% interval is for the *observed* value, so it combines
 
@@ -42,6 +42,7 @@ from linscale_jax.contract import FLOPS_PER_PARAM_TOKEN, TABLE_COLUMNS
 
 CSV_COLUMNS = ("arch", "n_params", "tokens", "predicted", "ci_low", "ci_high", "actual")
 ALPHA_BOUNDS = (0.01, 2.5)  # alpha, beta: Hoffmann et al.'s initialisation grid spans 0..2
+E_LOG_MIN = -10.0  # ln E >= -10: an irreducible loss of 5e-5 nats is none
 MAX_FAILED = 0.10  # more failed refits than this share: no interval
 
 
@@ -84,7 +85,7 @@ def held_out_sizes(n_sizes: int) -> int:
 
 def bounds(loss_min: float) -> list:
     """L-BFGS-B box of approach 3's theta (a, b, e, alpha, beta)."""
-    return [(None, None), (None, None), (None, float(np.log(loss_min)) - 1e-6), ALPHA_BOUNDS, ALPHA_BOUNDS]
+    return [(None, None), (None, None), (E_LOG_MIN, float(np.log(loss_min)) - 1e-6), ALPHA_BOUNDS, ALPHA_BOUNDS]
 
 
 def _table(arch: str, curves: list[bs.Curve], loss: list[np.ndarray] | None = None) -> Table:
