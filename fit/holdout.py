@@ -107,8 +107,15 @@ def _fit(t: Table, k: float, init=None) -> approach3.Result:
     return approach3.fit(t, flops_per_param_token=k, init=init, bounds=bounds(float(t.loss.min())))
 
 
-def _law(r: approach3.Result) -> dict:
-    return {p: float(getattr(r, p)) for p in approach3.PARAMS}
+def _law(r: approach3.Result, loss_min: float) -> dict:
+    """E, A, B, alpha, beta of a fit, and at_bound: those of E, alpha, beta that sit on their bound."""
+    out = {p: float(getattr(r, p)) for p in approach3.PARAMS}
+    box = dict(zip(("E", "alpha", "beta"), bounds(loss_min)[2:]))
+    lo = {"E": np.exp(box["E"][0]), "alpha": box["alpha"][0], "beta": box["beta"][0]}
+    hi = {"E": loss_min, "alpha": box["alpha"][1], "beta": box["beta"][1]}
+    out["at_bound"] = [k for k in ("E", "alpha", "beta")
+                       if out[k] <= lo[k] * (1 + 1e-3) or out[k] >= hi[k] * (1 - 1e-3)]
+    return out
 
 
 def predict(table: Table, *, n_boot: int = 200, seed: int = 0, seed_sd: bs.SeedSd | None = None,
@@ -162,7 +169,8 @@ def predict(table: Table, *, n_boot: int = 200, seed: int = 0, seed_sd: bs.SeedS
                 x = x + ckpt_sd * rng.standard_normal(x.shape)
                 ci[j] = tuple(np.percentile(x, [tail, 100 - tail], axis=0))
     return [Prediction(arch=arch, n_params=c.n_params, tokens=c.tokens, flops=c.flops, predicted=pred[j],
-                       ci_low=ci[j][0], ci_high=ci[j][1], actual=c.mean, law=_law(point), resid_sd=resid_sd,
+                       ci_low=ci[j][0], ci_high=ci[j][1], actual=c.mean,
+                       law=_law(point, float(min(x.mean.min() for x in rest))), resid_sd=resid_sd,
                        seed_sd=seed_sd.json(), failed=float(failed), n_sizes_fit=len(rest))
             for j, c in enumerate(held)]
 
@@ -204,7 +212,8 @@ def full_law(table: Table, seed_sd: bs.SeedSd | None = None,
     r = _fit(_table(str(table.arch[0]), curves), flops_per_param_token)
     res = [c.mean - r.predict(c.n_params, c.tokens) for c in curves]
     late = [x[len(x) // 2:].mean() for x in res]
-    return dict(law=_law(r), resid_sd=float(np.sqrt(np.mean(np.concatenate(res) ** 2))),
+    return dict(law=_law(r, float(min(c.mean.min() for c in curves))),
+                resid_sd=float(np.sqrt(np.mean(np.concatenate(res) ** 2))),
                 lack_of_fit=lack_of_fit(late, [c.replicates for c in curves], 3, seed_sd))
 
 

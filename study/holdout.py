@@ -52,6 +52,13 @@ def _f(x, fmt=".4f") -> str:
     return "—" if x is None else format(x, fmt)
 
 
+def bound_note(law: dict) -> str:
+    """' (α at its bound)' for a fit whose E, α or β sits on its box: the data do not pin it down."""
+    names = {"E": "E", "alpha": "α", "beta": "β"}
+    b = law.get("at_bound") or []
+    return f" ({', '.join(names[k] for k in b)} at {'its bound' if len(b) == 1 else 'their bounds'})" if b else ""
+
+
 def report_section(workdir: str) -> list[str]:
     path = contract.study_path(workdir, contract.HOLDOUT_JSON)
     if not os.path.exists(path):
@@ -66,8 +73,9 @@ def report_section(workdir: str) -> list[str]:
          "at each of its checkpoints. 95% interval for the observed loss: refits on draws of the fitted "
          "sizes (sizes fixed; checkpoint residuals in blocks; seed offsets whose sd is drawn from the "
          f"measured seed sd {sd_text}), plus the held-out run's own seed offset and checkpoint noise. "
-         f"{s['n_boot']} draws; more than 10% failed refits give no interval. Files: holdout.csv (final "
-         "checkpoint), holdout_curves.csv (every checkpoint).", "",
+         f"{s['n_boot']} draws; more than 10% failed refits give no interval. A parameter at its bound is one "
+         "the fitted sizes do not pin down. Files: holdout.csv (final checkpoint), holdout_curves.csv (every "
+         "checkpoint).", "",
          "| arch | N held out | predicted final [95%] | actual | error | inside? | curve points inside | "
          "E, α, β of the fit | failed refits |", "|---|---|---|---|---|---|---|---|---|"]
     for r in s["rows"]:
@@ -76,7 +84,7 @@ def report_section(workdir: str) -> list[str]:
         inside = "**no interval**" if r["ci_low"] is None else "**yes**" if r["inside"] else "**no**"
         L.append(f"| {r['arch']} | {r['n_params']:.3g} | {r['predicted']:.4f} {ci} | {r['actual']:.4f} | "
                  f"{r['actual'] - r['predicted']:+.4f} | {inside} | {r['curve_inside']:.0%} | "
-                 f"{law['E']:.3g}, {law['alpha']:.3g}, {law['beta']:.3g} | {r['failed']:.0%} |")
+                 f"{law['E']:.3g}, {law['alpha']:.3g}, {law['beta']:.3g}{bound_note(law)} | {r['failed']:.0%} |")
     for a, e in s["errors"].items():
         L.append(f"\n**No held-out prediction for {a}**: {e}")
     n_in = sum(r["inside"] for r in s["rows"])

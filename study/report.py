@@ -198,7 +198,8 @@ def _noise_section(found: dict) -> list[str]:
                 L.append(f"| {a} | {n} | not fitted: {r.get('note', '')} | | |")
                 continue
             w = r["law"]
-            L.append(f"| {a} | {n} | {w['E']:.3g}, {w['A']:.3g}, {w['alpha']:.3g}, {w['B']:.3g}, {w['beta']:.3g} | "
+            L.append(f"| {a} | {n} | {w['E']:.3g}, {w['A']:.3g}, {w['alpha']:.3g}, {w['B']:.3g}, {w['beta']:.3g}"
+                     f"{holdout.bound_note(w)} | "
                      f"{r['resid_sd']:.4f} | {findings.lack_of_fit_text(r['lack_of_fit'])} |")
     return L + [""]
 

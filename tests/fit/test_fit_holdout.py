@@ -61,12 +61,14 @@ def test_the_seed_sd_widens_the_interval():
     assert c.seed_sd["df"] == 1 and b.seed_sd["df"] is None
 
 
-def test_a_flat_size_stays_bounded_and_too_few_sizes_are_an_error():
-    t = planted_table(Law(), sizes=SIZES[:4], noise=0.003, seed=4)
-    flat = from_columns("flat", **{c: getattr(t, c) for c in COLS},
-                        loss=np.where(t.n_params == SIZES[0], t.loss * 1.3, t.loss))  # a step at the smallest size
-    (p,) = holdout.predict(flat, n_boot=20)
-    assert holdout.ALPHA_BOUNDS[0] <= p.law["alpha"] <= holdout.ALPHA_BOUNDS[1] and p.failed <= 0.1
+def test_a_step_between_sizes_stays_bounded_and_too_few_sizes_are_an_error():
+    law = Law()
+    t = planted_table(law, sizes=SIZES[:4], noise=0.003, seed=4)
+    # the loss drops from the smallest size to the next and not beyond: a step, alpha -> infinity
+    step = np.where(t.n_params == SIZES[0], law.loss(SIZES[0], t.tokens), law.loss(SIZES[1], t.tokens))
+    (p,) = holdout.predict(from_columns("step", **{c: getattr(t, c) for c in COLS}, loss=step), n_boot=20)
+    assert p.law["alpha"] == holdout.ALPHA_BOUNDS[1] and p.law["at_bound"] == ["alpha"] and p.failed <= 0.1
+    assert np.all(np.isfinite(p.ci_low)) and holdout.predict(t, n_boot=0)[0].law["at_bound"] == []
     with pytest.raises(FitError, match="2 smaller sizes"):
         holdout.predict(planted_table(Law(), sizes=SIZES[:2], seed=0), n_boot=0)
 
