@@ -152,17 +152,28 @@ def simulate(d: dict, case: str, effect: float, scenario: tuple, rng):
 
 
 def cost(found: dict, runs: list) -> dict:
-    """CPU time of the simulated design's runs against the study's, from the runs' timing sums
-    (train, eval, cooldowns; a replicate costs what its size's seed-0 run cost)."""
+    """Run time of the simulated design against the study's, from the runs' timing sums (train,
+    eval, cooldowns in worker-minutes, as the report's 'Wall time'; a replicate costs what its size's
+    seed-0 run cost)."""
     def busy(r):
         t = r.get("timing") or {}
-        return sum(float(t.get(k, 0.0)) for k in ("train_s", "eval_s", "cooldown_s"))
+        return sum(float(t.get(k, 0.0)) for k in ("train_s", "eval_s", "cooldown_s")) / 60
 
     per = {(r["arch"], r["size"]): busy(r) for r in found.get("runs", []) if not r["seed"]}
     study = sum(busy(r) for r in found.get("runs", []))
     archs = {a for a, _ in per}
-    design_s = sum(per.get((a, _size(name)), 0.0) for name, *_ in runs for a in archs)
-    return dict(study_cpu_min=study / 60, design_cpu_min=design_s / 60, extra_cpu_min=(design_s - study) / 60)
+    design = sum(per.get((a, _size(name)), 0.0) for name, *_ in runs for a in archs)
+    out = dict(study_worker_min=study, design_worker_min=design,
+               extra_share=(design - study) / study if study else None)
+    return dict(out, text=cost_text(out))
+
+
+def cost_text(c: dict) -> str:
+    """'+12% of the study's run time (41 of 146 worker-minutes)'"""
+    if c.get("extra_share") is None:
+        return "run time unknown (no timing.jsonl)"
+    return (f"{c['extra_share']:+.0%} of the study's run time ({c['design_worker_min']:.0f} against "
+            f"{c['study_worker_min']:.0f} worker-minutes)")
 
 
 def target(case: str, counts: dict) -> tuple[str, bool]:
@@ -307,9 +318,8 @@ def main(argv=None) -> int:
         for c in cal["cases"]:
             print(f"| {c['case']} | {c['better']:.0%} | {c['worse']:.0%} | {c['equivalent']:.0%} | "
                   f"{c['not_resolved']:.0%} | {c['target']} |")
-        c = cal["cost"]
-        print(f"\n{cal['design']}: {c['design_cpu_min']:.1f} CPU-minutes of runs ({c['extra_cpu_min']:+.1f} against "
-              f"the study's). {cal['summary']}\n{cal['seconds']:.0f} s; DIR/calibration.json and report.md updated")
+        print(f"\n{cal['design']} ({cal['cost']['text']}). {cal['summary']}\n{cal['seconds']:.0f} s; "
+              "DIR/calibration.json and report.md updated")
     return 0
 
 

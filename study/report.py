@@ -261,10 +261,8 @@ def _calibration_section(workdir: str) -> list[str]:
          "estimator; the resolved share per seed-effect scenario is the false one in the nulls and the "
          "correct one with an effect.", ""]
     for d in cal["designs"]:
-        c = d["cost"]
-        L += [f"**{d['design']}** ({d['runs']} runs, {c['design_cpu_min']:.0f} CPU-minutes of runs, "
-              f"{c['extra_cpu_min']:+.0f} against this study's; `{d['command']}`, {d['seconds']:.0f} s, "
-              f"{d['seeds']} studies per case):", "",
+        L += [f"**{d['design']}** ({d['runs']} runs, {d['cost']['text']}; `{d['command']}`, "
+              f"{d['seconds']:.0f} s, {d['seeds']} studies per case):", "",
               "| case | better | worse | equivalent | not_resolved | target | "
               + " | ".join(d["scenarios"]) + " |", "|---|---|---|---|---|---|" + "---|" * len(d["scenarios"])]
         for x in d["cases"]:
