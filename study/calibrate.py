@@ -152,28 +152,30 @@ def simulate(d: dict, case: str, effect: float, scenario: tuple, rng):
 
 
 def cost(found: dict, runs: list) -> dict:
-    """Run time of the simulated design against the study's, from the runs' timing sums (train,
-    eval, cooldowns in worker-minutes, as the report's 'Wall time'; a replicate costs what its size's
-    seed-0 run cost)."""
+    """Run time and compute of the simulated design against the study's: worker-minutes from the
+    runs' timing sums (train, eval, cooldowns, as the report's 'Wall time') and Table-1 compute; a
+    replicate costs what its size's seed-0 run cost."""
     def busy(r):
         t = r.get("timing") or {}
         return sum(float(t.get(k, 0.0)) for k in ("train_s", "eval_s", "cooldown_s")) / 60
 
-    per = {(r["arch"], r["size"]): busy(r) for r in found.get("runs", []) if not r["seed"]}
-    study = sum(busy(r) for r in found.get("runs", []))
-    archs = {a for a, _ in per}
-    design = sum(per.get((a, _size(name)), 0.0) for name, *_ in runs for a in archs)
-    out = dict(study_worker_min=study, design_worker_min=design,
-               extra_share=(design - study) / study if study else None)
+    out = {}
+    for key, of in (("worker_min", busy), ("pf_days", lambda r: float(r["pf_days"]))):
+        per = {(r["arch"], r["size"]): of(r) for r in found.get("runs", []) if not r["seed"]}
+        study = sum(of(r) for r in found.get("runs", []))
+        design = sum(per.get((a, _size(name)), 0.0) for name, *_ in runs for a in {a for a, _ in per})
+        out[key] = dict(study=study, design=design, extra_share=(design - study) / study if study else None)
     return dict(out, text=cost_text(out))
 
 
 def cost_text(c: dict) -> str:
-    """'+12% of the study's run time (41 of 146 worker-minutes)'"""
-    if c.get("extra_share") is None:
-        return "run time unknown (no timing.jsonl)"
-    return (f"{c['extra_share']:+.0%} of the study's run time ({c['design_worker_min']:.0f} against "
-            f"{c['study_worker_min']:.0f} worker-minutes)")
+    """'+8% of the study's compute, +13% of its measured run time (165 against 146 worker-minutes)'"""
+    w, f = c["worker_min"], c["pf_days"]
+    text = f"{f['extra_share']:+.0%} of the study's compute (Table-1 C)" if f["extra_share"] is not None else ""
+    if w["extra_share"] is not None:
+        text += (f", {w['extra_share']:+.0%} of its measured run time ({w['design']:.0f} against {w['study']:.0f} "
+                 "worker-minutes)")
+    return text or "cost unknown"
 
 
 def target(case: str, counts: dict) -> tuple[str, bool]:

@@ -254,7 +254,7 @@ def fit_laws(study, table_path: str, out: str, approach: int, log=_print) -> dic
         fits_json, *pngs = result.write(out)
         for a, e in result.fits.items():  # one line per arch; the ranges are in fits.json and the report
             env = getattr(result.results[a], "envelope", None)
-            bound = "" if env is None else f"; envelope {np.mean(env.clamped != 0):.0%} bounds, not optima"
+            bound = "" if env is None else f"; envelope interior on {np.mean(env.clamped == 0):.0%} of the compute grid"
             log(f"[study] fit {a}: L(C) = {e['L_C']['coefficient']:.4g}·C^{e['L_C']['exponent']:+.4f}{bound}")
         log(f"[study] wrote {fits_json} and {', '.join(p.name for p in pngs)}")
     return errors
