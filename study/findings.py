@@ -79,7 +79,7 @@ def power_laws(f: dict, est: list[str], by: dict) -> list[str]:
     """Finding 1's table: per arch and estimator, exponent [95%], held-out errors [95%], the L(C)
     law's lack of fit, verdict."""
     L = ["| arch | estimator | L(C) exponent [95%] | held-out: actual − predicted [95%] | "
-         "lack of fit of L(C): rms, F (df), p | verdict |", "|---|---|---|---|---|---|"]
+         "lack of fit of L(C): rms, F (df), p | failed | verdict |", "|---|---|---|---|---|---|---|"]
     for a in f["archs"]:
         for n in est:
             r = by[n]["power_laws"]["archs"].get(a, {})
@@ -87,7 +87,9 @@ def power_laws(f: dict, est: list[str], by: dict) -> list[str]:
             ex = "—" if x is None else f"{x:.4f}" + (f" [{ci[0]:.4f}, {ci[1]:.4f}]" if ci else "")
             hs = r.get("holdout") or []
             ho = "; ".join(f"N={h['n_params']:.3g}: {_diff(h)}" for h in hs) or r.get("note", "—")
-            L.append(f"| {a} | {n} | {ex} | {ho} | {lack_of_fit_text(r.get('lack_of_fit'))} | {label(r)} |")
+            failed = max([r.get("failed") or 0.0] + [h.get("failed") or 0.0 for h in hs])
+            L.append(f"| {a} | {n} | {ex} | {ho} | {lack_of_fit_text(r.get('lack_of_fit'))} | {failed:.0%} | "
+                     f"{label(r)} |")
     return L
 
 

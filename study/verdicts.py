@@ -146,7 +146,8 @@ def _ranking(points: dict, draws: dict, baseline: str) -> dict:
         return [point, *(float(v) for v in np.percentile(x, [2.5, 97.5]))] if len(x) >= 2 else [point, None, None]
 
     out = dict(by_arch={a: iv(draws[a], points[a]) for a in archs}, best=order[0],
-               runner_up=order[1] if len(order) > 1 else None, diff=None, resolved=False)
+               runner_up=order[1] if len(order) > 1 else None, diff=None, resolved=False,
+               failed={a: float(np.mean(~np.isfinite(draws[a]))) for a in archs})
     if len(order) > 1:
         out["diff"] = iv(draws[order[1]] - draws[order[0]], points[order[1]] - points[order[0]])
         out["resolved"] = out["diff"][1] is not None and out["diff"][1] > 0
