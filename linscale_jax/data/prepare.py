@@ -285,7 +285,7 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 
 def main(argv=None) -> int:
-    from linscale_jax import cli_errors
+    from linscale_jax.run import command
     from linscale_jax.errors import ArgumentParser
 
     parser = ArgumentParser(prog="python -m linscale_jax.data.prepare", description=__doc__,
@@ -309,7 +309,7 @@ def main(argv=None) -> int:
         print(f"train with --config.data.task=records:{args.out} --config.data.vocab={args.vocab} "
               f"--config.train.seq_len={args.seq_len}")
 
-    return cli_errors.run(run, command="prepare")
+    return command.run(run, command="prepare")
 
 
 if __name__ == "__main__":
