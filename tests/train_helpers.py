@@ -1,5 +1,6 @@
 """Shared tiny configurations for the trainer tests (not a test module)."""
 
+import hashlib
 import sys
 from pathlib import Path
 
@@ -27,3 +28,9 @@ def cli_overrides(c):
         for k, v in c[section].items():
             flags.append(f"--config.{section}.{k}={v}")
     return flags
+
+
+def snapshot(workdir):
+    """{relative path: sha256} of every file (the byte-identity of a refused command)."""
+    return {str(p.relative_to(workdir)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(workdir.rglob("*")) if p.is_file()}

@@ -177,14 +177,14 @@ def _create(path) -> tuple[int, int] | None:
         return None
     st = os.stat(path)
     hook = os.environ.get(_TEST_PAUSE)
-    if hook:  # tests: hold the claim between creating and locking until the file `hook` exists
+    if hook:  # tests: pause between creating and locking until the file `hook` has content
         deadline = time.time() + 120
-        while not os.path.exists(hook) and time.time() < deadline:
+        while not (os.path.exists(hook) and os.path.getsize(hook)) and time.time() < deadline:
             time.sleep(0.05)
     return st.st_dev, st.st_ino
 
 
-_TEST_PAUSE = "LINSCALE_TEST_PAUSE_AFTER_MKDIR"  # tests/train/test_workdir_claims.py
+_TEST_PAUSE = "LINSCALE_TEST_PAUSE_AFTER_MKDIR"  # the creation race of tests/train/test_nothing_lost.py
 
 
 def _remove(path, made: tuple[int, int]) -> None:

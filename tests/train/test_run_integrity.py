@@ -7,7 +7,6 @@ and metadata, a missing file, an empty step dir, a full disk (writes fail), dive
 --init_from on a run with checkpoints, convert into a run, a failed start."""
 
 import errno
-import hashlib
 import json
 import os
 import shutil
@@ -18,7 +17,7 @@ import time
 
 import orbax.checkpoint as ocp
 import pytest
-from train_helpers import ROOT, cli_overrides, tiny_config
+from train_helpers import ROOT, cli_overrides, snapshot, tiny_config
 
 from linscale_jax.run import checkpoint as ckpt
 from linscale_jax.run import command
@@ -42,12 +41,6 @@ def logged_losses(workdir, steps=STEPS):
     rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == list(range(1, steps + 1))
     return [r["loss"] for r in rows]
-
-
-def snapshot(workdir):
-    """{relative path: sha256} of every file (the byte-identity of a refused command)."""
-    return {str(p.relative_to(workdir)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(workdir.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture(scope="module")
