@@ -101,13 +101,13 @@ def _route_console(pid: int, log: str) -> None:
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
-    console = os.fdopen(err, "w", buffering=1)
+    terminal = os.fdopen(err, "w", buffering=1)
     if pid == 0:
-        sys.stdout, sys.stderr = os.fdopen(out, "w", buffering=1), _Console(console)
+        sys.stdout, sys.stderr = os.fdopen(out, "w", buffering=1), _Console(terminal)
     else:
         os.close(out)
         sys.stdout = sys.stderr = os.fdopen(os.dup(1), "w", buffering=1)
-    console.CONSOLE.update(stream=console, prefix=f"[process {pid}] ")
+    console.CONSOLE.update(stream=terminal, prefix=f"[process {pid}] ")
 
 
 class _Console:
