@@ -164,6 +164,9 @@ def has_checkpoints(workdir) -> bool:
     return d.is_dir() and any(p.name.isdigit() for p in d.iterdir())
 
 
+_TEST_PAUSE = "LINSCALE_TEST_PAUSE_AFTER_MKDIR"  # the creation race of tests/train/test_nothing_lost.py
+
+
 def _create(path) -> tuple[int, int] | None:
     """mkdir path (its parents as needed): (st_dev, st_ino) of the directory when this call made
     it, None when it existed (or is remote)."""
@@ -182,9 +185,6 @@ def _create(path) -> tuple[int, int] | None:
         while not (os.path.exists(hook) and os.path.getsize(hook)) and time.time() < deadline:
             time.sleep(0.05)
     return st.st_dev, st.st_ino
-
-
-_TEST_PAUSE = "LINSCALE_TEST_PAUSE_AFTER_MKDIR"  # the creation race of tests/train/test_nothing_lost.py
 
 
 def _remove(path, made: tuple[int, int]) -> None:

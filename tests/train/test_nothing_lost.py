@@ -24,6 +24,7 @@ import pytest
 from train_helpers import ROOT, cli_overrides, snapshot, tiny_config
 
 from linscale_jax.run import checkpoint as ckpt
+from linscale_jax.run import lock as workdir_lock
 
 SIGNALS = (signal.SIGTERM, signal.SIGTERM, signal.SIGINT)
 TIMEOUT = 240  # seconds for any one wait (a loaded 2-core machine)
@@ -147,3 +148,25 @@ def test_a_resume_step_without_a_checkpoint_is_refused_in_one_line(live, value):
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 1 and len(lines) == 1 and f"--resume_step={value}: " in lines[0], p.stderr
     assert "usable steps: [" in lines[0] and snapshot(real) == before
+
+
+def test_claim_removes_only_the_directory_it_made_and_only_without_a_checkpoint(tmp_path):
+    def fail_in(workdir, inside=lambda: None):
+        with pytest.raises(RuntimeError):
+            with workdir_lock.claim(workdir):
+                inside()
+                raise RuntimeError("a failed start")
+
+    made = tmp_path / "made"
+    fail_in(made, lambda: (made / "metrics.jsonl").write_text("{}"))
+    assert not made.exists() and sorted(p.name for p in tmp_path.iterdir()) == []
+    existed = tmp_path / "existed"
+    existed.mkdir()
+    fail_in(existed)
+    assert existed.is_dir() and not any(existed.iterdir())  # its lock file is gone, the dir kept
+    saved = tmp_path / "saved"
+    fail_in(saved, lambda: (saved / "checkpoints" / "1").mkdir(parents=True))
+    assert (saved / "checkpoints" / "1").is_dir()
+    swapped = tmp_path / "swapped"  # another directory at the path by now: not the one it made
+    fail_in(swapped, lambda: (swapped.rename(tmp_path / "moved"), swapped.mkdir()))
+    assert swapped.is_dir() and (tmp_path / "moved").is_dir()
