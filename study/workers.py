@@ -105,6 +105,8 @@ def _take_runs(index, runs, finals, study, process, todo, events) -> None:
             except Stopped:
                 raise
             except Exception as e:  # noqa: BLE001 (reported to the parent with the run's log file)
+                if signals.raised():  # a library's failure around the stop's interruption
+                    raise signals.Interrupted(signals.received()) from None
                 events.put(("failed", index, name, f"{type(e).__name__}: {e} (log: {log_path})"))
             name = None  # a stop while waiting for the next run stops no run
     except (KeyboardInterrupt, Stopped) as e:  # the trainer saved a checkpoint (or none was under way)

@@ -120,6 +120,10 @@ def _call(fn, workdir, command: str, native_to_log: bool) -> int:
         print(stop_line(e, command), flush=True)
         return 0
     except Exception as e:  # noqa: BLE001 - the one place errors become lines
+        if signals.raised():  # a library's failure around the stop's interruption: the stop
+            sys.stderr.flush()
+            print(stop_line(signals.Interrupted(signals.received()), command), flush=True)
+            return 0
         supervise.await_peer_verdict(e)
         native = console.native_text()
         if native:

@@ -31,6 +31,7 @@ import jax
 from linscale_jax import contract
 from linscale_jax.run import checksums
 from linscale_jax.run import identity
+from linscale_jax.run import signals
 from linscale_jax.run import lock as workdir_lock
 from linscale_jax.run import checkpoint as ckpt
 from linscale_jax.errors import Refusal
@@ -104,10 +105,12 @@ def guard(config, workdir, init_from=None, resume_step=None, allow_change=False)
     workdir = ckpt.as_path(workdir)
     lead = jax.process_index() == 0
     with workdir_lock.claim(workdir, enabled=lead):
-        plan, target, meta, accepted = _check(config, workdir, init_from, resume_step, allow_change)
-        if lead:
-            _repair(workdir, plan, target, resume_step)
-        _sync("linscale_integrity_repaired")
+        with signals.postponed():  # a repair cut short would leave checkpoints half moved
+            plan, target, meta, accepted = _check(config, workdir, init_from, resume_step,
+                                                  allow_change)
+            if lead:
+                _repair(workdir, plan, target, resume_step)
+            _sync("linscale_integrity_repaired")
         if accepted:
             print(f"--allow_config_change: continuing {workdir} with "
                   f"{identity._fmt(accepted)} (recorded in checkpoint metadata).", flush=True)

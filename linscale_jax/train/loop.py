@@ -303,7 +303,8 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
     schedule = optim.make_schedule(config.optim, total)
     save_at = ckpt.save_steps(config.checkpoint, total)
     log_every = max(int(tr.log_every), 1)
-    logger = metrics_lib.MetricsLogger(workdir, total, step)
+    with signals.postponed():  # it rewrites metrics.jsonl without the rows after `step`
+        logger = metrics_lib.MetricsLogger(workdir, total, step)
     profile = metrics_lib.Profile(tr.get("profile_steps", ""), workdir)
     recorder = checksums.Recorder(jax.process_index(), jax.process_count())
     losses, pending, stopped, unrecorded = {}, [], None, []

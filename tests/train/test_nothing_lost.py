@@ -170,3 +170,33 @@ def test_claim_removes_only_the_directory_it_made_and_only_without_a_checkpoint(
     swapped = tmp_path / "swapped"  # another directory at the path by now: not the one it made
     fail_in(swapped, lambda: (swapped.rename(tmp_path / "moved"), swapped.mkdir()))
     assert swapped.is_dir() and (tmp_path / "moved").is_dir()
+
+
+def test_one_stop_however_many_signals_wherever_they_land():
+    from linscale_jax.run import signals
+
+    def kill(*sigs):
+        for sig in sigs:
+            os.kill(os.getpid(), sig)
+            time.sleep(0.01)  # the handler runs between bytecodes
+
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(signals.Interrupted, match="SIGTERM"):  # the body: cut at once, once
+        with signals.running():
+            kill(*SIGNALS)
+            pytest.fail("not interrupted")
+    with pytest.raises(signals.Interrupted, match="SIGINT"):
+        with signals.running():
+            with signals.postponed():  # a region not to cut: the stop comes when it ends
+                kill(signal.SIGINT, *SIGNALS)
+                held = True
+    assert held
+    calls = []
+    with signals.running():
+        with signals.deferred(on_stop=calls.append) as stop:  # its owner handles the stop
+            kill(*SIGNALS)
+            assert stop.name == "SIGTERM" and calls == [signal.SIGTERM]
+        kill(signal.SIGINT)  # handled: later signals change nothing
+        with signals.postponed():
+            kill(signal.SIGTERM)
+    assert signal.getsignal(signal.SIGINT) is before and signals.received() is None
