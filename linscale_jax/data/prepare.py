@@ -15,29 +15,30 @@ Vocabularies (--vocab): byte | sentencepiece:<.model> | cl100k_base | hf:<tokeni
 Splits. Local files and stdlib: a document goes to validation when the hash of its id
 (<file name>:<n>) falls below --val_fraction (as data.task=files does); tfds: its own splits.
 Hosts. --shard=i/n prepares shard i of n: every n-th file when there are at least n files, else
-every n-th document; each host writes only its shard files, and the directory is complete when all
-n shards are there. Cores. Documents are tokenised by --processes worker processes in chunks and
-packed in order by the main process, so the records do not depend on the number of processes.
+every n-th document; each host writes only its shard files, and the host that finds all n shards
+there publishes the directory (data.publish: versions beside each other, dataset.json written last
+and atomically; other inputs into the same --out refuse). Cores. Documents are tokenised by
+--processes worker processes in chunks and packed in order by the main process, so the records do
+not depend on the number of processes.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import hashlib
 import json
 import multiprocessing
 import os
-import shutil
 import sys
-import tempfile
+import sysconfig
 import time
 from typing import Iterator
 
 import ml_collections
-from etils import epath
 
-from linscale_jax.data import corpora, records, tokenize
+from linscale_jax.data import corpora, publish, records, tokenize
 from linscale_jax.data.errors import DataError
 
 CHUNK_CHARS = 1 << 20  # text per tokenisation task
@@ -169,15 +170,46 @@ def source_description(data_config) -> dict:
     return d
 
 
+def input_stamp(data_config) -> list:
+    """What identifies the inputs' content cheaply: paths, sizes and mtimes; the stdlib's location."""
+    kind = data_config.task
+    if kind == "files":
+        files = corpora.expand_paths(data_config.paths)
+        return [(f, os.path.getsize(f), os.stat(f).st_mtime_ns) for f in files]
+    if kind == "stdlib":
+        return [sysconfig.get_paths()["stdlib"], sys.version]
+    return []
+
+
 def _fmt_eta(seconds: float) -> str:
     seconds = int(seconds)
     return f"{seconds // 3600}h{seconds // 60 % 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
 
 
+def _test_fault():
+    """LINSCALE_PREPARE_FAULT (tests only): enospc@N raises a full disk at the N-th record written;
+    pause@<split> stops for a minute once the split's shard file is in place (to be killed there)."""
+    spec = os.environ.get("LINSCALE_PREPARE_FAULT", "")
+    what, _, arg = spec.partition("@")
+
+    def on_write(n: int, path: str) -> None:
+        if what == "enospc" and n == int(arg):
+            raise OSError(errno.ENOSPC, "No space left on device", path)
+
+    def pause(point: str) -> None:
+        if what == "pause" and point == arg:
+            print(f"paused after {point}", flush=True)
+            time.sleep(60)
+
+    return on_write, pause
+
+
 def prepare(data_config, seq_len: int, out: str, shard: int = 0, shards: int = 1, processes: int = 1,
-            log=print) -> dict:
-    """Write shard `shard` of `shards` of the records of `data_config`'s corpus into `out`.
-    Returns {split: {rows, tokens, documents, sha256}} of this shard."""
+            log=print, elsewhere: str = "pass another --out") -> dict:
+    """Write shard `shard` of `shards` of the records of `data_config`'s corpus into `out` (a new
+    version beside what `out` holds, published when every shard is there: data.publish).
+    Returns {split: {rows, tokens, documents, bytes, sha256}} of this shard. `elsewhere` is the
+    full-disk line's other way out."""
     if not 0 <= shard < shards:
         raise DataError(f"--shard={shard}/{shards}: the shard index must be in [0, {shards})")
     if seq_len < 2:
@@ -185,38 +217,84 @@ def prepare(data_config, seq_len: int, out: str, shard: int = 0, shards: int = 1
     tiktoken_file = data_config.get("tiktoken_file", "")
     tok = tokenize.get(data_config.vocab, tiktoken_file)
     token_dtype, segment_dtype = records.dtypes(tok.vocab_size, seq_len)
-    meta = dict(format=records.FORMAT, vocab=tok.spec, vocab_fingerprint=tok.fingerprint, vocab_size=tok.vocab_size,
-                eos_id=tok.eos_id, pad_id=tok.pad_id, seq_len=seq_len, token_dtype=token_dtype,
-                segment_dtype=segment_dtype, shards=shards, source=source_description(data_config))
+    recipe = dict(format=records.FORMAT, vocab=tok.spec, vocab_fingerprint=tok.fingerprint, vocab_size=tok.vocab_size,
+                  eos_id=tok.eos_id, pad_id=tok.pad_id, seq_len=seq_len, token_dtype=token_dtype,
+                  segment_dtype=segment_dtype, shards=shards, source=source_description(data_config))
+    inputs = hashlib.sha256(json.dumps([recipe, input_stamp(data_config)]).encode()).hexdigest()
+    version = f"v-{inputs[:16]}"
+    on_write, pause = _test_fault()
+    progress = dict(fraction=None, bytes=0)
+    t0 = time.perf_counter()
+    log(f"prepare {data_config.task} -> {out} (shard {shard}/{shards}, vocab {tok.spec}, seq_len {seq_len}, "
+        f"{processes} process{'es' if processes > 1 else ''})")
+    writer = publish.Writer(out, version, recipe, shard, shards, log, pause)
+    try:
+        with writer:
+            if writer.published:
+                log(f"  {out} already holds these records ({version}); nothing to do")
+                manifest = writer.manifest()
+                return {s: manifest["files"][s][shard] for s in records.SPLITS}
+            if writer.todo:
+                stats = _write_shard(data_config, tok, seq_len, shard, shards, processes, writer.stage, on_write,
+                                     progress, log)
+                writer.commit(stats)
+            else:
+                log(f"  shard {shard}/{shards} is already in {out}/{version}")
+            stats = records.read_json(records.claim_file(out, version, shard, shards))
+            if not writer.publish(inputs):
+                log(f"  shard {shard}/{shards} done; {out} is published once all {shards} shards are there")
+    except Exception as e:
+        if not publish.disk_full(e):
+            raise
+        raise DataError(_disk_full_line(out, writer, progress, elsewhere)) from e
+    dt = time.perf_counter() - t0
+    log(f"  done in {dt:.1f}s: " + ", ".join(f"{s} {stats[s]['rows']:,} rows ({publish.size_text(stats[s]['bytes'])})"
+                                             for s in records.SPLITS)
+        + (f"; published {out}/{records.MANIFEST} ({version})" if writer.published else ""))
+    old = writer.superseded()
+    if writer.published and old:
+        log(f"  the records published before stay in {', '.join(p for p, _ in old)} "
+            f"({publish.size_text(sum(b for _, b in old))}) for runs reading them; the next prepare into {out} removes "
+            "them")
+    return stats
+
+
+def _disk_full_line(out: str, writer, progress: dict, elsewhere: str) -> str:
+    written, frac = progress["bytes"], progress["fraction"]
+    need = f", about {publish.size_text(written / frac)} in all" if frac and frac > 0.05 else ""
+    where = writer.stage if writer.stage and not writer.local else out
+    old = writer.superseded()
+    older = (f"; {', '.join(p for p, _ in old)} ({publish.size_text(sum(b for _, b in old))}) hold earlier records "
+             "and can go if no run reads them") if old else ""
+    return (f"no space left on device while preparing {out} ({publish.size_text(written)} of records written{need}; "
+            f"prepare removed its partial files); free space on the disk of {where} (df -h {where}){older}, or "
+            f"{elsewhere}, then re-run the same command")
+
+
+def _write_shard(data_config, tok, seq_len, shard, shards, processes, stage, on_write, progress, log) -> dict:
+    """Tokenise and pack this shard's documents into stage/<split>.array_record; returns the stats."""
     from array_record.python.array_record_module import ArrayRecordWriter
 
-    out_path = epath.Path(out)
-    name = records.shard_name(shard, shards)
-    local = not str(out).startswith(("gs://", "s3://"))
-    if local:  # stage next to the output (same file system: a rename), else in /tmp, then copy
-        out_path.mkdir(parents=True, exist_ok=True)
-        stage = tempfile.mkdtemp(prefix=f".{name}-", dir=str(out_path))
-    else:
-        stage = tempfile.mkdtemp(prefix="linscale-prepare-")
-    writers = {s: ArrayRecordWriter(os.path.join(stage, f"{s}.array_record"), records.WRITER_OPTIONS)
-               for s in records.SPLITS}
+    token_dtype, segment_dtype = records.dtypes(tok.vocab_size, seq_len)
+    tiktoken_file = data_config.get("tiktoken_file", "")
+    paths = {s: os.path.join(stage, f"{s}.array_record") for s in records.SPLITS}
+    writers = {s: ArrayRecordWriter(paths[s], records.WRITER_OPTIONS) for s in records.SPLITS}
     packers = {s: records.Packer(seq_len, tok.pad_id) for s in records.SPLITS}
     stats = {s: dict(rows=0, tokens=0, documents=0) for s in records.SPLITS}
-    hashes = {s: hashlib.sha256() for s in records.SPLITS}
+    count = [0]
 
     def write(split, rows):
         targets, segs = rows
         for rec in records.encode_rows(targets, segs, token_dtype, segment_dtype):
+            count[0] += 1
+            on_write(count[0], paths[split])
             writers[split].write(rec)
-            hashes[split].update(rec)
+            progress["bytes"] += len(rec)
         stats[split]["rows"] += len(targets)
         stats[split]["tokens"] += int((segs > 0).sum())
 
-    progress = dict(fraction=None)
     t0 = last = time.perf_counter()
     n_docs = n_tok = 0
-    log(f"prepare {data_config.task} -> {out} (shard {shard}/{shards}, vocab {tok.spec}, seq_len {seq_len}, "
-        f"{processes} process{'es' if processes > 1 else ''})")
     try:
         with _encoder(tok, processes, tiktoken_file) as imap:
             for splits, docs in imap(_chunks(documents(data_config, shard, shards), progress)):
@@ -239,24 +317,10 @@ def prepare(data_config, seq_len: int, out: str, shard: int = 0, shards: int = 1
         for w in writers.values():
             w.close()
     if n_docs == 0:
-        shutil.rmtree(stage, ignore_errors=True)
         raise DataError(f"shard {shard}/{shards} of {data_config.task} {source_description(data_config)} holds no "
                         "non-empty documents; check the input (files empty or whitespace only) or use fewer shards")
-    for split in records.SPLITS:
-        stats[split]["sha256"] = hashes[split].hexdigest()
-        dest = out_path / split
-        dest.mkdir(parents=True, exist_ok=True)
-        src = os.path.join(stage, f"{split}.array_record")
-        if local:
-            os.replace(src, str(dest / f"{name}.array_record"))
-        else:
-            epath.Path(src).copy(dest / f"{name}.array_record", overwrite=True)
-        (dest / f"{name}.json").write_text(json.dumps(stats[split], indent=1))
-    shutil.rmtree(stage, ignore_errors=True)
-    (out_path / "dataset.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
     dt = time.perf_counter() - t0
-    log(f"  done: {n_docs:,} docs, {n_tok:,} tokens in {dt:.1f}s ({n_tok / max(dt, 1e-9):,.0f} tokens/s); "
-        + ", ".join(f"{s} {stats[s]['rows']:,} rows" for s in records.SPLITS))
+    log(f"  {n_docs:,} docs, {n_tok:,} tokens in {dt:.1f}s ({n_tok / max(dt, 1e-9):,.0f} tokens/s)")
     return stats
 
 

@@ -16,19 +16,15 @@ prepares under a file lock while the others wait, then all read the same directo
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import hashlib
 import json
 import logging
 import os
-import shutil
-import sys
-import sysconfig
 
 import numpy as np
 
-from linscale_jax.data import corpora, records, tokenize
+from linscale_jax.data import publish, records, tokenize
 from linscale_jax.data.errors import DataError, DataRefusal
 
 TASK_FORMS = ("stdlib | files | tfds:<name>[:<version>] | records:<prepared dir> | mqar")
@@ -38,17 +34,6 @@ AUTO_PARALLEL_BYTES = 32 << 20  # inputs above this are tokenised by several pro
 def cache_root() -> str:
     return os.environ.get("LINSCALE_DATA_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "linscale_jax",
                                                                  "records")
-
-
-def _input_stamp(data_config):
-    """What identifies the inputs' content cheaply: paths, sizes and mtimes; the stdlib's location."""
-    kind = data_config.task
-    if kind == "files":
-        files = corpora.expand_paths(data_config.paths)
-        return [(os.path.abspath(f), os.path.getsize(f), os.stat(f).st_mtime_ns) for f in files]
-    if kind == "stdlib":
-        return [sysconfig.get_paths()["stdlib"], sys.version]
-    return []
 
 
 def records_dir(config) -> str:
@@ -66,7 +51,7 @@ def records_dir(config) -> str:
     tok = tokenize.get(d.vocab, d.get("tiktoken_file", ""))
     source = prepare.source_description(d)
     ident = json.dumps(dict(format=records.FORMAT, source=source, vocab=tok.spec, vocab_sha256=tok.fingerprint,
-                            seq_len=seq_len, inputs=_input_stamp(d)), sort_keys=True)
+                            seq_len=seq_len, inputs=prepare.input_stamp(d)), sort_keys=True)
     key = hashlib.sha256(ident.encode()).hexdigest()[:16]
     tag = "".join(c if c.isalnum() else "_" for c in kind)[:24]
     vtag = tok.spec if tok.spec in ("byte", "cl100k_base") else f"{tok.spec.split(':')[0]}_{tok.fingerprint[:8]}"
@@ -75,33 +60,22 @@ def records_dir(config) -> str:
     if _complete(out):
         return out
     os.makedirs(root, exist_ok=True)
-    with _locked(out + ".lock"):
+    with publish.flock(out + ".lock", fcntl.LOCK_EX):
         if _complete(out):  # another process prepared it meanwhile
             return out
-        tmp = f"{out}.tmp-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        size = sum(s for _, s, _ in _input_stamp(d)) if kind == "files" else 0
+        size = sum(s for _, s, _ in prepare.input_stamp(d)) if kind == "files" else 0
         processes = min(os.cpu_count() or 1, 8) if (kind.startswith("tfds:") or size > AUTO_PARALLEL_BYTES) else 1
         print(f"Preparing data.task={kind} (vocab {tok.spec}, seq_len {seq_len}) once into {out}; for large "
               "corpora on many hosts run `python -m linscale_jax.data.prepare` and use data.task=records:<dir>.",
               flush=True)
-        prepare.prepare(d, seq_len, tmp, processes=processes, log=lambda m: print(m, flush=True))
-        os.rename(tmp, out)
+        prepare.prepare(d, seq_len, out, processes=processes, log=lambda m: print(m, flush=True),
+                        elsewhere=f"set $LINSCALE_DATA_CACHE to a directory on a larger disk (the corpora prepared "
+                        f"under {root} can be deleted)")
     return out
 
 
 def _complete(directory: str) -> bool:
-    return os.path.isfile(os.path.join(directory, "dataset.json"))
-
-
-@contextlib.contextmanager
-def _locked(path: str):
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    return os.path.isfile(os.path.join(directory, records.MANIFEST))
 
 
 def check_model_vocab(config, vocab_size: int) -> None:
