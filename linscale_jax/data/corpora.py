@@ -72,6 +72,13 @@ def split_texts(corpus: Corpus, split: str, val_fraction: float) -> list[str]:
     return texts
 
 
+def split_pieces(corpus: Corpus, split: str, val_fraction: float, piece_chars: int = 0) -> list[str]:
+    """The documents of one split: its texts, or with piece_chars > 0 their `pieces` (the split is
+    decided per text, so no text has pieces on both sides)."""
+    texts = split_texts(corpus, split, val_fraction)
+    return [p for t in texts for p in pieces(t, piece_chars)] if piece_chars else texts
+
+
 def pieces(text: str, size: int) -> list[str]:
     """Cut `text` into runs of whole lines: a piece ends at the first blank line once it holds
     >= `size` characters, or at any line end once it holds >= 4·`size`. "".join(pieces) == text."""
@@ -272,8 +279,9 @@ def _jsonl_record(path: str, raw: bytes, n: int, offset: int, text_key: str) -> 
     try:
         record = json.loads(line)
     except json.JSONDecodeError as e:
-        raise DataError(f"{path}:{n} (byte offset {offset}) is not valid JSON ({e.msg}, column {e.colno}); each "
-                        f"line must be one JSON object: fix or remove line {n}") from None
+        msg = e.msg.removesuffix(" at")  # "Invalid control character at"
+        raise DataError(f"{path}:{n} is not valid JSON ({msg} at column {e.colno}; the line starts at byte offset "
+                        f"{offset}); each line must be one JSON object: fix or remove line {n}") from None
     if not isinstance(record, dict) or not isinstance(record.get(text_key), str):
         raise DataError(f"{path}:{n}: no string field {text_key!r}; set data.text_key to the text field")
     text = record[text_key]
@@ -373,3 +381,35 @@ def files_corpus(paths: str, text_key: str = "text", txt_document: str = "paragr
     if not texts:
         raise DataError(f"no non-empty documents in data.paths={paths!r}; the files are empty or whitespace only")
     return Corpus(f"data.paths={paths!r}", tuple(ids), tuple(texts))
+
+
+def stream_stdlib(val_fraction: float, shard: int = 0, shards: int = 1) -> Iterator[tuple]:
+    """(split, piece, fraction done) of every shards-th stdlib file from `shard` (what prepare reads)."""
+    corpus = stdlib_corpus()
+    for k, (doc_id, text) in enumerate(zip(corpus.ids, corpus.texts)):
+        if k % shards == shard:
+            split = "validation" if is_validation(doc_id, val_fraction) else "train"
+            for piece in pieces(text, STDLIB_PIECE_CHARS):
+                yield split, piece, (k + 1) / len(corpus.ids)
+
+
+def stream_files(paths: str, text_key: str, txt_document: str, val_fraction: float, shard: int = 0,
+                 shards: int = 1) -> Iterator[tuple]:
+    """(split, document, None) of host shard `shard` of `shards` of data.paths, streamed file by file
+    (every shards-th file when there are at least `shards` files, else every shards-th document),
+    and (None, None, fraction done) after each file (what prepare reads)."""
+    files = expand_paths(paths)
+    by_file = len(files) >= shards
+    mine = files[shard::shards] if by_file else files
+    sizes = [max(os.path.getsize(f), 1) for f in mine]
+    total, done, k = sum(sizes), 0, 0
+    for path, size in zip(mine, sizes):
+        base = os.path.basename(path)
+        for n, doc in enumerate(iter_file_documents(path, text_key, txt_document)):
+            if not doc.strip():
+                continue
+            k += 1
+            if by_file or (k - 1) % shards == shard:
+                yield ("validation" if is_validation(f"{base}:{n}", val_fraction) else "train"), doc, None
+        done += size
+        yield None, None, done / total

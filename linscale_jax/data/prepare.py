@@ -32,84 +32,16 @@ import json
 import multiprocessing
 import os
 import sys
-import sysconfig
 import time
-from typing import Iterator
 
 import ml_collections
 
-from linscale_jax.data import corpora, publish, records, tokenize
+from linscale_jax.data import corpora, publish, records, sources, tokenize
 from linscale_jax.data.errors import DataError
 
 CHUNK_CHARS = 1 << 20  # text per tokenisation task
 CHUNK_DOCS = 4096
 PROGRESS_EVERY_S = 5.0
-
-
-# ----------------------------------------------------------------------------- documents
-
-def _stdlib_documents(shard: int, shards: int, val_fraction: float):
-    corpus = corpora.stdlib_corpus()
-    for k, (doc_id, text) in enumerate(zip(corpus.ids, corpus.texts)):
-        if k % shards == shard:
-            split = "validation" if corpora.is_validation(doc_id, val_fraction) else "train"
-            for piece in corpora.pieces(text, corpora.STDLIB_PIECE_CHARS):
-                yield split, piece, (k + 1) / len(corpus.ids)
-
-
-def _file_documents(data_config, shard: int, shards: int):
-    files = corpora.expand_paths(data_config.paths)
-    by_file = len(files) >= shards
-    mine = files[shard::shards] if by_file else files
-    sizes = [max(os.path.getsize(f), 1) for f in mine]
-    total, done, k = sum(sizes), 0, 0
-    for path, size in zip(mine, sizes):
-        base = os.path.basename(path)
-        for n, doc in enumerate(corpora.iter_file_documents(path, data_config.text_key, data_config.txt_document)):
-            if not doc.strip():
-                continue
-            k += 1
-            if by_file or (k - 1) % shards == shard:
-                split = "validation" if corpora.is_validation(f"{base}:{n}", data_config.val_fraction) else "train"
-                yield split, doc, None
-        done += size
-        yield None, None, done / total
-
-
-def _tfds_documents(data_config, shard: int, shards: int):
-    from linscale_jax.data import tasks
-    from linscale_jax.data._tf import dataset_options, seqio
-
-    task = tasks.get_task(data_config)
-    key = tasks.text_key(data_config)
-    for split in records.SPLITS:
-        source = task.source
-        if shards > 1 and len(source.list_shards(split)) >= shards:
-            ds = source.get_dataset(split=split, shuffle=False, shard_info=seqio.ShardInfo(shard, shards))
-        else:
-            ds = source.get_dataset(split=split, shuffle=False)
-            if shards > 1:
-                ds = ds.shard(shards, shard)
-        for n, ex in enumerate(ds.map(lambda ex: ex[key]).with_options(dataset_options()).prefetch(64)
-                               .as_numpy_iterator()):
-            try:
-                yield split, ex.decode("utf-8"), None
-            except UnicodeDecodeError as e:
-                raise DataError(f"document {n} of {data_config.task}/{split} is not valid UTF-8 at byte offset "
-                                f"{e.start}; re-prepare the tfds dataset with UTF-8 text") from None
-
-
-def documents(data_config, shard: int = 0, shards: int = 1) -> Iterator[tuple]:
-    """(split, text, fraction done or None) of this shard's documents, in source order.
-    Entries with split None carry progress only."""
-    kind = data_config.task
-    if kind == "stdlib":
-        return _stdlib_documents(shard, shards, data_config.val_fraction)
-    if kind == "files":
-        return _file_documents(data_config, shard, shards)
-    if kind.startswith("tfds:"):
-        return _tfds_documents(data_config, shard, shards)
-    raise DataError(f"unknown input {kind!r}; use stdlib, files (data.paths) or tfds:<name>[:<version>]")
 
 
 # ----------------------------------------------------------------------------- tokenising workers
@@ -157,30 +89,6 @@ def _encoder(tok: tokenize.Tokenizer, processes: int, tiktoken_file: str):
 
 # ----------------------------------------------------------------------------- prepare
 
-def source_description(data_config) -> dict:
-    """The options that decide the documents (stored in dataset.json)."""
-    kind = data_config.task
-    d = dict(task=kind, val_fraction=float(data_config.val_fraction))
-    if kind == "files":
-        d.update(paths=data_config.paths, text_key=data_config.text_key, txt_document=data_config.txt_document)
-    elif kind.startswith("tfds:"):
-        d.update(tfds_data_dir=data_config.get("tfds_data_dir", ""))
-    elif kind == "stdlib":
-        d.update(piece_chars=corpora.STDLIB_PIECE_CHARS)
-    return d
-
-
-def input_stamp(data_config) -> list:
-    """What identifies the inputs' content cheaply: paths, sizes and mtimes; the stdlib's location."""
-    kind = data_config.task
-    if kind == "files":
-        files = corpora.expand_paths(data_config.paths)
-        return [(f, os.path.getsize(f), os.stat(f).st_mtime_ns) for f in files]
-    if kind == "stdlib":
-        return [sysconfig.get_paths()["stdlib"], sys.version]
-    return []
-
-
 def _fmt_eta(seconds: float) -> str:
     seconds = int(seconds)
     return f"{seconds // 3600}h{seconds // 60 % 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
@@ -214,13 +122,13 @@ def prepare(data_config, seq_len: int, out: str, shard: int = 0, shards: int = 1
         raise DataError(f"--shard={shard}/{shards}: the shard index must be in [0, {shards})")
     if seq_len < 2:
         raise DataError(f"--seq_len={seq_len}: rows need at least 2 tokens")
-    tiktoken_file = data_config.get("tiktoken_file", "")
-    tok = tokenize.get(data_config.vocab, tiktoken_file)
+    src = sources.of(data_config)
+    tok = tokenize.get(data_config.vocab, data_config.get("tiktoken_file", ""))
     token_dtype, segment_dtype = records.dtypes(tok.vocab_size, seq_len)
     recipe = dict(format=records.FORMAT, vocab=tok.spec, vocab_fingerprint=tok.fingerprint, vocab_size=tok.vocab_size,
                   eos_id=tok.eos_id, pad_id=tok.pad_id, seq_len=seq_len, token_dtype=token_dtype,
-                  segment_dtype=segment_dtype, shards=shards, source=source_description(data_config))
-    inputs = hashlib.sha256(json.dumps([recipe, input_stamp(data_config)]).encode()).hexdigest()
+                  segment_dtype=segment_dtype, shards=shards, source=src.description(data_config))
+    inputs = hashlib.sha256(json.dumps([recipe, src.stamp(data_config)]).encode()).hexdigest()
     version = f"v-{inputs[:16]}"
     on_write, pause = _test_fault()
     progress = dict(fraction=None, bytes=0)
@@ -235,8 +143,8 @@ def prepare(data_config, seq_len: int, out: str, shard: int = 0, shards: int = 1
                 manifest = writer.manifest()
                 return {s: manifest["files"][s][shard] for s in records.SPLITS}
             if writer.todo:
-                stats = _write_shard(data_config, tok, seq_len, shard, shards, processes, writer.stage, on_write,
-                                     progress, log)
+                stats = _write_shard(data_config, src, tok, seq_len, shard, shards, processes, writer.stage,
+                                     on_write, progress, log)
                 writer.commit(stats)
             else:
                 log(f"  shard {shard}/{shards} is already in {out}/{version}")
@@ -271,7 +179,7 @@ def _disk_full_line(out: str, writer, progress: dict, elsewhere: str) -> str:
             f"{elsewhere}, then re-run the same command")
 
 
-def _write_shard(data_config, tok, seq_len, shard, shards, processes, stage, on_write, progress, log) -> dict:
+def _write_shard(data_config, src, tok, seq_len, shard, shards, processes, stage, on_write, progress, log) -> dict:
     """Tokenise and pack this shard's documents into stage/<split>.array_record; returns the stats."""
     from array_record.python.array_record_module import ArrayRecordWriter
 
@@ -297,7 +205,7 @@ def _write_shard(data_config, tok, seq_len, shard, shards, processes, stage, on_
     n_docs = n_tok = 0
     try:
         with _encoder(tok, processes, tiktoken_file) as imap:
-            for splits, docs in imap(_chunks(documents(data_config, shard, shards), progress)):
+            for splits, docs in imap(_chunks(src.documents(data_config, shard, shards), progress)):
                 for split in records.SPLITS:
                     mine = [d for s, d in zip(splits, docs) if s == split and len(d) > 1]
                     if mine:
@@ -317,7 +225,7 @@ def _write_shard(data_config, tok, seq_len, shard, shards, processes, stage, on_
         for w in writers.values():
             w.close()
     if n_docs == 0:
-        raise DataError(f"shard {shard}/{shards} of {data_config.task} {source_description(data_config)} holds no "
+        raise DataError(f"shard {shard}/{shards} of {data_config.task} {src.description(data_config)} holds no "
                         "non-empty documents; check the input (files empty or whitespace only) or use fewer shards")
     dt = time.perf_counter() - t0
     log(f"  {n_docs:,} docs, {n_tok:,} tokens in {dt:.1f}s ({n_tok / max(dt, 1e-9):,.0f} tokens/s)")
@@ -330,11 +238,7 @@ def data_config_from_args(args) -> ml_collections.ConfigDict:
     from linscale_jax.config import base_config
 
     c = base_config().data
-    inp = args.input
-    if inp == "stdlib" or inp.startswith("tfds:"):
-        c.task = inp
-    else:
-        c.task, c.paths = "files", inp
+    c.task, c.paths = sources.input_task(args.input)
     c.vocab, c.text_key, c.txt_document = args.vocab, args.text_key, args.txt_document
     c.val_fraction, c.tfds_data_dir, c.tiktoken_file = args.val_fraction, args.tfds_data_dir, args.tiktoken_file
     return c

@@ -39,6 +39,7 @@ import json
 import numpy as np
 from etils import epath
 
+from linscale_jax.data import tokenize
 from linscale_jax.data.errors import DataError
 
 FORMAT = "linscale-records-2"
@@ -226,6 +227,22 @@ class Records:
             raise DataError(f"{self.directory} holds rows of {self.seq_len} tokens, not train.seq_len={seq_len}; "
                             f"set --config.train.seq_len={self.seq_len} or prepare the corpus with "
                             f"--seq_len={seq_len}")
+
+
+def documents(directory: str, split: str, tiktoken_file: str = ""):
+    """The documents of a prepared split, decoded (rows in order, cut after each EOS)."""
+    recs = Records(directory, split)
+    tok = tokenize.get(recs.meta["vocab"], tiktoken_file)
+    pending = []
+    for start in range(0, len(recs), 1024):
+        targets, segs = recs.read(range(start, min(start + 1024, len(recs))))
+        tokens = targets[segs > 0]
+        cuts = np.flatnonzero(tokens == recs.eos_id) + 1
+        pieces = np.split(tokens, cuts)
+        for piece in pieces[:-1]:
+            yield tok.decode(np.concatenate(pending + [piece[:-1]]).tolist())
+            pending = []
+        pending.append(pieces[-1])
 
 
 def unpublished(root) -> str:

@@ -100,8 +100,9 @@ def test_decoder_errors_name_the_file_the_place_and_the_fix(tmp_path):
         "surrogate.jsonl": (b'{"text": "ok \\ud83d\\ude00"}\n{"text": "half \\ud800 pair"}\n',
                             r"surrogate.jsonl:2 \(byte offset 28\): field 'text' holds a lone surrogate "
                             r"'\\ud800' at character 5 .* remove line 2"),
-        "bad.jsonl": (b'{"text": "ok"}\n{"text": "open\n', r"bad.jsonl:2 \(byte offset 15\) is not valid JSON .*fix or "
-                                                             "remove line 2"),
+        "bad.jsonl": (b'{"text": "ok"}\n{"text": "open\n',
+                      r"bad.jsonl:2 is not valid JSON \(Invalid control character at column 15; the line starts at byte offset 15\); .*fix or "
+                      "remove line 2"),
         "latin1.jsonl.gz": (gzip.compress(b'{"text": "ok"}\n{"text": "caf\xe9"}\n'),
                             r"latin1.jsonl.gz: not valid UTF-8 at byte offset 28 \(line 2.*iconv"),
         "latin1.txt": (b"fine\n\ncaf\xe9\n", r"latin1.txt: not valid UTF-8 at byte offset 9 \(line 3.*iconv"),
@@ -180,6 +181,7 @@ def test_a_prepare_killed_after_its_train_file_keeps_the_records_and_a_run_on_ch
         run(6)
 
 
+@pytest.mark.slow  # four prepare commands (about 30 s on 2 loaded cores)
 def test_two_prepares_of_other_inputs_into_one_out_refuse_and_a_kill_leaves_nothing_in_the_way(tmp_path):
     a = write_corpus(tmp_path / "a.jsonl")
     b = write_corpus(tmp_path / "b.jsonl", [d[::-1] for d in DOCS])
