@@ -4,7 +4,7 @@
         if w.todo:                                 # this shard's files are not written yet
             ... write w.stage/<split>.array_record ...
             w.commit(stats)                         # moves them in, records their sizes and sha256
-        w.publish()                                 # dataset.json, once every shard is there
+        w.publish(inputs)                           # dataset.json, once every shard is there
 
 A version (`v-<hash>`, the hash of the recipe and of the inputs' paths, sizes and modification
 times) is written into DIR/<version>/ while readers keep reading the version dataset.json names.
@@ -20,8 +20,9 @@ version (the hosts of a multi-host prepare, two prepares of the same inputs) wor
 a version whose lock nobody holds was left by a prepare that died. The scan refuses in one line
 when DIR holds the records of another recipe (other inputs, options, vocabulary or seq_len) or
 another prepare is writing another version, and removes versions left unpublished by dead
-prepares, superseded versions, and the staging of dead processes of this host. A gs:// directory
-has no locks: an unfinished version of other inputs is refused with the command that removes it.
+prepares, superseded versions, and staging directories whose process died (each process holds a
+lock in its own). A gs:// directory has no locks: an unfinished version of other inputs is refused
+with the command that removes it; its staging is local ($TMPDIR/linscale-prepare-*).
 """
 
 from __future__ import annotations
@@ -42,36 +43,12 @@ from linscale_jax.data import records
 from linscale_jax.data.errors import DataError
 
 LOCK = ".lock"
-STAGE = ".stage-"  # DIR/<version>/.stage-<shard>-<host>-<pid>: one process's files before they move in
-REMOTE_STAGE = "linscale-prepare-"  # $TMPDIR/linscale-prepare-<host>-<pid>-*: staging for a gs:// output
+STAGE = ".stage-"  # DIR/<version>/.stage-*: one process's files before they move in (locked while it lives)
+REMOTE_STAGE = "linscale-prepare-"  # $TMPDIR/linscale-prepare-*: the same for a gs:// output
 
 
 def remote(path) -> bool:
     return str(path).startswith(("gs://", "s3://"))
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process `pid` of this host runs (a zombie counts as dead)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    with contextlib.suppress(OSError):
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    return True
-
-
-def _owner_dead(name: str, prefix: str) -> bool:
-    """A staging name <prefix>[<shard>-]<host>-<pid>[-...] of this host whose process is gone."""
-    host = socket.gethostname()
-    rest = name[len(prefix):]
-    if not rest.startswith(host + "-") and f"-{host}-" not in rest:
-        return False
-    tail = rest.split(f"{host}-", 1)[1].split("-")[0]
-    return tail.isdigit() and not pid_alive(int(tail))
 
 
 @contextlib.contextmanager
@@ -142,7 +119,6 @@ class Writer:
         self.published = False  # dataset.json names this version
         self._locks = contextlib.ExitStack()
         self._created = False  # this process made the directory
-        self._name = records.shard_name(shard, shards)
 
     # ------------------------------------------------------------------ scan and claim
 
@@ -155,22 +131,35 @@ class Writer:
                     self._scan()
                     self._locks.enter_context(flock(self._version_lock(self.version), fcntl.LOCK_SH))
                     (self.root / self.version).mkdir(parents=True, exist_ok=True)
+                    self._status()
+                    self._make_stage(str(self.root / self.version), STAGE)
             else:
                 self._scan()
-            self._clean_staging()
-            self._status()
-            if self.todo:
-                host = f"{socket.gethostname()}-{os.getpid()}"
-                if self.local:
-                    self.stage = str(self.root / self.version / f"{STAGE}{self.shard}-{host}")
-                    shutil.rmtree(self.stage, ignore_errors=True)
-                    os.makedirs(self.stage)
-                else:
-                    self.stage = tempfile.mkdtemp(prefix=f"{REMOTE_STAGE}{host}-")
+                self._status()
+                tmp = tempfile.gettempdir()
+                with flock(os.path.join(tmp, f"{REMOTE_STAGE}lock"), fcntl.LOCK_EX):
+                    self._make_stage(tmp, REMOTE_STAGE)
         except BaseException:
             self._locks.close()
             raise
         return self
+
+    def _make_stage(self, where: str, prefix: str) -> None:
+        """Remove the staging dirs under `where` whose process died (nobody holds their lock), then
+        make and lock this process's own when its shard is to be written."""
+        with contextlib.suppress(FileNotFoundError):
+            for name in sorted(os.listdir(where)):
+                path = os.path.join(where, name)
+                if not name.startswith(prefix) or not os.path.isdir(path):
+                    continue
+                with contextlib.suppress(BlockingIOError, FileNotFoundError):
+                    with flock(os.path.join(path, LOCK), fcntl.LOCK_EX | fcntl.LOCK_NB):
+                        size = dir_bytes(path)
+                        shutil.rmtree(path)
+                        self.log(f"  removed {path} ({size_text(size)}), staging of a prepare that died")
+        if self.todo:
+            self.stage = tempfile.mkdtemp(prefix=prefix, dir=where)
+            self._locks.enter_context(flock(os.path.join(self.stage, LOCK), fcntl.LOCK_EX))
 
     def _version_lock(self, version: str) -> str:
         return os.path.join(self.out, f"{LOCK}-{version}")
@@ -209,19 +198,6 @@ class Writer:
             except BlockingIOError:
                 raise DataError(f"another prepare is writing other records into {self.out} ({d.name}); wait "
                                 "for it to finish, then prepare into another --out") from None
-
-    def _clean_staging(self) -> None:
-        """Remove the staging of dead processes of this host."""
-        places = [(str(self.root / self.version), STAGE)] if self.local else []
-        places.append((tempfile.gettempdir(), REMOTE_STAGE))
-        for where, prefix in places:
-            with contextlib.suppress(FileNotFoundError):
-                for name in os.listdir(where):
-                    if name.startswith(prefix) and _owner_dead(name, prefix):
-                        path = os.path.join(where, name)
-                        size = dir_bytes(path)
-                        shutil.rmtree(path, ignore_errors=True)
-                        self.log(f"  removed {path} ({size_text(size)}), staging of a prepare that died")
 
     def _status(self) -> None:
         """Whether this version is published and this shard recorded (files present, sizes as recorded)."""
@@ -297,7 +273,7 @@ class Writer:
     def __exit__(self, exc_type, exc, tb):
         if self.stage:
             shutil.rmtree(self.stage, ignore_errors=True)
-        self._locks.close()
+        self._locks.close()  # releases the locks (a removed staging dir's with it)
         if exc_type is not None and self.local:
             self._drop_empty_version()
         return False

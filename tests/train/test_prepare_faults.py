@@ -10,13 +10,14 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 
 import pytest
 from test_prepare import DOCS, config_for, records_documents, write_corpus
 from train_helpers import ROOT, tiny_config
 
 from linscale_jax import data
-from linscale_jax.data import prepare, records
+from linscale_jax.data import prepare, publish, records
 from linscale_jax.data.errors import DataRefusal
 
 LINES = "".join(json.dumps({"text": d}) + "\n" for d in DOCS).encode()
@@ -220,3 +221,22 @@ def test_a_full_disk_names_what_to_free_and_the_rerun_succeeds(tmp_path, monkeyp
     assert [p.name for p in (tmp_path / "cache").iterdir() if not p.name.endswith(".lock")] == []
     monkeypatch.setenv("LINSCALE_PREPARE_FAULT", "")
     assert len(data.train_rows(c).records) > 0
+
+
+def test_an_output_without_locks_as_on_gs_publishes_once_every_shard_is_there(tmp_path, monkeypatch):
+    """The gs:// path (no flock; staging in $TMPDIR, then a copy), run on a local directory."""
+    monkeypatch.setattr(publish, "remote", lambda path: True)
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    (tmp_path / "tmp").mkdir()
+    files = [write_corpus(tmp_path / f"part{i}.jsonl", DOCS[i::2]) for i in range(2)]
+    out = tmp_path / "bucket"
+    prepare.prepare(config_for(",".join(files)), 32, str(out), shard=0, shards=2)
+    with pytest.raises(data.DataError, match="1 of 2 shards are not prepared.*--shard=1/2"):
+        records.Records(str(out), "train")
+    prepare.prepare(config_for(",".join(files)), 32, str(out), shard=1, shards=2)
+    assert sorted(records_documents(out)) == sorted(DOCS)
+    assert list((tmp_path / "tmp").glob("linscale-prepare-*/")) == []
+    (out / "v-0123456789abcdef").mkdir()  # an unfinished version of other inputs: no lock tells if it lives
+    with pytest.raises(data.DataError, match=r"v-0123456789abcdef holds an unfinished prepare.*gsutil -m rm -r"):
+        prepare.prepare(config_for(",".join(files)), 32, str(out), shard=0, shards=2)
