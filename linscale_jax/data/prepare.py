@@ -31,6 +31,7 @@ import hashlib
 import json
 import multiprocessing
 import os
+import shutil
 import sys
 import time
 
@@ -168,15 +169,16 @@ def prepare(data_config, seq_len: int, out: str, shard: int = 0, shards: int = 1
 
 
 def _disk_full_line(out: str, writer, progress: dict, elsewhere: str) -> str:
-    written, frac = progress["bytes"], progress["fraction"]
-    need = f", about {publish.size_text(written / frac)} in all" if frac and frac > 0.05 else ""
     where = writer.stage if writer.stage and not writer.local else out
+    probe = next((p for p in (where, os.path.dirname(where.rstrip("/"))) if os.path.isdir(p)), None)
+    free = f", {publish.size_text(shutil.disk_usage(probe).free)} free now" if probe else ""
     old = writer.superseded()
     older = (f"; {', '.join(p for p, _ in old)} ({publish.size_text(sum(b for _, b in old))}) hold earlier records "
              "and can go if no run reads them") if old else ""
-    return (f"no space left on device while preparing {out} ({publish.size_text(written)} of records written{need}; "
-            f"prepare removed its partial files); free space on the disk of {where} (df -h {where}){older}, or "
-            f"{elsewhere}, then re-run the same command")
+    return (f"no space left on device while preparing {out} (the disk filled after "
+            f"{publish.size_text(progress['bytes'])} of records{free}; prepare removed its partial files); free "
+            f"space on the disk of {where} (df -h {probe or where}){older}, or {elsewhere}, then re-run the same "
+            "command")
 
 
 def _write_shard(data_config, src, tok, seq_len, shard, shards, processes, stage, on_write, progress, log) -> dict:
