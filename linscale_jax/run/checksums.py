@@ -8,26 +8,17 @@ checks only its share.
     plan = scan(workdir)                 # read-only: which step dirs are usable, which are not
     apply(workdir, plan)                 # move the unusable ones to checkpoints_corrupt/ (one line each)
 
-Ownership. Orbax writes each process's array chunks under `<item>/ocdbt.process_<k>/` (and
-`<item>/array_metadatas/process_<k>`); process 0 writes everything else (manifests, metadata, the
-data-iterator state). Process k records the sha256 of the files it owns in
-step_dir/checksums-p<k>.json = {"algorithm": "sha256", "process": k, "processes": n,
-"files": {relative path: hex digest}, "bytes": total}. Hashing starts once Orbax has finalised the
-step and runs in a thread beside training (hashlib releases the GIL); the step loop never waits
-for it, and the run waits for the last one when it ends.
-
-Verification. `verify(step_dir, share=(j, m))` checks the records of the owners k with k % m == j:
-in a restore by m processes, process j checks the files that the process of its index wrote, which
-under an unchanged topology are the shards it reads itself. Every byte is checked by exactly one
-process, each reads 1/m of the checkpoint, and the callers agree on the outcome across processes
-(`distributed.first_problem`). share=None (a reader restoring every array: eval, load_model)
-checks all records. A restore hashes VERIFY_THREADS files at a time (hashlib releases the GIL);
-the background record uses RECORD_THREADS, leaving the other cores to the step loop. A file listed by no record is a problem once every writer's record exists.
-
-A step without records (a kill -9 between Orbax's finalisation and the hash) is accepted as is. A
-step directory that is empty, has unreadable metadata, a missing or
-changed file is unusable: the trainer moves it aside and resumes from the newest usable one, so
-nothing blocks a rerun (Orbax refuses to save a step whose directory exists).
+Process k records the sha256 of the files it owns (under `ocdbt.process_<k>/`, `process_<k>`;
+process 0 everything else) in step_dir/checksums-p<k>.json = {"algorithm": "sha256", "process": k,
+"processes": n, "files": {relative path: hex digest}, "bytes": total}, once Orbax has finalised the
+step, in a thread beside training. `verify(step_dir, share=(j, m))` checks the records of the
+owners k with k % m == j, so in a restore by m processes every byte is checked by one process;
+share=None (eval, load_model) checks all records. A file listed by no record is a problem once
+every writer's record exists. A step without records (a kill -9 between Orbax's finalisation and
+the hash) is accepted as is. An empty step directory, unreadable metadata, a missing or changed
+file make a step unusable: the trainer moves it aside and resumes from the newest usable one
+(docs/training.md, "Run integrity"; timings: docs/results.md, "Step loop and checkpoint integrity
+at scale").
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ import time
 
 import orbax.checkpoint as ocp
 import pytest
-from train_helpers import ROOT, cli_overrides, tiny_config
+from helpers.train import ROOT, cli_overrides, tiny_config
 
 from linscale_jax.run import checkpoint as ckpt
 from linscale_jax import cli_errors

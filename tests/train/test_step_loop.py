@@ -12,7 +12,7 @@ import jax
 import numpy as np
 import pytest
 from etils import epath
-from train_helpers import tiny_config
+from helpers.train import tiny_config
 
 from linscale_jax.train import loop as trainer
 from linscale_jax.train import metrics as metrics_lib
