@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 import pytest
-from train_helpers import ROOT, tiny_config
+from helpers.train import ROOT, tiny_config
 
 from linscale_jax import data
 from linscale_jax.config import base_config

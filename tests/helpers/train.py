@@ -1,9 +1,9 @@
-"""Shared tiny configurations for the trainer tests (not a test module)."""
+"""Tiny trainer configurations shared by the tests, and the flags that give them on a command line."""
 
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "configs"))
 
 import tiny  # noqa: E402
