@@ -14,7 +14,7 @@ import tempfile
 
 import pytest
 from test_prepare import DOCS, config_for, records_documents, write_corpus
-from train_helpers import ROOT, tiny_config
+from helpers.train import ROOT, tiny_config
 
 from linscale_jax import data
 from linscale_jax.data import prepare, publish, records
