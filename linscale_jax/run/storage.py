@@ -56,7 +56,8 @@ def storage_errno(e: BaseException) -> tuple[int, str | None] | None:
 
 
 def disk_full(e: BaseException) -> bool:
-    return (storage_errno(e) or (None,))[0] == errno.ENOSPC
+    """A full disk or quota anywhere in e's chain."""
+    return (storage_errno(e) or (None,))[0] in (errno.ENOSPC, errno.EDQUOT)
 
 
 def _file_size_limit() -> str:

@@ -21,7 +21,7 @@ import sys
 import time
 
 import pytest
-from train_helpers import ROOT, cli_overrides, snapshot, tiny_config
+from helpers.train import ROOT, cli_overrides, snapshot, tiny_config
 
 from linscale_jax.run import checkpoint as ckpt
 from linscale_jax.run import lock as workdir_lock

@@ -17,7 +17,7 @@ import time
 
 import orbax.checkpoint as ocp
 import pytest
-from train_helpers import ROOT, cli_overrides, snapshot, tiny_config
+from helpers.train import ROOT, cli_overrides, snapshot, tiny_config
 
 from linscale_jax.run import checkpoint as ckpt
 from linscale_jax.run import command
@@ -311,7 +311,7 @@ def test_ctrl_c_saves_like_sigterm_and_resume_is_exact(reference, tmp_path, monk
     trainer.train(config(), workdir)
     assert logged_losses(workdir) == reference[1]
     # compilation is announced with its time; the first row after the resume has a real rate
-    # (it said 0 tok/s: the rate was taken over zero steps)
+    # (taken over the steps since the resume, not over zero steps)
     assert capsys.readouterr().out.count("Compiled the train step in") == 2
     rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
     assert rows[2]["step"] == 3 and rows[2]["tokens_per_sec"] > 0

@@ -1,10 +1,11 @@
-"""Shared tiny configurations for the trainer tests (not a test module)."""
+"""Tiny trainer configurations shared by the tests, the flags that give them on a command line, and a
+workdir's byte snapshot."""
 
 import hashlib
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "configs"))
 
 import tiny  # noqa: E402
