@@ -8,12 +8,12 @@ and inside linscale_jax, by subpackage (LINSCALE_LAYER):
 
     contract, errors, axes  <-  console  <-  models  <-  config  <-  dist  <-  run  <-  data  <-  interop, train
 
-Failures are said where they are known: storage errors and the command wrapper in `run`
+Failures are told apart where they are known: storage errors and the command wrapper in `run`
 (run.storage, run.command), lost peers in `dist` (dist.peers, dist.supervise), console capture in
 `console`; so `data` (whose `prepare` is a command) sits above `run`. Nothing imports upward or
-sideways within a layer; `fit` reads a table and imports nothing of the
-project but the stdlib-only `linscale_jax.contract` and `linscale_jax.errors`; and no two modules
-import each other, directly or through others.
+sideways within a layer; `fit` reads a table and imports nothing of the project but the
+stdlib-only `linscale_jax.contract` and `linscale_jax.errors`; and no two modules import each
+other, directly or through others.
 """
 
 from __future__ import annotations
