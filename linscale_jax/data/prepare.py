@@ -39,6 +39,7 @@ import ml_collections
 
 from linscale_jax.data import corpora, publish, records, sources, tokenize
 from linscale_jax.data.errors import DataError
+from linscale_jax.run import storage
 
 CHUNK_CHARS = 1 << 20  # text per tokenisation task
 CHUNK_DOCS = 4096
@@ -153,7 +154,7 @@ def prepare(data_config, seq_len: int, out: str, shard: int = 0, shards: int = 1
             if not writer.publish(inputs):
                 log(f"  shard {shard}/{shards} done; {out} is published once all {shards} shards are there")
     except Exception as e:
-        if not publish.disk_full(e):
+        if not storage.disk_full(e):
             raise
         raise DataError(_disk_full_line(out, writer, progress, elsewhere)) from e
     dt = time.perf_counter() - t0
@@ -255,7 +256,7 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 
 def main(argv=None) -> int:
-    from linscale_jax import cli_errors
+    from linscale_jax.run import command
     from linscale_jax.errors import ArgumentParser
 
     parser = ArgumentParser(prog="python -m linscale_jax.data.prepare", description=__doc__,
@@ -279,7 +280,7 @@ def main(argv=None) -> int:
         print(f"train with --config.data.task=records:{args.out} --config.data.vocab={args.vocab} "
               f"--config.train.seq_len={args.seq_len}")
 
-    return cli_errors.run(run, command="prepare")
+    return command.run(run, command="prepare")
 
 
 if __name__ == "__main__":

@@ -28,7 +28,6 @@ with the command that removes it; its staging is local ($TMPDIR/linscale-prepare
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import hashlib
 import json
@@ -295,16 +294,3 @@ class Writer:
                 if os.listdir(self.out) == [LOCK]:
                     os.unlink(os.path.join(self.out, LOCK))
                     os.rmdir(self.out)
-
-
-def disk_full(e: BaseException) -> bool:
-    """A full disk or quota anywhere in e's chain (an OSError's errno, or the text C++ writers give)."""
-    seen = set()
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
-            return True
-        if "No space left on device" in str(e) or "Disk quota exceeded" in str(e):
-            return True
-        e = e.__cause__ or e.__context__
-    return False

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from etils import epath
 from kernels_pallas import tpu
-from linscale_jax import cli_errors, contract
+from linscale_jax import console, contract
 
 CHUNK_S = 60.0  # object stores: seconds between chunk files of metrics rows
 _CHUNK = re.compile(re.escape(contract.METRICS) + r"\.(\d+)$")
@@ -273,7 +273,7 @@ class Profile:
 def _tensorboard_writer(logdir: epath.Path):
     """A function row -> None writing scalars with tf.summary (None flushes); None if TF is absent."""
     try:
-        with cli_errors.quiet_native_stderr():  # oneDNN / cudart / absl start-up lines: to the log
+        with console.quiet_native_stderr():  # oneDNN / cudart / absl start-up lines: to the log
             import tensorflow as tf
     except ImportError:
         print("TensorBoard event files disabled: tensorflow is not installed.", file=sys.stderr)
