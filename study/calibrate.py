@@ -238,7 +238,8 @@ def calibrate(workdir: str, seeds: int = 100, effect: float = 0.1, n_boot: int |
     runs = des[found["estimators"][0]]["runs"]
     label = ("the study's own design" if replicates is None else
              f"replicates: {replicates[1]} more seed(s) of {','.join(replicates[0])}")
-    flags = "" if replicates is None else f" --replicate_sizes={','.join(replicates[0])} --replicate_seeds={replicates[1]}"
+    flags = ("" if replicates is None else
+             f" --replicate_sizes={','.join(replicates[0])} --replicate_seeds={replicates[1]}")
     out = dict(design=label, runs=len(runs) * len(linear + (BASELINE_ARCH,)),
                command=f"python -m study.calibrate --workdir={workdir} --seeds={seeds} --effect={effect:g}"
                + (f" --bootstrap={n_boot}" if n_boot != found["n_boot"] else "") + flags,
@@ -269,7 +270,8 @@ def summary(cal: dict) -> str:
     s = ("False resolved verdicts stay within 10% in both nulls. " if all(c["met"] for c in nulls) else
          "**False resolved verdicts exceed 10% in a null case**: the intervals are too narrow for this design. ")
     if all(c["met"] for c in hits):
-        return s + f"A difference of {cal['effect']:g} nats is resolved in the right direction in at least 80% of studies."
+        return s + (f"A difference of {cal['effect']:g} nats is resolved in the right direction in at least 80% "
+                    "of studies.")
     mdes = [v for per in cal["mde"].values() for v in per.values() if v is not None]
     return s + (f"**Power at {cal['effect']:g} nats is below 80%**" + (
         f" (the study's own minimal detectable effects: {min(mdes):.3f} to {max(mdes):.3f} nats)" if mdes else "")

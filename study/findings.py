@@ -205,7 +205,8 @@ def console_lines(found: dict) -> list[str]:
     out = []
     for key, title in TITLES:
         f = found["findings"][key]
-        archs = ", ".join(f"{a} {r['verdict']}" for a, r in f.get("archs", {}).items()) if key == "equal_compute" else ""
+        archs = (", ".join(f"{a} {r['verdict']}" for a, r in f.get("archs", {}).items())
+                 if key == "equal_compute" else "")
         out.append(f"[study] {title}: {f['verdict']}" + (f" ({archs})" if archs else ""))
     return out
 

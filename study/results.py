@@ -115,7 +115,8 @@ def optimum(table, counts: dict) -> dict:
                   "paper": np.array([counts.get(a, {}).get(float(x), {}).get("paper", np.nan) for x in n]),
                   "total": np.array([counts.get(a, {}).get(float(x), {}).get("total", np.nan) for x in n])}
             r.update(compute=[float(c.min()), float(c.max())], d_opt=[float(d.min()), float(d.max())],
-                     n_opt={k: [float(np.nanmin(v)), float(np.nanmax(v))] for k, v in by.items() if np.isfinite(v).any()},
+                     n_opt={k: [float(np.nanmin(v)), float(np.nanmax(v))] for k, v in by.items()
+                            if np.isfinite(v).any()},
                      tokens_per_param={k: dict(median=float(np.nanmedian(d / v)), low=float(np.nanmin(d / v)),
                                                high=float(np.nanmax(d / v)))
                                        for k, v in by.items() if np.isfinite(v).any()})
@@ -218,7 +219,8 @@ def protocol_sources(study) -> tuple[dict | None, str]:
     path = contract.study_path(src, contract.FINDINGS_JSON)
     if not os.path.exists(path):
         raise FileNotFoundError(f"study.protocol_from={src!r} has no {contract.FINDINGS_JSON}; run the other "
-                                f"learning-rate protocol's study first (`python -m study --config=... --workdir={src}`)")
+                                "learning-rate protocol's study first "
+                                f"(`python -m study --config=... --workdir={src}`)")
     return json.load(open(path)), src
 
 

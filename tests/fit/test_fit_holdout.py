@@ -46,7 +46,8 @@ def test_wrong_law_is_flagged_and_lacks_fit():
     sd = SeedSd(0.01, 8, "measured")
     five = planted_table(Law(), sizes=SIZES, noise=0.003, seed=0)
     mid = five.n_params == SIZES[2]
-    kinked = from_columns("kinked", **{c: getattr(five, c) for c in COLS}, loss=np.where(mid, five.loss * 1.05, five.loss))
+    kinked = from_columns("kinked", **{c: getattr(five, c) for c in COLS},
+                          loss=np.where(mid, five.loss * 1.05, five.loss))
     assert holdout.full_law(kinked, sd)["lack_of_fit"]["p"] < 0.01
     assert holdout.full_law(five, sd)["lack_of_fit"]["p"] > 0.05
 

@@ -93,7 +93,8 @@ def test_results_are_written_once_as_data(written):
     eq = on_disk["findings"]["equal_compute"]["archs"]
     assert eq["tnl"]["own_verdict"] == "worse" and eq["cosformer2"]["verdict"] == "better"
     for r in (eq["tnl"], eq["cosformer2"]):
-        assert r["failed"] == 0 and r["mde"] > 0 and r["measured"]["ci_low"] < r["measured"]["diff"] < r["measured"]["ci_high"]
+        m = r["measured"]
+        assert r["failed"] == 0 and r["mde"] > 0 and m["ci_low"] < m["diff"] < m["ci_high"]
     sd = on_disk["by_estimator"]["val_loss"]["seed_sd"]["llama"]
     assert sd["df"] == 1 and sd["ci95"][0] < sd["sd"] < sd["ci95"][1]
     assert on_disk["by_estimator"]["val_loss"]["seed_sd_pooled"]["df"] == 4
