@@ -10,8 +10,9 @@ estimators (the loss estimators the findings are judged under; the first is the 
 cooldown (the cooldown branches of the `cooldown` estimator: study.cooldown), replicates (extra
 seeds of some sizes: the seed-to-seed sd the intervals use), verdicts (the equivalence margin and
 the held-out tolerance: study.verdicts), recall_from (a recall study's workdir whose recall.csv the
-findings section reads), noise (seed_sd: assumed for archs without replicates), fit (how laws are
-fitted).
+findings section reads), protocol_from (a finished study under the other learning-rate protocol,
+whose findings.json every finding is also judged by), noise (seed_sd: assumed for archs without
+replicates), fit (how laws are fitted).
 """
 
 import ml_collections
@@ -29,6 +30,8 @@ def study_defaults() -> ml_collections.ConfigDict:
         checkpoints=10,
         workers=1,  # runs trained at once in pinned single-core processes (study.workers; CPU only)
         recall_from="",  # a recall study's workdir (configs/study/recall.py): the report's finding 3
+        protocol_from="",  # a finished study of the other learning-rate protocol: every finding judged
+        # under both (study.results)
         overrides=dict(
             train=dict(batch_size=8, seq_len=128, log_every=10, eval_every=0,
                        seed=0),  # init seed: a replicate study is --config.overrides.train.seed=1
