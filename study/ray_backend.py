@@ -537,10 +537,11 @@ def _drive(ray, study, runs, finals, process, workdir, log, eta, local: bool) ->
             if p.tpu_slice:
                 from ray.util import tpu
 
-                pg = tpu.slice_placement_group(*p.tpu_slice).placement_group
+                pg = tpu.slice_placement_group(*p.tpu_slice)  # .shutdown() releases the slice
+                group = pg.placement_group
             else:
-                pg = placement_group([dict(p.bundle)] * p.hosts, strategy="SPREAD")
-            strategies = [PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i)
+                pg = group = placement_group([dict(p.bundle)] * p.hosts, strategy="SPREAD")
+            strategies = [PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=i)
                           for i in range(p.hosts)]
         write_status(run.workdir, state="queued", attempt=number, submitted=_now(), ended=None,
                      error=None)
@@ -563,7 +564,8 @@ def _drive(ray, study, runs, finals, process, workdir, log, eta, local: bool) ->
                 for ref in a.refs:
                     ray.cancel(ref)
 
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    main = threading.current_thread() is threading.main_thread()  # (else no signal handling)
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)} if main else {}
 
     def line(name: str, what: str) -> None:
         if stop:
@@ -580,7 +582,9 @@ def _drive(ray, study, runs, finals, process, workdir, log, eta, local: bool) ->
     def settle(a: _Attempt) -> None:
         name, run = a.run.name, a.run
         del live[name]
-        if a.pg is not None:
+        if hasattr(a.pg, "shutdown"):
+            a.pg.shutdown()
+        elif a.pg is not None:
             remove_placement_group(a.pg)
         outcomes = [a.outcomes[i] for i in sorted(a.outcomes)]
         state, msg = _verdict(outcomes, bool(stop))
