@@ -207,8 +207,8 @@ def _clear_lost_lock(run_workdir, attempt: int) -> str | None:
 
     from linscale_jax.run import lock
 
-    prev, holder = read_status(run_workdir), lock.read_holder(run_workdir)
-    if not holder or attempt <= 1 or int(prev.get("attempt", 0)) >= attempt:
+    prev, holder = read_status(run_workdir), lock.read_holder(run_workdir)  # host, pid: the last start
+    if not holder or attempt <= 1 or (prev.get("host"), prev.get("pid")) == (socket.gethostname(), os.getpid()):
         return None
     if (holder.get("host"), holder.get("pid")) != (prev.get("host"), prev.get("pid")):
         return None
@@ -216,8 +216,8 @@ def _clear_lost_lock(run_workdir, attempt: int) -> str | None:
         (epath.Path(run_workdir) / contract.LOCK).unlink()
     except OSError:
         return None
-    return (f"Removed the lock of attempt {prev.get('attempt')} (pid {holder.get('pid')} on "
-            f"{holder.get('host')}), which was lost.")
+    return (f"Removed the lock of the lost attempt {attempt - 1} (pid {holder.get('pid')} on "
+            f"{holder.get('host')}).")
 
 
 # ---- inside a worker: one host of one run ---------------------------------------------------------

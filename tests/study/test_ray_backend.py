@@ -163,6 +163,7 @@ def test_ray_study_with_a_killed_run_equals_the_local_pool(cluster, tmp_path):
     log = Path(killed.workdir, "study.log").read_text()
     first = min(ckpt.save_steps(killed.config.checkpoint, killed.steps))
     assert f"Resuming from {killed.workdir}/checkpoints/{first} (step {first})" in log  # not restarted
+    assert "Removed the lock of the lost attempt 1 (pid" in log  # not left to the lock's liveness checks
     others = [json.loads(Path(r.workdir, "status.json").read_text()) for r in runs if r is not killed]
     assert all(s["state"] == "done" and s["attempt"] == 1 for s in others)
     # joined as runner.run_study joins: the same table (timing aside) and fits as the local pool
