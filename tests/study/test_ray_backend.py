@@ -136,6 +136,7 @@ def test_every_socket_of_the_local_cluster_is_on_loopback(cluster):
     assert {n["NodeManagerAddress"] for n in ray.nodes()} == {"127.0.0.1"}
 
 
+@pytest.mark.slow  # trains runs in Ray workers
 def test_ray_study_with_a_killed_run_equals_the_local_pool(cluster, tmp_path):
     study = mini_study()
     local, wd = str(tmp_path / "local"), str(tmp_path / "ray")
@@ -174,6 +175,7 @@ def test_ray_study_with_a_killed_run_equals_the_local_pool(cluster, tmp_path):
     assert a == b and set(a) == {"llama"}
 
 
+@pytest.mark.slow  # trains runs in Ray workers
 def test_a_lost_node_moves_the_run_to_a_new_node(cluster, tmp_path):
     study = mini_study(archs="llama", sizes="d32")
     wd = str(tmp_path)
@@ -199,6 +201,7 @@ def test_a_lost_node_moves_the_run_to_a_new_node(cluster, tmp_path):
     assert "Resuming from" in Path(runs[0].workdir, "study.log").read_text()
 
 
+@pytest.mark.slow  # trains runs in Ray workers
 def test_an_application_error_is_not_retried_and_the_other_run_finishes(cluster, tmp_path):
     study = mini_study(archs="llama", sizes="d32,d48", tokens=8 * 8 * 128.0)
     wd = str(tmp_path / "s")
@@ -225,6 +228,7 @@ def test_an_application_error_is_not_retried_and_the_other_run_finishes(cluster,
     assert "optim.lr 0.003 -> 0.001" in out["failed"][runs[0].name]
 
 
+@pytest.mark.slow  # trains runs in Ray workers
 def test_a_gang_of_two_hosts_is_resubmitted_whole_and_resumes(cluster, tmp_path):
     study = mini_study(archs="llama", sizes="d32")
     study.cluster.update(hosts=2, devices_per_host=2)
