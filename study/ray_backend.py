@@ -374,7 +374,7 @@ def check_storage(ray, study_dir: str) -> None:
             n["NodeID"], soft=False)).remote(str(path), token) for n in nodes], timeout=300)
     finally:
         path.unlink(missing_ok=True)
-    blind = [n.get("NodeManagerAddress", n["NodeID"][:8]) for n, ok in zip(nodes, seen) if not ok]
+    blind = [f"{n.get('NodeManagerAddress')} ({n['NodeID'][:8]})" for n, ok in zip(nodes, seen) if not ok]
     if blind:
         raise ClusterError(
             f"the study directory {study_dir} is not visible from node(s) {', '.join(blind)} of the "
@@ -401,7 +401,8 @@ def connect(address: str | None, log=print):
     with warnings.catch_warnings():  # Ray starts its processes by fork + exec: harmless here
         warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called")
         if address is None:
-            ray.init(num_cpus=len(os.sched_getaffinity(0)), include_dashboard=False,
+            ray.init(address="local",  # a new one, even where another Ray runs on this machine
+                     num_cpus=len(os.sched_getaffinity(0)), include_dashboard=False,
                      _temp_dir=TEMP_DIR, log_to_driver=False, logging_level=logging.WARNING,
                      object_store_memory=200 * 2**20)
             what = f"started a local Ray on {ray.util.get_node_ip_address()}"
