@@ -64,9 +64,10 @@ def read_results(workdir: str, repair: bool = False, out: str | None = None) -> 
         except json.JSONDecodeError as e:
             if any(x.strip() for x in lines[n:]):
                 raise EvalError(f"{path}:{n} is not valid JSON ({e.msg}); fix or delete that line") from e
-            if repair:
-                with open(path, "w", encoding="utf-8") as f:
+            if repair:  # rewritten whole (a stop or a crash in between keeps the old file)
+                with open(path + ".tmp", "w", encoding="utf-8") as f:
                     f.write("".join(x + "\n" for x in good))
+                os.replace(path + ".tmp", path)
     return rows
 
 

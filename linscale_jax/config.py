@@ -8,8 +8,10 @@ Sections and their owners:
   checkpoint  Orbax checkpoint schedule and retention
   mesh        device-mesh shape: ('data', 'fsdp', 'tensor') [+ 'seq']
 
-Config files in configs/ call `experiment_config(arch, size)` and adjust fields; users override any
-field on the command line (`--config.train.steps=100`).
+A config file in configs/ defines `get_config(arg)`: it starts from `base_config()`, sets the model
+section from a named shape (`sizes.apply_model(c.model, sizes.ladder_model(arch, size))`, or
+`paper_model`) and adjusts fields; users override any field on the command line
+(`--config.train.steps=100`).
 """
 
 from __future__ import annotations

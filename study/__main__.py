@@ -14,7 +14,7 @@ in this process or in study.workers' pinned processes.
 A preset with kind = "recall" (configs/study/recall.py) runs the MQAR recall experiment instead
 (study.recall: DIR/recall.csv, recall.png, a section of DIR/report.md).
 SIGTERM or Ctrl-C stops like train: every run under way saves its checkpoint (an evaluation stops
-between rows), one line says so, exit status 0; re-running resumes. A second Ctrl-C stops at once.
+between rows), one line says so, exit status 0; re-running resumes. Further signals change nothing.
 Errors are one line (ERROR: ...); tracebacks go to a log the line names.
 """
 
@@ -25,15 +25,17 @@ if __name__ == "__main__":  # huge pages for XLA:CPU's step buffers (linscale_ja
 
     host_memory.use_huge_pages()
     supervise.maybe_supervise("study")  # several processes: one console, a line for a lost peer
+    from linscale_jax.run import signals
 
-import signal
+    signals.install()  # any number of SIGTERM / Ctrl-C: one stop (linscale_jax.run.signals)
+
 import sys
 
 from absl import app, flags
 from ml_collections import config_flags
 
-from linscale_jax import cli_errors
 from linscale_jax.dist import distributed
+from linscale_jax.run import command
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/study/cpu.py", "Study preset.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Study directory (runs/, table.csv, fit/, report.md).")
@@ -49,11 +51,6 @@ _INITIALIZE = distributed.define_launch_flags()
 flags.mark_flags_as_required(["workdir"])
 
 
-def _stop(signum, _frame):
-    """Outside a trainer (which saves first) a signal stops the study between evaluation rows."""
-    raise KeyboardInterrupt(signal.Signals(signum).name)
-
-
 def main(argv) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments {argv[1:]}")
@@ -61,9 +58,7 @@ def main(argv) -> None:
 
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # Orbax logs every save/restore at INFO
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, _stop)
-    sys.exit(cli_errors.run(_study, command="study"))
+    sys.exit(command.run(_study, command="study"))
 
 
 def _study() -> None:

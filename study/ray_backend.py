@@ -39,8 +39,8 @@ stopped), attempt, node, host, pid, times and every attempt's outcome.
 
 Ctrl-C or SIGTERM to the driver asks every run to stop: each run's process gets SIGTERM (the
 trainer saves a checkpoint; an evaluation stops between rows), queued runs are cancelled, and the
-study ends with one line and exit status 0 (runner.run_study); re-running resumes. A second
-Ctrl-C stops at once.
+study ends with one line and exit status 0 (runner.run_study); re-running resumes. Every process
+takes one stop only (linscale_jax.run.signals): later signals change nothing.
 """
 
 from __future__ import annotations
@@ -63,7 +63,8 @@ from pathlib import Path
 from linscale_jax import contract
 from linscale_jax.errors import Stopped, UserError
 from linscale_jax.train.metrics import fmt_time
-from study.workers import _SINGLE_THREAD, MALLOC_ENV, _redirect, _stop
+from linscale_jax.run import signals
+from study.workers import _SINGLE_THREAD, MALLOC_ENV, _redirect
 
 REPO = str(Path(__file__).resolve().parents[1])  # on the workers' PYTHONPATH
 # A local Ray on loopback: no token auth (nothing outside this machine can reach it), no usage
@@ -306,7 +307,7 @@ def host_task(study, run, final: bool, process, attempt: int, host: int, hosts: 
                     "put it on storage every node mounts at the same path, or on gs://")
     if _ask(control.stopping.remote()):
         return dict(me, state="stopped", message="stopped before it started")
-    previous = signal.signal(signal.SIGTERM, _stop)  # outside training: stop between eval rows
+    signals.install()  # this worker process is the run's command: one stop, however many signals
     threading.Thread(target=_watch_stop, args=(control,), daemon=True, name="study-stop").start()
     epath.Path(run.workdir).mkdir(parents=True, exist_ok=True)
     cleared = _clear_lost_lock(run.workdir, attempt) if host == 0 else None
@@ -314,38 +315,40 @@ def host_task(study, run, final: bool, process, attempt: int, host: int, hosts: 
         write_status(run.workdir, state="running", attempt=attempt, started=_now(), **me)
         control.event.remote(("start", run.name, attempt, ip, time.time()))
     saved = os.dup(1), os.dup(2)
-    try:
-        with open(log_path, "a", buffering=1) as f:
-            _redirect(f.fileno())  # file descriptors: progress bars, absl and XLA too
-            try:
-                print(f"[study] {run.name}: attempt {attempt}, host {host + 1}/{hosts} on {ip} "
-                      f"(pid {pid}, {_now()})", flush=True)
-                if cleared:
-                    print(cleared, flush=True)
-                if hosts > 1:
-                    from linscale_jax.dist import distributed
+    with signals.running() as early, open(log_path, "a", buffering=1) as f:
+        if early:
+            return dict(me, state="stopped", message=early)
+        _redirect(f.fileno())  # file descriptors: progress bars, absl and XLA too
+        try:
+            print(f"[study] {run.name}: attempt {attempt}, host {host + 1}/{hosts} on {ip} "
+                  f"(pid {pid}, {_now()})", flush=True)
+            if cleared:
+                print(cleared, flush=True)
+            if hosts > 1:
+                from linscale_jax.dist import distributed
 
-                    if accelerator == "tpu":  # the slice's environment describes the job
-                        distributed.initialize()
-                    else:
-                        addr = _coordinator(control, f"{run.name}/{attempt}", host, ip)
-                        distributed.initialize(addr, hosts, host)
-                process(study, run, log=lambda m: print(m, flush=True), final=final)
-                return dict(me, state="done")
-            except (Stopped, KeyboardInterrupt) as e:
-                return dict(me, state="stopped", message=str(e) or "interrupted")
-            except Exception as e:  # noqa: BLE001 - the run's own error: reported, never retried
-                from linscale_jax import cli_errors
+                if accelerator == "tpu":  # the slice's environment describes the job
+                    distributed.initialize()
+                else:
+                    addr = _coordinator(control, f"{run.name}/{attempt}", host, ip)
+                    distributed.initialize(addr, hosts, host)
+            process(study, run, log=lambda m: print(m, flush=True), final=final)
+            return dict(me, state="done")
+        except (Stopped, KeyboardInterrupt) as e:  # the trainer saved, or a stop between eval rows
+            return dict(me, state="stopped", message=str(e) or "interrupted")
+        except Exception as e:  # noqa: BLE001 - the run's own error: reported, never retried
+            from linscale_jax.dist import peers
+            from linscale_jax.run import command
 
-                traceback.print_exc()
-                lost = hosts > 1 and cli_errors.peer_failure(e)  # another host of the gang died
-                return dict(me, state="lost" if lost else "failed",
-                            message=f"{cli_errors.one_line(e)} (log: {log_path})")
-            finally:
-                sys.stdout.flush()
-                _redirect(*saved)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+            if signals.raised():  # a library's failure around the stop's interruption
+                return dict(me, state="stopped", message=signals.received())
+            traceback.print_exc()
+            lost = hosts > 1 and peers.peer_failure(e)  # another host of the gang died
+            return dict(me, state="lost" if lost else "failed",
+                        message=f"{command.one_line(e, run.workdir, 'study')} (log: {log_path})")
+        finally:
+            sys.stdout.flush()
+            _redirect(*saved)
 
 
 def check_storage(ray, study_dir: str) -> None:
@@ -552,24 +555,18 @@ def _drive(ray, study, runs, finals, process, workdir, log, eta, local: bool) ->
         return _Attempt(run, number, refs, pg)
 
     live = {r.name: submit(r, 1) for r in order}
-    stop, stopped, done, started, timed = [], [], set(), {}, []
+    stopped, done, started, timed = [], set(), {}, []
     t0 = time.time()
 
-    def on_signal(signum, _frame):
-        if signum == signal.SIGINT and stop:
-            raise KeyboardInterrupt  # a second Ctrl-C: at once
-        stop.append(signal.Signals(signum).name)
+    def on_stop(_signum):  # the first signal (linscale_jax.run.signals; main thread only)
         control.request_stop.remote()
         for name, a in live.items():  # queued runs: cancelled; running ones stop after a save
             if name not in started:
                 for ref in a.refs:
                     ray.cancel(ref)
 
-    main = threading.current_thread() is threading.main_thread()  # (else no signal handling)
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)} if main else {}
-
     def line(name: str, what: str) -> None:
-        if stop:
+        if stop.name:
             return  # stopping: one line at the end (runner.run_study)
         rest = ""
         if eta is not None and timed:
@@ -588,7 +585,7 @@ def _drive(ray, study, runs, finals, process, workdir, log, eta, local: bool) ->
         elif a.pg is not None:
             remove_placement_group(a.pg)
         outcomes = [a.outcomes[i] for i in sorted(a.outcomes)]
-        state, msg = _verdict(outcomes, bool(stop))
+        state, msg = _verdict(outcomes, bool(stop.name))
         host0 = a.outcomes.get(0, {})
         entry = dict(attempt=a.number, outcome=state, message=msg or None, ended=_now(),
                      node=host0.get("node") or read_status(run.workdir).get("node"))
@@ -603,7 +600,7 @@ def _drive(ray, study, runs, finals, process, workdir, log, eta, local: bool) ->
             if name in started:  # a queued run that was cancelled is not "stopped"
                 stopped.append(name)
             write_status(run.workdir, state="stopped", ended=entry["ended"], history=history)
-        elif state == "lost" and a.number <= max_retries and not stop:
+        elif state == "lost" and a.number <= max_retries and not stop.name:
             write_status(run.workdir, state="retrying", ended=entry["ended"], error=msg, history=history)
             where = host0.get("ip") or read_status(run.workdir).get("ip") or "its node"
             log(f"[study] {name} lost on {where} (attempt {a.number}: {msg}); "
@@ -612,14 +609,15 @@ def _drive(ray, study, runs, finals, process, workdir, log, eta, local: bool) ->
             live[name] = submit(run, a.number + 1)
         else:
             if state == "lost":
-                msg = (f"lost {a.number} time(s), the last: {msg}" if not stop else f"lost while stopping: {msg}")
+                msg = (f"lost {a.number} time(s), the last: {msg}" if not stop.name else
+                       f"lost while stopping: {msg}")
             log_file = contract.workdir_file(run.workdir, contract.STUDY_LOG)
             failed[name] = msg if "(log:" in msg else f"{msg} (log: {log_file})"
             write_status(run.workdir, state="failed", ended=entry["ended"], error=failed[name],
                          history=history)
             line(name, f"FAILED: {failed[name]}")
 
-    try:
+    with signals.deferred(on_stop) as stop:
         while live:
             pending = [ref for a in live.values() for i, ref in enumerate(a.refs) if i not in a.outcomes]
             ready, _ = ray.wait(pending, num_returns=len(pending), timeout=1.0)
@@ -628,7 +626,7 @@ def _drive(ray, study, runs, finals, process, workdir, log, eta, local: bool) ->
                 a = live.get(name)
                 if kind == "start" and a is not None and a.number == number:
                     started[name] = (t, ip)
-                    if not stop:
+                    if not stop.name:
                         log(f"[study] {ip}: {name} started (N={a.run.n_params:.3g}, {a.run.steps} "
                             f"steps{f', attempt {number}' if number > 1 else ''}) | elapsed "
                             f"{fmt_time(time.time() - t0)}")
@@ -640,7 +638,4 @@ def _drive(ray, study, runs, finals, process, workdir, log, eta, local: bool) ->
                     _end_gang(ray, a)  # a host ended badly: the others are ended too
                 if len(a.outcomes) == len(a.refs):
                     settle(a)
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-    return {"failed": failed, "stopped": stopped, "signal": stop[0] if stop else None, "slots": slots}
+    return {"failed": failed, "stopped": stopped, "signal": stop.name, "slots": slots}

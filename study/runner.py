@@ -38,6 +38,7 @@ from study import findings, workers
 from linscale_jax import contract
 from linscale_jax.dist import distributed
 from linscale_jax.errors import Stopped
+from linscale_jax.run import signals
 from linscale_jax.train.metrics import fmt_time
 
 
@@ -320,11 +321,9 @@ def run_study(study, workdir: str, shard_spec: str | None = None, approach: int 
         was_trained, t_run = trained(run), time.time()
         try:
             process_run(study, run, log, final=finals[run.name])
-        except KeyboardInterrupt as e:  # study.__main__'s handler, between trainer steps' saves
-            if not str(e):
-                raise  # a second Ctrl-C inside the trainer: unsaved
-            raise Stopped(f"[study] stopped by {e} during {run.name}'s evaluation; the rows so far "
-                          "are kept; re-run the same command to resume.") from None
+        except signals.Interrupted as e:  # outside the trainer's step loop (which saves first)
+            raise Stopped(f"[study] stopped by {e} during {run.name}; its checkpoints and eval rows "
+                          "so far are kept; re-run the same command to resume.") from None
         if not was_trained:
             timed.append((run.flops_exact, time.time() - t_run))
         processed += 1

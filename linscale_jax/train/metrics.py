@@ -13,8 +13,8 @@ every CHUNK_S seconds, at checkpoints and at the end (`read_rows` reads either l
 `gsutil cat DIR/metrics.jsonl.*` gives the rows in order). Local files are appended to row by row.
 `Profile` writes a jax.profiler trace of train.profile_steps=A,B under DIR/profile/.
 MFU = accounting.flops_per_token_exact * tokens/s / (peak FLOP/s per device * devices); the peak
-is train.peak_flops, else $LINSCALE_PEAK_FLOPS, else a known accelerator's dense bf16 peak, else
-(CPU) a jitted float32 matmul measured at start-up.
+is train.peak_flops, else $LINSCALE_PEAK_FLOPS, else a known accelerator's dense bf16 peak (TPUs:
+kernels_pallas.tpu), else (CPU) a jitted float32 matmul measured at start-up.
 """
 
 from __future__ import annotations
@@ -30,24 +30,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from etils import epath
-from linscale_jax import cli_errors, contract
+from kernels_pallas import tpu
+from linscale_jax import console, contract
 
 CHUNK_S = 60.0  # object stores: seconds between chunk files of metrics rows
 _CHUNK = re.compile(re.escape(contract.METRICS) + r"\.(\d+)$")
 
-# Dense bf16 peak FLOP/s per device (vendor figures), matched on jax's device_kind.
-KNOWN_PEAKS = {
-    "TPU v4": 275e12,
-    "TPU v5 lite": 197e12,
-    "TPU v5e": 197e12,
-    "TPU v5p": 459e12,
-    "TPU v5": 459e12,
-    "TPU v6 lite": 918e12,
-    "TPU v6e": 918e12,
-    "H100": 989e12,
-    "H200": 989e12,
-    "A100": 312e12,
-}
+# Dense bf16 peak FLOP/s per GPU (vendor figures), matched on jax's device_kind; TPU peaks come
+# from kernels_pallas.tpu, the table the kernels' blocks and the roofline read.
+GPU_PEAKS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
 
 
 @functools.lru_cache(maxsize=None)
@@ -70,7 +61,10 @@ def peak_flops_per_device(config=None) -> float:
     if os.environ.get("LINSCALE_PEAK_FLOPS"):
         return float(os.environ["LINSCALE_PEAK_FLOPS"])
     kind = jax.devices()[0].device_kind
-    for name, peak in KNOWN_PEAKS.items():
+    gen = tpu.generation(kind)
+    if gen is not None:
+        return gen.peak_bf16_flops
+    for name, peak in GPU_PEAKS.items():
         if name.lower() in kind.lower():
             return peak
     return measure_matmul_peak()
@@ -284,7 +278,7 @@ class Profile:
 def _tensorboard_writer(logdir: epath.Path):
     """A function row -> None writing scalars with tf.summary (None flushes); None if TF is absent."""
     try:
-        with cli_errors.quiet_native_stderr():  # oneDNN / cudart / absl start-up lines: to the log
+        with console.quiet_native_stderr():  # oneDNN / cudart / absl start-up lines: to the log
             import tensorflow as tf
     except ImportError:
         print("TensorBoard event files disabled: tensorflow is not installed.", file=sys.stderr)
