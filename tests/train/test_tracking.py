@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from train_helpers import tiny_config
+from helpers.train import tiny_config
 
 pytest.importorskip("wandb")
 
