@@ -14,8 +14,9 @@ fresh worker process (max_calls=1: libtpu and jax.distributed start once per pro
 submitted longest first. What a run asks for comes from the study's `cluster` section and the
 run's config (`placement`):
   cpu   num_cpus=cluster.cpus_per_host, with the single-threaded XLA and malloc settings of the
-        local pool (study.workers) in the task's runtime_env; devices_per_host > 1 simulates that
-        many devices (--xla_force_host_platform_device_count)
+        local pool (study.workers) in the task's runtime_env, pinned to that many cores of its node
+        (_pin_cores: the same compiled programs, hence the same numbers, as the local pool);
+        devices_per_host > 1 simulates that many devices (--xla_force_host_platform_device_count)
   gpu   num_gpus=devices_per_host
   tpu   {"TPU": chips} on one host; with tpu_topology and tpu_version a multi-host slice
         (ray.util.tpu.slice_placement_group: one bundle per host of the slice)
@@ -290,6 +291,29 @@ def _coordinator(control, key: str, host: int, ip: str) -> str:
     raise TimeoutError(f"host 0 of {key} published no coordinator address in {COORDINATOR_WAIT_S:.0f}s")
 
 
+def _pin_cores(n: int) -> list[int]:
+    """Pin this process to `n` cores no other run of this node holds (a lock file per core under
+    TEMP_DIR, held to the process's end), as the local pool pins its workers: XLA:CPU compiles for
+    the cores it sees (its loop partitioning, hence the sums' order), so a run sees as many as
+    it reserved and computes what it computes in the local pool. Cores already held are shared."""
+    import fcntl
+
+    cores = sorted(os.sched_getaffinity(0))
+    mine = []
+    for c in cores:
+        if len(mine) == n:
+            break
+        fd = os.open(os.path.join(TEMP_DIR, f"study-core-{c}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            mine.append(c)  # the descriptor stays open: the lock lasts as long as this process
+        except BlockingIOError:
+            os.close(fd)
+    mine += [c for c in cores if c not in mine][:n - len(mine)]
+    os.sched_setaffinity(0, mine)
+    return mine
+
+
 def host_task(study, run, final: bool, process, attempt: int, host: int, hosts: int, accelerator: str,
               control, study_dir: str) -> dict:
     """One host of one run (the Ray task; the driver wraps it with max_calls=1): the run's output
@@ -308,6 +332,9 @@ def host_task(study, run, final: bool, process, attempt: int, host: int, hosts: 
     if _ask(control.stopping.remote()):
         return dict(me, state="stopped", message="stopped before it started")
     signals.install()  # this worker process is the run's command: one stop, however many signals
+    if accelerator == "cpu":
+        os.makedirs(TEMP_DIR, exist_ok=True)
+        _pin_cores(max(1, math.ceil(float(study.get("cluster", {}).get("cpus_per_host", 1)))))
     threading.Thread(target=_watch_stop, args=(control,), daemon=True, name="study-stop").start()
     epath.Path(run.workdir).mkdir(parents=True, exist_ok=True)
     cleared = _clear_lost_lock(run.workdir, attempt) if host == 0 else None
