@@ -150,6 +150,8 @@ def placement(run, cluster) -> Placement:
             flags += f" {_SINGLE_THREAD}"
         if per_host > 1:
             flags += f" --xla_force_host_platform_device_count={per_host}"
+        if os.environ.get("LINSCALE_COMPILATION_CACHE"):  # the driver's choice, as the local pool's
+            env["LINSCALE_COMPILATION_CACHE"] = os.environ["LINSCALE_COMPILATION_CACHE"]
         env.update({"XLA_FLAGS": flags.strip(), "JAX_PLATFORMS": "cpu",
                     **{k: os.environ.get(k, v) for k, v in MALLOC_ENV.items()}})
         options = dict(num_cpus=cpus)

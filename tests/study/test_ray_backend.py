@@ -3,7 +3,7 @@ and a 2-CPU worker node started once for the module (ray.cluster_utils.Cluster, 
 127.0.0.1), the driver attached to it.
 
 - no socket of the cluster's processes is bound to, or connected to, an address outside 127.0.0.0/8;
-- a miniature quick study (llama at 3 sizes, 24 steps) on Ray, one of whose runs is killed with
+- a miniature quick study (tnl at 3 sizes, 24 steps) on Ray, compiling its own programs,, one of whose runs is killed with
   SIGKILL after its first checkpoint, gives the local pool's (study.workers) table.csv (timing
   aside) and fit/fits.json: the killed run was retried, resumed from its checkpoint and equals the
   uninterrupted run;
@@ -47,7 +47,7 @@ from study import plan, runner, workers  # noqa: E402
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the wrappers below reach the workers
 ROOT = Path(__file__).resolve().parents[2]
 NODE = dict(node_ip_address="127.0.0.1", num_cpus=2, object_store_memory=80 * 2**20)
-FINALS = {f"llama-{s}": False for s in ("d32", "d48", "d64")}  # val_loss only
+FINALS = {f"tnl-{s}": False for s in ("d32", "d48", "d64")}  # val_loss only
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +63,7 @@ def cluster():
 
 
 def mini_study(**changes):
-    """The quick preset, smaller: llama at its 3 sizes (the fewest a law is fitted to), 24 steps,
+    """The quick preset, smaller: tnl at its 3 sizes (the fewest a law is fitted to), 24 steps,
     val_loss at every checkpoint."""
     import importlib.util
 
@@ -71,7 +71,7 @@ def mini_study(**changes):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     s = mod.get_config()
-    s.update(dict(archs="llama", sizes="d32,d48,d64", tokens=24 * 8 * 128.0, checkpoints=3,
+    s.update(dict(archs="tnl", sizes="d32,d48,d64", tokens=24 * 8 * 128.0, checkpoints=3,
                   estimators="val_loss"))
     s.replicates.seeds = 0
     s.overrides.optim.warmup_steps = 4
@@ -137,7 +137,7 @@ def test_every_socket_of_the_local_cluster_is_on_loopback(cluster):
 
 
 @pytest.mark.slow  # trains runs in Ray workers
-def test_ray_study_with_a_killed_run_equals_the_local_pool(cluster, tmp_path):
+def test_ray_study_with_a_killed_run_equals_the_local_pool(cluster, tmp_path, monkeypatch):
     study = mini_study()
     local, wd = str(tmp_path / "local"), str(tmp_path / "ray")
     t0 = time.time()
@@ -145,9 +145,10 @@ def test_ray_study_with_a_killed_run_equals_the_local_pool(cluster, tmp_path):
                                log=lambda m: None)
     assert out["failed"] == {} and not out["stopped"]
     t1 = time.time()
+    monkeypatch.setenv("LINSCALE_COMPILATION_CACHE", str(tmp_path / "xla_ray"))  # Ray compiles its own
     lines = []
     runs = plan.build_plan(study, wd)
-    victim = max(runs, key=lambda r: r.flops_exact).name  # the first submitted: llama-d64
+    victim = max(runs, key=lambda r: r.flops_exact).name  # the first submitted: tnl-d64
     process = functools.partial(after_first_checkpoint, victim, "kill")
     out = ray_backend.run(study, runs, FINALS, process, wd, cluster.address, log=lines.append,
                           eta=runner.eta_seconds)
@@ -172,7 +173,7 @@ def test_ray_study_with_a_killed_run_equals_the_local_pool(cluster, tmp_path):
         runner.join(study, plan.build_plan(study, d), d, 1, log=lambda m: None)
     assert _rows(Path(wd, "table.csv")) == _rows(Path(local, "table.csv"))
     a, b = (json.loads(Path(d, "fit", "fits.json").read_text()) for d in (wd, local))
-    assert a == b and set(a) == {"llama"}
+    assert a == b and set(a) == {"tnl"}
 
 
 @pytest.mark.slow  # trains runs in Ray workers
