@@ -5,7 +5,8 @@ pairs already there are skipped, so a killed or repeated run resumes.
     rows = evaluate(workdir, steps="all", tasks=("val_loss",), ctx_kwargs=None, out=None)
 
 Each row: task, step, tokens, flops (paper C), flops_exact, n_params (non-embedding), arch, run,
-eval_seconds, and the task's metric fields (e.g. val_loss). Rows are flushed one by one.
+eval_seconds, and the task's metric fields (e.g. val_loss). Rows are flushed one by one; with the
+run's train.wandb set they go to its Weights & Biases run too (linscale_jax.train.tracking).
 All checkpoints of a run must share one model config (arch and shapes): a checkpoint from another
 architecture or config is an error naming the differing fields.
 """
@@ -175,4 +176,9 @@ def evaluate(workdir: str, steps="all", tasks=("val_loss",), ctx_kwargs: dict | 
         eta = elapsed / i * (len(todo) - i)
         log(f"eval [{i}/{len(todo)}] step {step} {task}: {_fmt(metrics)} ({row['eval_seconds']:.1f}s) "
             f"| elapsed {elapsed:.0f}s ETA {eta:.0f}s")
+    if primary and rows:  # train.wandb: the rows in the run's W&B run too
+        from linscale_jax.train import tracking
+
+        meta = metas[selected[-1]]
+        tracking.log_eval(workdir, meta.get("config", {}), rows, meta.get("cooldown_from"))
     return rows

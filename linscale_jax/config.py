@@ -46,6 +46,8 @@ def base_config() -> ml_collections.ConfigDict:
             peak_flops=0.0,  # per-device peak FLOP/s for MFU; 0: $LINSCALE_PEAK_FLOPS, a known
             #                  accelerator's bf16 peak, or a measured f32 matmul peak on CPU
             profile_steps="",  # "A,B": a jax.profiler trace of steps A..B under DIR/profile/
+            wandb="",  # a Weights & Biases project: every metrics row there too ([track] extra)
+            wandb_group="",  # its W&B group (a study sets its directory's name)
         )
     )
     c.optim = ml_collections.ConfigDict(

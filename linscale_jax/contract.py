@@ -34,6 +34,7 @@ LOCK = "train.lock"  # the one trainer's lock
 RUN_JSON = "run.json"  # optional run metadata for tables built from metrics only
 TIMING = "timing.jsonl"  # a study run's wall time per invocation: train/eval seconds, compile share
 STUDY_LOG = "study.log"  # a study run's output when the study trains runs in worker processes
+RUN_STATUS = "status.json"  # a study run's state under a Ray backend: attempt, node, state, times
 # Each checkpoint's metadata (step, tokens, flops, flops_exact, n_params, arch, run, config, ...)
 # is plain JSON at DIR/checkpoints/<step>/metadata/metadata.
 CHECKPOINT_METADATA = os.path.join("metadata", "metadata")

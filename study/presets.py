@@ -12,7 +12,8 @@ seeds of some sizes: the seed-to-seed sd the intervals use), verdicts (the equiv
 the held-out tolerance: study.verdicts), recall_from (a recall study's workdir whose recall.csv the
 findings section reads), protocol_from (a finished study under the other learning-rate protocol,
 whose findings.json every finding is also judged by), noise (seed_sd: assumed for archs without
-replicates), fit (how laws are fitted).
+replicates), fit (how laws are fitted), cluster (what each run asks of a Ray cluster under
+--backend=ray: study.ray_backend).
 """
 
 import ml_collections
@@ -50,4 +51,11 @@ def study_defaults() -> ml_collections.ConfigDict:
                       tolerance=0.1),  # nats: the held-out largest size's error allowed (finding 1)
         noise=dict(seed_sd=0.0),  # nats: assumed seed-to-seed sd for archs without replicates
         fit=dict(approach=1, bootstrap=200, include_clamped=False, seed=0),
+        # --backend=ray: the resources of one run (study.ray_backend.placement)
+        cluster=dict(accelerator="cpu",  # cpu | gpu | tpu
+                     hosts=1,  # processes (hosts) per run; > 1 is a gang, one task per host
+                     devices_per_host=0,  # cpu: simulated devices; gpu: GPUs; tpu: chips (0: 1; tpu: 4)
+                     cpus_per_host=1,  # CPU cores each host task reserves (1: single-threaded XLA)
+                     tpu_topology="", tpu_version="",  # a multi-host slice, e.g. "4x4" and "v6e"
+                     max_retries=3),  # resubmissions after a lost worker, node or slice
     ))

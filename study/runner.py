@@ -19,6 +19,8 @@ With shard_spec 'i/n' only runs with index % n == i are processed and nothing is
 unsharded invocation trains what is still missing and joins whatever exists.
 join_only skips training and evaluation and joins whatever the workdir holds (while other hosts
 are still training). max_runs stops after that many runs were processed here (a simulated kill).
+backend="ray" processes the runs as Ray tasks, on this machine or on the cluster at ray_address
+(study.ray_backend); "local" (the default) in this process or study.workers' local pool.
 """
 
 from __future__ import annotations
@@ -273,8 +275,12 @@ def workers_for(study, n_runs: int, max_runs: int | None) -> int:
     return 1 if max_runs is not None else max(1, min(n, n_runs))
 
 
+BACKENDS = ("local", "ray")
+
+
 def run_study(study, workdir: str, shard_spec: str | None = None, approach: int | None = None,
-              max_runs: int | None = None, join_only: bool = False, log=_print) -> dict:
+              max_runs: int | None = None, join_only: bool = False, log=_print,
+              backend: str = "local", ray_address: str | None = None) -> dict:
     runs = plan_lib.build_plan(study, workdir)
     findings.recall_rows_from(study)  # a wrong study.recall_from (or protocol_from) fails now, not after training
     results.protocol_sources(study)
@@ -294,9 +300,17 @@ def run_study(study, workdir: str, shard_spec: str | None = None, approach: int 
         largest[r.arch] = max(largest.get(r.arch, 0), r.n_params)
     finals = {r.name: r.seed == 0 and (str(study.eval.final_runs) == "all" or r.n_params == largest[r.arch])
               for r in runs}
-    n_workers = workers_for(study, len(mine), max_runs)
-    if n_workers > 1:
+    if backend not in BACKENDS:
+        raise ValueError(f"--backend={backend!r}; use one of {', '.join(BACKENDS)}")
+    n_workers, out = workers_for(study, len(mine), max_runs), None
+    if backend == "ray" and mine:  # Ray tasks on this machine or a cluster (study.ray_backend)
+        from study import ray_backend
+
+        out = ray_backend.run(study, mine, finals, process_run, workdir, ray_address, log, eta_seconds)
+        n_workers = out["slots"]
+    elif n_workers > 1:
         out = workers.run_parallel(study, mine, finals, n_workers, process_run, log, eta_seconds)
+    if out is not None:
         processed = len(mine)
         if out["stopped"] or out.get("signal"):
             raise Stopped(f"[study] stopped by {out.get('signal') or 'a signal'}: "
@@ -305,7 +319,7 @@ def run_study(study, workdir: str, shard_spec: str | None = None, approach: int 
         if out["failed"]:
             raise workers.RunsFailed(f"{len(out['failed'])} run(s) failed, the others finished; fix and "
                                "re-run to resume: " + "; ".join(f"{k}: {v}" for k, v in out["failed"].items()))
-    for k, run in enumerate(mine if n_workers == 1 else []):
+    for k, run in enumerate(mine if out is None else []):
         done = sum(trained(r) for r in runs)
         todo = [r.flops_exact for r in mine[k:] if not trained(r)]
         log(f"[study] run {k + 1}/{len(mine)}{' of shard ' + shard_spec if shard_spec else ''}: {run.name} "

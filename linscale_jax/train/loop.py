@@ -42,6 +42,7 @@ from linscale_jax.train import overlap
 from linscale_jax.train.batches import BATCH_KEYS, GlobalBatches
 from linscale_jax.train.preemption import Preemption
 from linscale_jax.train import metrics as metrics_lib
+from linscale_jax.train import tracking
 from linscale_jax.dist import distributed
 from linscale_jax.train import optim
 from linscale_jax.run import integrity
@@ -304,7 +305,8 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
     save_at = ckpt.save_steps(config.checkpoint, total)
     log_every = max(int(tr.log_every), 1)
     with signals.postponed():  # it rewrites metrics.jsonl without the rows after `step`
-        logger = metrics_lib.MetricsLogger(workdir, total, step)
+        logger = metrics_lib.MetricsLogger(workdir, total, step,
+                                           tracker=tracking.wandb_writer(config, workdir))
     profile = metrics_lib.Profile(tr.get("profile_steps", ""), workdir)
     recorder = checksums.Recorder(jax.process_index(), jax.process_count())
     losses, pending, stopped, unrecorded = {}, [], None, []

@@ -1,4 +1,5 @@
-"""Training metrics: DIR/metrics.jsonl, TensorBoard event files (DIR/tensorboard), a progress line.
+"""Training metrics: DIR/metrics.jsonl, TensorBoard event files (DIR/tensorboard), a progress line,
+and Weights & Biases with train.wandb (a `tracker`, linscale_jax.train.tracking).
 
 metrics.jsonl has one JSON object per logged step: step, loss, lr, grad_norm, tokens,
 tokens_per_sec, mfu, flops (paper C so far), mem_gb and mem_peak_gb (device memory in use and its
@@ -112,12 +113,12 @@ class MetricsLogger:
     progress bar with tokens/s and ETA."""
 
     def __init__(self, workdir, total_steps: int, start_step: int, tensorboard: bool = True,
-                 stream=sys.stdout):
+                 stream=sys.stdout, tracker=None):
         self.workdir = epath.Path(workdir)
         self.path = self.workdir / contract.METRICS
         self.total, self.start = total_steps, start_step
         self.stream, self.t0, self._first = stream, time.perf_counter(), None
-        self._tb = None
+        self._tb, self._tracker = None, tracker  # tracker: row -> None (linscale_jax.train.tracking)
         self._append = appendable(self.path)
         self._buffer: list[str] = []
         self._next_chunk, self._chunk_t = 0, time.perf_counter()
@@ -156,6 +157,8 @@ class MetricsLogger:
                 self.flush()
         if self._tb is not None:
             self._tb(row)
+        if self._tracker is not None:
+            self._tracker(row)
 
     def flush(self) -> None:
         """Object stores: write the buffered rows as the next chunk file (each written once)."""
@@ -196,6 +199,8 @@ class MetricsLogger:
         self.flush()
         if self._tb is not None:
             self._tb(None)
+        if self._tracker is not None:
+            self._tracker(None)
 
 
 def _gb(x: float) -> str:
