@@ -155,6 +155,8 @@ def build_plan(study, workdir: str) -> list[Run]:
     for arch, size, seed in ((a, s, k) for a in split_list(study.archs) for s in split_list(study.sizes)
                              for k in replicate_seeds(study, s)):
             cfg = run_config(study, arch, size, seed)
+            if str(cfg.train.wandb) and not str(cfg.train.wandb_group):  # one W&B group per study
+                cfg.train.wandb_group = Path(workdir).resolve().name
             mc = ModelConfig.from_config(cfg.model)
             seq = int(cfg.train.seq_len)
             if seq > mc.max_seq_len:
