@@ -41,6 +41,8 @@ def _print(msg: str) -> None:
 
 
 def run_recall(study, workdir: str, log=_print) -> list[dict]:
+    from linscale_jax.errors import Stopped
+    from linscale_jax.run import signals
     from study import workers
 
     os.makedirs(workdir, exist_ok=True)
@@ -51,15 +53,21 @@ def run_recall(study, workdir: str, log=_print) -> list[dict]:
         f"at most {study.max_steps} steps × {study.batch_size} sequences of {study.seq_len} tokens each")
     if n_workers > 1:
         out = workers.run_parallel(study, todo, {r.name: True for r in todo}, n_workers, process_run, log)
+        if out["stopped"] or out.get("signal"):
+            raise Stopped(f"[recall] stopped by {out.get('signal') or 'a signal'}: "
+                          f"{', '.join(out['stopped']) or 'no run was under way'}; finished runs are "
+                          "kept; re-run the same command to resume.")
         if out["failed"]:
             raise workers.RunsFailed("recall runs failed: " + "; ".join(f"{k}: {v}" for k, v in
                                                                         out["failed"].items()))
-        if out["stopped"]:
-            raise KeyboardInterrupt(f"recall runs stopped: {out['stopped']}; re-run to resume")
     else:
         for i, r in enumerate(todo):
             log(f"[recall] run {i + 1}/{len(todo)}: {r.name} | elapsed {time.time() - t0:.0f}s")
-            process_run(study, r, log)
+            try:
+                process_run(study, r, log)
+            except signals.Interrupted as e:
+                raise Stopped(f"[recall] stopped by {e} during {r.name}; finished runs are kept; "
+                              "re-run the same command to resume.") from None
     results = {r.name: load_result(study, r) for r in runs}
     write_runs_csv(runs, results, os.path.join(workdir, "recall_runs.csv"))
     rows = cell_rows(runs, results, study)
