@@ -26,6 +26,7 @@ def get_config():
         seq_len=64,
         batch_size=32,
         max_steps=2000,
+        baseline_max_steps=3000,  # the positive control: llama-d64e16 needs ~3,000 steps at 4 pairs
         lr="",  # "": per arch label from `rates`; or "3e-3", or "llama:1e-3,tnl:3e-3,..."
         rates="configs/study/recall_rates.json",
         warmup_steps=50,

@@ -7,9 +7,10 @@ then scored per number of pairs.
 
 A shape "d64e16" is d_model 64 with head dim 16; study.n_layers layers; GLU width 8·ceil(int(8d/3)/8).
 An arch label is a registered arch or a variant "<arch>+<model field>=<value>" (sizes.split_variant),
-e.g. tnl+short_conv=4. The baseline (contract.BASELINE_ARCH) runs at study.baseline_shapes, the
-others at study.shapes. Learning rates: study.lr (module `learning_rates`), else the rates file
-study.rates (study.recall.rates).
+e.g. tnl+short_conv=4. The baseline (contract.BASELINE_ARCH) runs at study.baseline_shapes for at
+most study.baseline_max_steps steps (when set), the others at study.shapes for study.max_steps.
+Learning rates: study.lr (module `learning_rates`), else the rates file study.rates
+(study.recall.rates).
 """
 
 from __future__ import annotations
@@ -42,10 +43,20 @@ def parse_shape(shape: str) -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
+def _is_baseline(label: str) -> bool:
+    return label.split("+")[0] == BASELINE_ARCH
+
+
 def shapes_of(study, label: str) -> list[str]:
     """The shapes `label` runs at: study.baseline_shapes for the baseline, study.shapes otherwise."""
-    base = label.split("+")[0] == BASELINE_ARCH
-    return split_list(study.baseline_shapes if base and study.get("baseline_shapes") else study.shapes)
+    base = _is_baseline(label) and study.get("baseline_shapes")
+    return split_list(study.baseline_shapes if base else study.shapes)
+
+
+def max_steps_of(study, label: str) -> int:
+    """The most steps `label` trains: study.baseline_max_steps for the baseline (the positive
+    control) when set, study.max_steps otherwise."""
+    return int(study.get("baseline_max_steps") or study.max_steps) if _is_baseline(label) else int(study.max_steps)
 
 
 def learning_rates(study, label: str) -> list[float]:
@@ -173,15 +184,16 @@ def build_runs(study, workdir: str) -> list[Run]:
     from linscale_jax.models import accounting, registry
 
     seq_len, runs = int(study.seq_len), []
-    tokens = int(study.max_steps) * int(study.batch_size) * seq_len
     for label in split_list(study.archs):
+        steps = max_steps_of(study, label)
+        tokens = steps * int(study.batch_size) * seq_len
         for shape in shapes_of(study, label):
             d, e = parse_shape(shape)
             mc = model_config(study, label, d, e)
             state = int(registry.get(mc.arch).state_floats(mc, seq_len))
             for lr in learning_rates(study, label):
                 for seed in (int(s) for s in split_list(study.seeds)):
-                    run = Run(label, d, e, seed, lr, "", int(study.max_steps),
+                    run = Run(label, d, e, seed, lr, "", steps,
                               accounting.param_counts(mc)["non_embedding"],
                               3 * accounting.flops_per_token_exact(mc, seq_len) * tokens, state,
                               usable_state_floats(mc, seq_len, state))

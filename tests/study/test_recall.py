@@ -132,8 +132,10 @@ def _fake(accs, loss=1.0):
 def test_variants_shapes_and_usable_state(tmp_path):
     """A variant label runs the changed model and keeps its label; the baseline runs at its own
     shapes; TNL's usable state counts only the heads whose decay spans the context."""
-    study = _study(archs="llama,tnl,tnl+short_conv=4,hgrn2", shapes="d16e4,d16e8", baseline_shapes="d16e8")
+    study = _study(archs="llama,tnl,tnl+short_conv=4,hgrn2", shapes="d16e4,d16e8", baseline_shapes="d16e8",
+                   baseline_max_steps=12)
     runs = train.build_runs(study, str(tmp_path))
+    assert {(r.arch, r.steps) for r in runs} == {("llama", 12), ("tnl", 8), ("tnl+short_conv=4", 8), ("hgrn2", 8)}
     assert [(r.arch, r.head_dim) for r in runs if r.seed == 0] == [
         ("llama", 8), ("tnl", 4), ("tnl", 8), ("tnl+short_conv=4", 4), ("tnl+short_conv=4", 8),
         ("hgrn2", 4), ("hgrn2", 8)]
@@ -240,7 +242,7 @@ def test_recall_sweep_then_preset_commands_shrunk(tmp_path):
               "--config.n_pairs=2,4", "--config.seq_len=32", "--config.max_steps=8", "--config.batch_size=8",
               "--config.warmup_steps=2", "--config.eval_every=4", "--config.val_sequences=16",
               "--config.eval_sequences=16", "--config.n_keys=16", "--config.n_values=16",
-              "--config.workers=1"]
+              "--config.workers=1", "--config.baseline_max_steps=12"]
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
     out = subprocess.run([sys.executable, "-m", "study", "--config=configs/study/recall_sweep.py",
                           f"--workdir={sweep}", *shrink, "--config.lr=1e-3/3e-3"], cwd=ROOT, env=env,
@@ -262,7 +264,8 @@ def test_recall_sweep_then_preset_commands_shrunk(tmp_path):
         assert int(r["queries"]) == (2 if r["seed"] == "all" else 1) * 16 * int(r["n_pairs"])
         assert r["variant"] == ("short_conv=4" if r["arch"] != "llama" else "")
     assert (wd / "recall.png").stat().st_size > 1000
-    assert len(list(csv.DictReader(open(wd / "recall_runs.csv")))) == 4
+    runs = list(csv.DictReader(open(wd / "recall_runs.csv")))
+    assert len(runs) == 4 and {(r["arch"], r["steps"]) for r in runs} <= {("llama", "12"), ("tnl+short_conv=4", "8")}
     report = (wd / "report.md").read_text()
     assert "## Other section\n\nkept" in report and report.count(recall.SECTION) == 1
     assert "![MQAR accuracy against state size](recall.png)" in report and "Positive control" in report
