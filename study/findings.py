@@ -11,8 +11,9 @@
 3. The baseline leads on retrieval: the MQAR recall experiment (configs/study/recall.py, read from
    study.recall_from via study.recall.verdict_input), baseline minus each linear arch per (width,
    pairs) cell with a normal interval from the cells' intervals (query noise and seed spread);
-   "not measured" unless the baseline's positive control (>= 0.9 in some cell) is met; cells that
-   did not train are left out.
+   "not measured" unless the baseline's positive control (>= 0.9 in some cell) is met; only recall
+   results (above the copy level) of the paper's mixers in (width, pairs) shapes where the control
+   passed count, the other cells are listed as left out.
 Every finding is judged under each loss estimator the study computed; where they disagree the
 verdict is "depends on the estimator", with each estimator's values shown; likewise "depends on the
 learning-rate protocol" against a study of the other protocol (study.protocol_from).
@@ -123,8 +124,8 @@ def equal_compute(f: dict, est: list[str], by: dict, margin: float) -> list[str]
 
 
 def read_recall(path: str) -> dict:
-    """study.recall.verdict_input of DIR/recall.csv: the trained cells' seed-mean rows, the
-    positive control and the cells that did not train."""
+    """study.recall.verdict_input of DIR/recall.csv: the seed-mean recall results in shapes where the
+    positive control passed, the control and the cells left out."""
     from study.recall import verdict_input
 
     return verdict_input(path)
@@ -150,7 +151,8 @@ def recall_differences(rows: list[dict]) -> list[tuple]:
 
 def retrieval(recall: dict | None, source: str) -> tuple[str, list[str]]:
     """Finding 3 from read_recall's dict (None: not run). Without the positive control (the
-    baseline >= 0.9 in some cell) it is not measured; cells that did not train are left out."""
+    baseline >= 0.9 in some cell) it is not measured; only recall results in shapes where the
+    control passed count (read_recall's rows), the other cells are listed as left out."""
     from study.recall import control_sentence
 
     if not recall:

@@ -1,7 +1,8 @@
 """The recall preset's learning-rate sweep: every arch label at 5 rates over 1e-4 ... 1e-2 at one
-shape, one seed, every label for the preset's max_steps (the baseline too); the rate with the best
-final validation accuracy is kept per label (study.recall.table.best_lr). The schedule is constant,
-so a preset run that trains longer (the baseline) repeats the sweep run's first steps.
+shape, one seed, 2,000 steps each; the rate kept per label has the best validation accuracy after
+the preset's steps for that label (max_steps, the baseline's baseline_max_steps; read from the run's
+validation history, every eval_every steps; study.recall.table.best_lr). The schedule is constant,
+so a preset run repeats the first steps of the sweep run with its rate and seed.
 
     python -m study --config=configs/study/recall_sweep.py --workdir=DIR
     cp DIR/recall_rates.json configs/study/recall_rates.json   # the rates the preset reads
@@ -16,5 +17,5 @@ import runpy
 
 def get_config():
     c = runpy.run_path(os.path.join(os.path.dirname(__file__), "recall.py"))["get_config"]()
-    c.update(dict(shapes="d64e16", seeds="0", lr="1e-4/3e-4/1e-3/3e-3/1e-2", baseline_max_steps=0))
+    c.update(dict(shapes="d64e16", seeds="0", lr="1e-4/3e-4/1e-3/3e-3/1e-2", sweep_steps=2000))
     return c

@@ -8,12 +8,13 @@ against the size of its decoding state.
 
 Runs (study.recall.train): arch label × shape × seed × lr, each trained through the trainer's
 optimizer and step on MQAR sequences whose number of key-value pairs is drawn from study.n_pairs
-(Zoology's mixture training) for at most study.max_steps steps, stopping once the validation
-accuracy reaches study.stop_accuracy; then scored on study.eval_sequences test sequences per number
+(Zoology's mixture training) for at most study.max_steps steps (study.sweep_steps when set),
+stopping once the validation accuracy reaches study.stop_accuracy; then scored on study.eval_sequences test sequences per number
 of pairs (accuracy = share of queries whose argmax is the stored value, 95 % Wilson interval).
 Labels may be variants, e.g. tnl+short_conv=4 (the short convolution, linscale_jax.models.linear_common).
-Per (arch, shape) the rate with the best mean final validation accuracy is kept; a run with several
-rates per arch (the sweep) also writes DIR/recall_rates.json (study.recall.rates).
+Per (arch, shape) the rate with the best mean validation accuracy after the label's max_steps
+(train.max_steps_of; read from the validation history of a run that trained longer) is kept; a run
+with several rates per arch (the sweep) also writes DIR/recall_rates.json (study.recall.rates).
 
 Writes DIR/recall.csv (study.recall.table.COLUMNS: one row per cell and seed plus the cell's seed
 "all" row, each with a status: did_not_train, copy_level or recall), DIR/recall_runs.csv (every
@@ -30,7 +31,7 @@ from study.recall.rates import is_sweep, read as read_rates, record as rates_rec
 from study.recall.report import SECTION, control_sentence, plot, report_section, update_report
 from study.recall.table import (COLUMNS, COPY_LEVEL, DID_NOT_TRAIN, RECALL, STATUSES, best_lr, cell_rows,
                                 control, read_csv, verdict_input, wilson, write_csv, write_runs_csv)
-from study.recall.train import build_runs, load_result, process_run
+from study.recall.train import build_runs, load_result, max_steps_of, process_run
 
 __all__ = ["COLUMNS", "COPY_LEVEL", "DID_NOT_TRAIN", "RECALL", "SECTION", "STATUSES", "control",
            "control_sentence", "read_csv", "run_recall", "update_report", "verdict_input", "wilson"]
@@ -50,7 +51,7 @@ def run_recall(study, workdir: str, log=_print) -> list[dict]:
     todo = [r for r in runs if load_result(study, r) is None]
     n_workers = max(1, min(int(study.workers), len(todo)))
     log(f"[recall] {len(runs)} runs ({len(runs) - len(todo)} stored), {n_workers} worker(s); "
-        f"at most {study.max_steps} steps × {study.batch_size} sequences of {study.seq_len} tokens each")
+        f"at most {max(r.steps for r in runs)} steps × {study.batch_size} sequences of {study.seq_len} tokens each")
     if n_workers > 1:
         out = workers.run_parallel(study, todo, {r.name: True for r in todo}, n_workers, process_run, log)
         if out["stopped"] or out.get("signal"):
@@ -70,11 +71,13 @@ def run_recall(study, workdir: str, log=_print) -> list[dict]:
                               "re-run the same command to resume.") from None
     results = {r.name: load_result(study, r) for r in runs}
     write_runs_csv(runs, results, os.path.join(workdir, "recall_runs.csv"))
-    rows = cell_rows(runs, results, study)
+    at = lambda label: max_steps_of(study, label)  # noqa: E731  (the preset's steps for the label)
+    chosen = best_lr(runs, results, float(study.stop_accuracy), at)
+    rows = cell_rows(runs, results, study, chosen)
     write_csv(rows, os.path.join(workdir, "recall.csv"))
     written = ["recall.csv", "recall_runs.csv", "recall.png", "report.md"]
     if is_sweep(runs):
-        rates = rates_record(runs, results, best_lr(runs, results, float(study.stop_accuracy)), study)
+        rates = rates_record(runs, results, chosen, study, at)
         write_rates(os.path.join(workdir, "recall_rates.json"), rates)
         written.append("recall_rates.json")
     else:

@@ -94,8 +94,8 @@ def cell_table(rows: list[dict], n_pairs: list[str]) -> list[str]:
 
 
 def sweep_table(rates: dict) -> list[str]:
-    """The rates file's sweep: validation accuracy (steps trained) per arch label and rate, the
-    chosen one bold."""
+    """The rates file's sweep: validation accuracy (the step it was read at; the run's final
+    accuracy and steps where it trained on) per arch label and rate, the chosen one bold."""
     lrs = sorted({float(lr) for d in rates["sweep"].values() for lr in d})
     lines = ["| arch | " + " | ".join(f"lr {lr:g}" for lr in lrs) + " | chosen |",
              "|---|" + "---|" * (len(lrs) + 1)]
@@ -104,7 +104,10 @@ def sweep_table(rates: dict) -> list[str]:
         vals = []
         for lr in lrs:
             v, n = accs.get(f"{lr:g}"), rates.get("steps", {}).get(label, {}).get(f"{lr:g}")
-            text = "-" if v is None else f"{v:.3f}" + (f" ({n})" if n else "")
+            end, steps = rates.get("final", {}).get(label, {}).get(f"{lr:g}") or (None, n)
+            text = "-" if v is None else (f"{v:.3f}" + (f" ({n}" if n else "")
+                                          + (f"; {end:.3f} at {steps}" if n and steps != n else "")
+                                          + (")" if n else ""))
             vals.append(f"**{text}**" if lr == chosen else text)
         lines.append(f"| {label} | " + " | ".join(vals) + f" | {chosen:g} |")
     return lines
@@ -148,9 +151,11 @@ def report_section(rows: list[dict], study, rates: dict | None) -> str:
              *cell_table(rows, n_pairs), "", control_sentence(ctl), ""]
     if rates:
         lines += [f"Learning rates from the sweep at {rates['shape']} (`{rates['command']}`; "
-                  f"{rates['machine']}; validation accuracy at the end of each run and its steps, the "
-                  f"chosen rate bold: the best accuracy counted up to the early stop's "
-                  f"{study.stop_accuracy}, ties to the fewer steps):", "", *sweep_table(rates), ""]
+                  f"{rates['machine']}; each run trained {rates['settings'].get('sweep_steps', '')} "
+                  f"steps; validation accuracy after the preset's steps for the label, with the step "
+                  f"it was read at (an earlier one: the run stopped early), the chosen rate bold: the "
+                  f"best accuracy counted up to the early stop's {study.stop_accuracy}, ties to the "
+                  f"fewer steps):", "", *sweep_table(rates), ""]
     return "\n".join(lines)
 
 

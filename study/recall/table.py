@@ -62,23 +62,34 @@ def cell_status(run_status: str, ci_low: float, n_pairs: int) -> str:
     return COPY_LEVEL if not ci_low > 1.0 / n_pairs else RECALL
 
 
-def best_lr(runs: list, results: dict, stop_accuracy: float) -> dict:
-    """{(arch, d, e): lr} with the best mean final validation accuracy over the seeds, an accuracy
-    counted at most as stop_accuracy (the early stop's target); ties go to the fewer mean steps (the
-    rate that reached the target soonest), then to the smaller rate."""
+def accuracy_at(res: dict, steps: int | None) -> tuple[float, int]:
+    """(validation accuracy, step) of a run after at most `steps` steps, read from its validation
+    history (None or at least the steps it trained: its final accuracy)."""
+    hist = [h for h in res.get("history", []) if steps is not None and h["step"] <= steps]
+    if steps is None or steps >= res["steps"] or not hist:
+        return res["val_accuracy"], res["steps"]
+    return hist[-1]["val_accuracy"], hist[-1]["step"]
+
+
+def best_lr(runs: list, results: dict, stop_accuracy: float, at=lambda label: None) -> dict:
+    """{(arch, d, e): lr} with the best mean validation accuracy over the seeds after at(label)
+    steps (None: at the end of the run), an accuracy counted at most as stop_accuracy (the early
+    stop's target); ties go to the fewer mean steps (the rate that reached the target soonest), then
+    to the smaller rate."""
     score = {}
     for r in runs:
-        res = results[r.name]
         score.setdefault((r.arch, r.d_model, r.head_dim), {}).setdefault(r.lr, []).append(
-            (min(res["val_accuracy"], stop_accuracy), res["steps"]))
-    return {k: max(v, key=lambda lr: (np.mean([a for a, _ in v[lr]]), -np.mean([s for _, s in v[lr]]), -lr))
+            accuracy_at(results[r.name], at(r.arch)))
+    return {k: max(v, key=lambda lr: (np.mean([min(a, stop_accuracy) for a, _ in v[lr]]),
+                                      -np.mean([s for _, s in v[lr]]), -lr))
             for k, v in score.items()}
 
 
-def cell_rows(runs: list, results: dict, study) -> list[dict]:
-    """recall.csv rows: per (arch, shape, n_pairs) one row per seed (at the selected lr) and the
-    seed "all" row (module doc)."""
-    chosen, seq_len, rows = best_lr(runs, results, float(study.stop_accuracy)), int(study.seq_len), []
+def cell_rows(runs: list, results: dict, study, chosen: dict | None = None) -> list[dict]:
+    """recall.csv rows: per (arch, shape, n_pairs) one row per seed at the chosen lr (best_lr's
+    dict; by default each run's final accuracy decides) and the seed "all" row (module doc)."""
+    chosen = chosen or best_lr(runs, results, float(study.stop_accuracy))
+    seq_len, rows = int(study.seq_len), []
     for (arch, d, e), lr in chosen.items():
         mine = [r for r in runs if (r.arch, r.d_model, r.head_dim, r.lr) == (arch, d, e, lr)]
         for p in split_list(study.n_pairs):

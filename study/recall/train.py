@@ -8,7 +8,9 @@ then scored per number of pairs.
 A shape "d64e16" is d_model 64 with head dim 16; study.n_layers layers; GLU width 8·ceil(int(8d/3)/8).
 An arch label is a registered arch or a variant "<arch>+<model field>=<value>" (sizes.split_variant),
 e.g. tnl+short_conv=4. The baseline (contract.BASELINE_ARCH) runs at study.baseline_shapes for at
-most study.baseline_max_steps steps (when set), the others at study.shapes for study.max_steps.
+most study.baseline_max_steps steps (when set), the others at study.shapes for study.max_steps;
+study.sweep_steps (when set) trains every label that many steps instead (the sweep: its rates are
+chosen at each label's max_steps from the validation history).
 Learning rates: study.lr (module `learning_rates`), else the rates file study.rates
 (study.recall.rates).
 """
@@ -57,6 +59,11 @@ def max_steps_of(study, label: str) -> int:
     """The most steps `label` trains: study.baseline_max_steps for the baseline (the positive
     control) when set, study.max_steps otherwise."""
     return int(study.get("baseline_max_steps") or study.max_steps) if _is_baseline(label) else int(study.max_steps)
+
+
+def train_steps(study, label: str) -> int:
+    """The steps `label` trains: study.sweep_steps when set (the sweep), else max_steps_of."""
+    return int(study.get("sweep_steps") or 0) or max_steps_of(study, label)
 
 
 def learning_rates(study, label: str) -> list[float]:
@@ -185,7 +192,7 @@ def build_runs(study, workdir: str) -> list[Run]:
 
     seq_len, runs = int(study.seq_len), []
     for label in split_list(study.archs):
-        steps = max_steps_of(study, label)
+        steps = train_steps(study, label)
         tokens = steps * int(study.batch_size) * seq_len
         for shape in shapes_of(study, label):
             d, e = parse_shape(shape)

@@ -109,6 +109,14 @@ def test_best_lr_counts_accuracy_up_to_the_target_then_prefers_fewer_steps():
            "r0.01": dict(val_accuracy=0.4, steps=2000)}
     assert table.best_lr(runs, res, 0.99) == {("tnl", 16, 8): 3e-3}  # both reached 0.99; 3e-3 sooner
     assert table.best_lr(runs, res, 0.999) == {("tnl", 16, 8): 1e-3}  # below the target: accuracy decides
+    # read after fewer steps (the preset's) from the validation history: 1e-2 leads at step 500
+    res["r0.001"]["history"] = [dict(step=s, val_accuracy=a) for s, a in ((500, 0.3), (1000, 0.6), (2000, 0.995))]
+    res["r0.003"]["history"] = [dict(step=s, val_accuracy=a) for s, a in ((500, 0.2), (1000, 0.9), (1100, 0.991))]
+    res["r0.01"]["history"] = [dict(step=s, val_accuracy=a) for s, a in ((500, 0.35), (1000, 0.4), (2000, 0.4))]
+    assert table.best_lr(runs, res, 0.99, at=lambda label: 700) == {("tnl", 16, 8): 1e-2}
+    assert table.best_lr(runs, res, 0.99, at=lambda label: 1000) == {("tnl", 16, 8): 3e-3}
+    assert table.accuracy_at(res["r0.003"], 1500) == (0.991, 1100)  # stopped early: its final
+    assert table.accuracy_at(res["r0.001"], 1999) == (0.6, 1000)
 
 
 def _study(**kw):
@@ -245,12 +253,15 @@ def test_recall_sweep_then_preset_commands_shrunk(tmp_path):
               "--config.workers=1", "--config.baseline_max_steps=12"]
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
     out = subprocess.run([sys.executable, "-m", "study", "--config=configs/study/recall_sweep.py",
-                          f"--workdir={sweep}", *shrink, "--config.lr=1e-3/3e-3"], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=600)
+                          f"--workdir={sweep}", *shrink, "--config.lr=1e-3/3e-3", "--config.sweep_steps=12"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     rec = json.load(open(sweep / "recall_rates.json"))
     assert set(rec["rates"]) == {"llama", "tnl+short_conv=4"} and set(rec["sweep"]["llama"]) == {"0.001", "0.003"}
     assert "recall_sweep.py" in rec["command"] and rec["run_seconds"] > 0
+    # every label trained 12 steps; tnl's rate read at the preset's 8 (its history), llama's at 12
+    assert rec["final"]["tnl+short_conv=4"]["0.001"][1] == 12 and rec["steps"]["tnl+short_conv=4"]["0.001"] == 8
+    assert rec["steps"]["llama"]["0.001"] == 12 and rec["settings"]["sweep_steps"] == "12"
     args = [sys.executable, "-m", "study", "--config=configs/study/recall.py", f"--workdir={wd}", *shrink,
             "--config.seeds=0,1", f"--config.rates={sweep / 'recall_rates.json'}"]
     out = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
