@@ -125,6 +125,15 @@ def control_sentence(ctl: dict) -> str:
                ", so the recall comparison is not measured."))
 
 
+def steps_phrase(study) -> str:
+    """How many steps the runs train: the sweep's sweep_steps for every label, else max_steps and
+    the positive control's baseline_max_steps."""
+    if int(study.get("sweep_steps") or 0):
+        return f"{study.sweep_steps} steps for every label"
+    return (f"at most {study.max_steps} steps (LLaMA, the positive control: "
+            f"{study.get('baseline_max_steps') or study.max_steps})")
+
+
 def report_section(rows: list[dict], study, rates: dict | None) -> str:
     """The report's recall section: protocol, plot, the cell table, the control, the sweep."""
     ctl = control(rows)
@@ -135,8 +144,7 @@ def report_section(rows: list[dict], study, rates: dict | None) -> str:
              f"pairs (distinct keys and values, {study.n_keys} keys, {study.n_values} values, "
              f"{study.placement} query placement), through the trainer's AdamW step ({study.schedule} "
              f"schedule, {study.warmup_steps} warmup steps, weight decay {study.weight_decay}), batch "
-             f"{study.batch_size}, at most {study.max_steps} steps (LLaMA, the positive control: "
-             f"{study.get('baseline_max_steps') or study.max_steps}), stopping once the validation "
+             f"{study.batch_size}, {steps_phrase(study)}, stopping once the validation "
              f"accuracy reaches {study.stop_accuracy}; seeds {study.seeds}; scored on "
              f"{study.eval_sequences} test sequences per number of pairs. Accuracy is the seed mean; "
              f"its interval spans the seeds' 95 % Wilson intervals. Status: 'did not train' = test "
