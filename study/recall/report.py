@@ -52,8 +52,8 @@ def plot(rows: list[dict], study, path: str) -> None:
             for r in mine:
                 face = c if r["status"] == RECALL else "white"
                 marker = "x" if r["status"] == DID_NOT_TRAIN else "o"
-                ax.scatter([r["state_floats"]], [r["accuracy"]], marker=marker, s=28, zorder=3,
-                           edgecolors=c, facecolors=face if marker == "o" else c)
+                style = dict(edgecolors=c, facecolors=face) if marker == "o" else dict(color=c)
+                ax.scatter([r["state_floats"]], [r["accuracy"]], marker=marker, s=28, zorder=3, **style)
             usable = np.array([r["usable_state_floats"] for r in mine])
             if np.any(usable != x):
                 ax.plot(usable, y, color=c, ls=":", lw=1, marker="o", ms=3, mfc="white",
