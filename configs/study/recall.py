@@ -25,7 +25,7 @@ def get_config():
         power_a=0.01,
         seq_len=64,
         batch_size=32,
-        max_steps=1200,  # the budget: 38 runs in <= 30 CPU-minutes
+        max_steps=1200,  # the linear archs (38 runs; cost: docs/results.md "Recall (MQAR)")
         baseline_max_steps=3000,  # the positive control: llama-d64e16 needs ~3,000 steps at 4 pairs
         sweep_steps=0,  # > 0: every label trains this many steps (configs/study/recall_sweep.py)
         lr="",  # "": per arch label from `rates`; or "3e-3", or "llama:1e-3,tnl:3e-3,..."
