@@ -32,7 +32,9 @@ def study_defaults() -> ml_collections.ConfigDict:
         overrides=dict(
             train=dict(batch_size=8, seq_len=128, log_every=10, eval_every=0,
                        seed=0),  # init seed: a replicate study is --config.overrides.train.seed=1
-            optim=dict(lr=3e-3, warmup_steps=20, schedule="cosine"),
+            # lr, batch, b2, warmup per arch and size from the tuned rule (linscale_jax.train.rule;
+            # rule="paper": optim.lr for every size, as the paper)
+            optim=dict(lr=3e-3, warmup_steps=20, schedule="cosine", rule="tuned"),
             checkpoint=dict(log_spaced=4, async_save=False),
         ),
         eval=dict(val_batches=2, niah_grid="4x4", niah_task="niah", probe_items=32,
