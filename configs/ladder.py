@@ -1,8 +1,8 @@
 """Tiny CPU ladder for miniature scaling studies: --config=configs/ladder.py:<arch>-<size>.
 
 arch: llama | tnl | hgrn2 | cosformer2, or a variant label <arch>+<model field>=<value> (e.g.
-cosformer2+tpe=none; linscale_jax.models.sizes.split_variant); size: d32 d48 d64 d80 d96 d128
-d192 d256 d384 d512. Shapes (linscale_jax.models.sizes.LADDER): (d, l) = (32,4) (48,4) (64,4)
+cosformer2+tpe=none; linscale_jax.models.sizes.split_variant); size: d16 d32 d48 d64 d80 d96 d128
+d192 d256 d384 d512. Shapes (linscale_jax.models.sizes.LADDER): (d, l) = (16,4) (32,4) (48,4) (64,4)
 (80,4) (96,4) (128,4) (192,4) (256,6) (384,6) (512,8); head dim 16 at every size (h = d/16);
 g = 8·ceil(int(8d/3)/8); byte vocabulary (259 ids padded to 264), context 2048.
 `python -m linscale_jax.models.describe --json` prints every ladder config's head dim, state floats per
