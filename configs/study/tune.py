@@ -16,7 +16,7 @@ def get_config():
     c = study_defaults()
     c.kind = "tune"
     c.archs = "llama"  # tuned at every size; check_archs are checked against its rule
-    c.sizes = "d16,d32,d48,d64,d80"
+    c.sizes = "d16l2,d16,d32l2,d32,d48"
     c.tokens = 1536 * 8 * 128.0  # every cell's budget, whatever its batch
     c.checkpoints = 6
     c.workers = 2
@@ -35,7 +35,7 @@ def get_config():
         beta2=0.99, beta2s="0.95,0.99,0.999",
         warmup_tokens_per_param=1.0,  # Porian et al.: warmup of about N tokens
         replicate_sizes="smallest,largest",  # one more seed of their best cell: the seed sd
-        check_archs="tnl,hgrn2,cosformer2", check_sizes="d32,d64",
+        check_archs="tnl,hgrn2,cosformer2", check_sizes="d16l2,d48",  # the tuned range's ends
         own_rule_factor=2.0,  # an arch whose best rate is more than 2x from the rule gets its own
         bootstrap=1000, seed=0,
     )
