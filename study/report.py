@@ -90,15 +90,26 @@ def _scale_section(runs) -> list[str]:
         f"- Data: `{c.data.task}` (vocabulary `{c.data.vocab}`, {c.model.vocab_size} ids) vs the paper's private "
         f"2T-token English/Chinese corpus with cl100k_base ({PAPER_VOCAB} ids); losses are per token of "
         "different vocabularies and are not comparable in absolute value.",
-        f"- Context {c.train.seq_len} tokens, batch {c.train.batch_size} sequences, "
-        f"{runs[0].steps} steps vs {PAPER_CONTEXT} tokens, 480 sequences, 76k steps.",
-        f"- Optimiser: AdamW, peak lr {c.optim.lr:g}, `{c.optim.schedule}` schedule after {c.optim.warmup_steps} "
-        "warmup steps, the same for every size, vs the paper's lr 3e-4 with one fixed schedule."
+        f"- Context {c.train.seq_len} tokens, batch {_spread(runs, lambda r: r.config.train.batch_size)} sequences, "
+        f"{_spread(runs, lambda r: r.steps)} steps vs {PAPER_CONTEXT} tokens, 480 sequences, 76k steps.",
+        (f"- Optimiser: AdamW, peak lr {c.optim.lr:g}, `{c.optim.schedule}` schedule after {c.optim.warmup_steps} "
+         "warmup steps, the same for every size, vs the paper's lr 3e-4 with one fixed schedule."
+         if str(c.optim.get("rule", "paper")) == "paper" else
+         f"- Optimiser: AdamW, `{c.optim.schedule}` schedule, peak lr {_spread(runs, lambda r: r.config.optim.lr)}, "
+         f"β2 {_spread(runs, lambda r: r.config.optim.b2)}, warmup {_spread(runs, lambda r: r.config.optim.warmup_steps)} "
+         f"steps per arch and size from the learning-rate rule `optim.rule={c.optim.rule}` (linscale_jax.train.rule), "
+         "vs the paper's one lr 3e-4 for every size with one fixed schedule.")
         + (" A constant rate keeps every checkpoint on an equal footing for the envelope (a decaying schedule "
            "flatters the ends of short runs against the middles of long ones)." if c.optim.schedule == "constant"
            else ""),
         "- Consequently the fitted coefficients describe this miniature regime only; compare exponents' "
         "signs and orderings, not values, with Table 3.", ""]
+
+
+def _spread(runs, value) -> str:
+    """'8' when every run has the same value, else 'lo..hi' over the runs."""
+    vals = sorted({value(r) for r in runs})
+    return f"{vals[0]:g}" if len(vals) == 1 else f"{vals[0]:g}..{vals[-1]:g}"
 
 
 def _envelope_section(table, include_clamped: bool) -> list[str]:

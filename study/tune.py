@@ -329,9 +329,11 @@ def run_tune(study, workdir: str, dry_run: bool = False, log=_print) -> dict:
     seen: dict = {}
     stage = 0
     while True:
-        loss = {c: v[0] for c, v in seen.items()}
-        want = all_cells(study, loss)
-        seen.update(measured(study, workdir, [c for c in want if c not in seen]))
+        want = all_cells(study, {c: v[0] for c, v in seen.items()})
+        found = measured(study, workdir, [c for c in want if c not in seen])
+        if found:  # finished earlier (a resumed grid): the stages may move on before anything trains
+            seen.update(found)
+            continue
         todo = [c for c in want if c not in seen]
         if dry_run:
             runs = [make_run(study, c, workdir, i) for i, c in enumerate(todo)]
@@ -368,9 +370,14 @@ def code_version() -> str:
         return ""
 
 
-def cell_rows(study, seen: dict, fitted: dict) -> list[dict]:
+def cell_rows(study, seen: dict) -> list[dict]:
+    """One row per cell; best = the lowest seed-0 loss of its (arch, size)."""
     t = study.tune
-    best = {(a, s): o.best for a, f in fitted.items() for s, o in f["optima"].items()}
+    best = {}
+    for c, (cool, _) in seen.items():
+        key = (c.arch, c.size)
+        if c.seed == 0 and np.isfinite(cool) and (key not in best or cool < seen[best[key]][0]):
+            best[key] = c
     rows = []
     for c in sorted(seen, key=lambda c: (c.arch, n_params_of(study, c.arch, c.size), c.batch, c.beta2, c.k, c.seed)):
         cool, val = seen[c]
@@ -395,7 +402,7 @@ def write_outputs(study, workdir: str, seen: dict, log=_print) -> dict:
     loss = {c: v[0] for c, v in seen.items()}
     fitted = rule_of(study, loss)
     sigma, pairs = tune_fit.seed_sd(loss)
-    rows = cell_rows(study, seen, fitted)
+    rows = cell_rows(study, seen)
     with open(os.path.join(out_dir, "cells.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
@@ -417,36 +424,36 @@ def _law_json(law: dict) -> dict:
     return {k: law[k] for k in ("coefficient", "exponent", "coefficient_ci", "exponent_ci")}
 
 
+def _sizes_json(f: dict, lr_base: float) -> dict:
+    out = {}
+    for i, s in enumerate(f["sizes"]):
+        o = f["optima"][s]
+        out[s] = {"n_params": f["n"][i], "lr_opt": f["lr"]["values"][i], "batch_opt": f["batch"]["values"][i],
+                  "lr_opt_ci": f["lr"]["values_ci"][i] if f["lr"]["values_ci"] else None,
+                  "batch_opt_ci": f["batch"]["values_ci"][i] if f["batch"]["values_ci"] else None,
+                  "lr_edge": o.lr_edge, "batch_edge": o.batch_edge, "best": cell_name(o.best, lr_base),
+                  "loss": o.loss}
+    return out
+
+
 def rule_file(study, loss: dict, fitted: dict, sigma: float, pairs: int, rows: list[dict]) -> dict:
     """The rule file (linscale_jax.train.rule): laws per arch, range, data, provenance, cells."""
     t = study.tune
-    tuned = plan_lib.split_list(study.archs)
-    ref_arch = tuned[0]
-    ref = fitted[ref_arch]
-    archs = {}
-    for arch, f in fitted.items():
-        archs[arch] = {"lr": _law_json(f["lr"]), "batch": _law_json(f["batch"]), "beta2": beta2_of(f),
-                       "sizes": {s: {"n_params": n, "lr_opt": lr, "lr_opt_ci": lci, "batch_opt": b,
-                                     "batch_opt_ci": bci, "lr_edge": f["optima"][s].lr_edge,
-                                     "batch_edge": f["optima"][s].batch_edge,
-                                     "best": cell_name(f["optima"][s].best, float(t.lr_base)),
-                                     "loss": f["optima"][s].loss}
-                                 for s, n, lr, lci, b, bci in zip(
-                                     f["sizes"], f["n"], f["lr"]["values"], f["lr"]["values_ci"] or [None] * 9,
-                                     f["batch"]["values"], f["batch"]["values_ci"] or [None] * 9)}}
-    checks = check_summary(study, loss, ref)
-    for arch, ch in checks.items():
+    ref_arch = plan_lib.split_list(study.archs)[0]
+    archs = {arch: {"lr": _law_json(f["lr"]), "batch": _law_json(f["batch"]), "beta2": beta2_of(f),
+                    "sizes": _sizes_json(f, float(t.lr_base))} for arch, f in fitted.items()}
+    for arch, ch in check_summary(study, loss, fitted[ref_arch]).items():
         if arch in archs:
             continue
-        if ch["own_rule"]:
-            own = tune_fit.fit_power_law([c["n_params"] for c in ch["sizes"].values()],
-                                         [c["lr_opt"] for c in ch["sizes"].values()], what=f"{arch} lr rule")
+        if ch["own_rule"]:  # a law through its checked sizes; llama's batch and β2
+            own = tune_fit.fit_power_law([v["n_params"] for v in ch["sizes"].values()],
+                                         [v["lr_opt"] for v in ch["sizes"].values()], what=f"{arch} lr rule")
             archs[arch] = {"lr": {"coefficient": own.coefficient, "exponent": own.exponent,
                                   "coefficient_ci": None, "exponent_ci": None},
-                           "batch": archs[ref_arch]["batch"], "beta2": archs[ref_arch]["beta2"],
-                           "check": ch}
+                           "batch": archs[ref_arch]["batch"], "beta2": archs[ref_arch]["beta2"], "check": ch}
         else:
             archs[arch] = {"same_as": ref_arch, "check": ch}
+    cfg = cell_config(study, Cell(ref_arch, sizes_of(study)[0], 0, int(t.batch), float(t.beta2)))
     ns = [n for f in fitted.values() for n in f["n"]]
     return {
         "what": ("AdamW peak learning rate, batch (sequences) and beta2 per arch and size, tuned on a "
@@ -456,10 +463,9 @@ def rule_file(study, loss: dict, fitted: dict, sigma: float, pairs: int, rows: l
         "command": "python -m study " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
         "machine": machine(),
         "code": code_version(),
-        "data": {"task": str(study.overrides.get("data", {}).get("task", "stdlib")) if "data" in study.overrides
-                 else "stdlib", "vocab": "byte", "seq_len": int(study.overrides.train.seq_len),
-                 "tokens": float(study.tokens), "schedule": "constant",
-                 "estimator": f"cooldown ({study.cooldown.fraction:g} of the steps, {study.cooldown.shape})",
+        "data": {"task": str(cfg.data.task), "vocab": str(cfg.data.vocab), "seq_len": int(cfg.train.seq_len),
+                 "tokens": float(study.tokens), "schedule": str(cfg.optim.schedule),
+                 "estimator": f"cooldown ({float(study.cooldown.fraction):g} of the steps, {study.cooldown.shape})",
                  "val_batches": int(study.eval.val_batches)},
         "range": {"n_min": min(ns), "n_max": max(ns), "n_count": "non_embedding"},
         "warmup_tokens_per_param": float(t.warmup_tokens_per_param),

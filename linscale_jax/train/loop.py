@@ -43,7 +43,6 @@ from linscale_jax.train.preemption import Preemption
 from linscale_jax.train import metrics as metrics_lib
 from linscale_jax.dist import distributed
 from linscale_jax.train import optim
-from linscale_jax.train import rule
 from linscale_jax.run import integrity
 from linscale_jax.dist import sharding
 from linscale_jax.models import ModelConfig
@@ -219,9 +218,7 @@ def train(config, workdir, init_from: str | None = None, devices=None,
 
     The workdir is locked, checked and repaired first (linscale_jax.run.integrity): a config that
     changes the run is refused unless allow_config_change; resume_step=N resumes from checkpoint N
-    and moves later ones aside (0: start over). optim.rule=tuned sets lr, batch, b2 and warmup
-    first (linscale_jax.train.rule)."""
-    rule.resolve(config)
+    and moves later ones aside (0: start over)."""
     with integrity.guard(config, workdir, init_from, resume_step, allow_config_change) as g:
         return _train(config, workdir, init_from, devices, g)
 

@@ -1,6 +1,7 @@
 """The learning-rate protocol of a run, `optim.rule`: where lr, batch, AdamW β2 and warmup come from.
 
     cfg = resolve(cfg)          # applies cfg.optim.rule to cfg (in place) and returns it
+    flags = pinned_flags(cfg)   # command-line flags that keep a resolved cfg's settings under paper
     s = settings(load(), arch, n_params, seq_len, vocab)   # {lr, batch_size, b2, warmup_steps}
 
 `paper`  one rate for every size and arch, as the paper trains (Adam lr 3e-4 at 70M-7B): the
@@ -12,6 +13,8 @@
          (linscale_jax.models.accounting).
 A path to a JSON rule file works like `tuned` with that file.
 
+Applied where a run config is built: the train command (linscale_jax.train.cli) and a study's
+run configs (study.plan.run_config); train.loop.train takes the config as it is.
 A rule holds only inside what it was fitted on: N within its range, the same vocabulary and
 sequence length (the batch is counted in sequences). Outside, resolve() refuses in one line that
 names the range and the fix (optim.rule=paper, or a rule fitted at that scale), so a rule fitted on
@@ -116,3 +119,12 @@ def resolve(cfg):
     cfg.train.batch_size = s["batch_size"]
     cfg.optim.update(lr=s["lr"], b2=s["b2"], warmup_steps=s["warmup_steps"])
     return cfg
+
+
+def pinned_flags(cfg) -> list[str]:
+    """Flags that keep a resolved config's batch, β2 and warmup with optim.rule=paper (so a changed
+    optim.lr, e.g. a divergence's lower rate, is not replaced by the rule's); [] under paper."""
+    if str(cfg.optim.get("rule", "paper")) == "paper":
+        return []
+    return ["--config.optim.rule=paper", f"--config.train.batch_size={cfg.train.batch_size}",
+            f"--config.optim.b2={cfg.optim.b2}", f"--config.optim.warmup_steps={cfg.optim.warmup_steps}"]

@@ -156,7 +156,7 @@ def test_tune_preset_dry_run(tmp_path, capsys):
 @pytest.mark.slow  # a real miniature grid: about a minute on 2 cores
 def test_miniature_tuning_end_to_end(tmp_path):
     study = preset()
-    study.sizes = "d16,d32"
+    study.sizes = "d16l2,d16"
     study.tokens = 24 * 8 * 128.0
     study.checkpoints = 2
     study.eval.val_batches = 2
@@ -165,8 +165,11 @@ def test_miniature_tuning_end_to_end(tmp_path):
     out = tune.run_tune(study, str(tmp_path))
     d = Path(out["dir"])
     rows = out["rows"]
-    assert {r["size"] for r in rows} == {"d16", "d32"} and sum(r["best"] for r in rows) == 2
-    assert len(rows) == 2 * 5 + 1  # 3 rates at batch 8, batch 16 at 3 rates (one shared) + a replicate
+    assert {r["size"] for r in rows} == {"d16l2", "d16"} and sum(r["best"] for r in rows) == 2
+    for size in ("d16l2", "d16"):  # 3 rates at batch 8 (one more at an edge), 3 at batch 16
+        mine = [r for r in rows if r["size"] == size and r["seed"] == 0]
+        assert len([r for r in mine if r["batch"] == 16]) == 3 and 3 <= len(mine) - 3 <= 4
+    assert [r["size"] for r in rows if r["seed"]] == ["d16l2"]  # the replicate of the smallest size
     doc = json.loads((d / "rule.json").read_text())
     from linscale_jax.train import rule
 
