@@ -65,6 +65,11 @@ def cell_name(c: Cell, lr_base: float) -> str:
             + (f"-seed{c.seed}" if c.seed else ""))
 
 
+def _names(value) -> list[str]:
+    """A comma list of the preset, [] when empty (tune.check_archs = "": no checks)."""
+    return plan_lib.split_list(str(value)) if str(value or "").strip() else []
+
+
 def _floats(value) -> list[float]:
     return [float(x) for x in plan_lib.split_list(str(value))]
 
@@ -239,7 +244,7 @@ def all_cells(study, loss: dict) -> list[Cell]:
         return want
     ref = rule_of(study, loss, bootstrap=0)[tuned[0]]
     beta2 = beta2_of(ref)
-    for arch in plan_lib.split_list(str(study.tune.check_archs or "")):
+    for arch in _names(study.tune.check_archs):
         for s in plan_lib.split_list(str(study.tune.check_sizes)):
             n = n_params_of(study, arch, s)
             want += check_cells(t, arch, s, tune_fit.law_value(ref["lr"], n),
@@ -481,7 +486,7 @@ def check_summary(study, loss: dict, ref: dict) -> dict:
     ratio, and whether the arch gets its own rule (a ratio beyond tune.own_rule_factor)."""
     t = study.tune
     out = {}
-    for arch in plan_lib.split_list(str(t.check_archs or "")):
+    for arch in _names(t.check_archs):
         sizes = {}
         for s in plan_lib.split_list(str(t.check_sizes)):
             cells = [c for c in loss if (c.arch, c.size) == (arch, s)]

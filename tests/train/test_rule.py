@@ -56,12 +56,15 @@ def test_rule_file_gives_each_arch_and_size_its_settings(tmp_path):
         assert cfg.optim.warmup_steps == math.ceil(n / (batch * 128))
         before = cfg.to_dict()
         assert rule.resolve(cfg).to_dict() == before  # applying it twice changes nothing
+        assert rule.pinned_flags(cfg) == ["--config.optim.rule=paper", f"--config.train.batch_size={batch}",
+                                          f"--config.optim.b2={beta2}",
+                                          f"--config.optim.warmup_steps={cfg.optim.warmup_steps}"]
 
 
 def test_paper_rule_keeps_the_one_rate(tmp_path):
     cfg = load_config("configs/ladder.py", "llama-d64")
     before = cfg.to_dict()
-    assert cfg.optim.rule == "paper" and rule.resolve(cfg).to_dict() == before
+    assert cfg.optim.rule == "paper" and rule.resolve(cfg).to_dict() == before and not rule.pinned_flags(cfg)
     cfg = load_config("configs/paper.py", "llama-70m")
     assert rule.resolve(cfg).optim.lr == 3e-4
 
