@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-WORKER = ROOT / "tests" / "multihost_worker.py"
+WORKER = ROOT / "tests" / "helpers" / "multihost_worker.py"
 
 
 def launch(workdir, processes, devices, hook, config, log):
@@ -46,7 +46,7 @@ def launch(workdir, processes, devices, hook, config, log):
             args += [f"--coordinator_address=127.0.0.1:{port}", f"--num_processes={processes}",
                      f"--process_id={i}"]
         cmds.append(f"XLA_FLAGS=--xla_force_host_platform_device_count={devices} JAX_PLATFORMS=cpu "
-                    f"python tests/multihost_worker.py {hook} " + " ".join(args))
+                    f"python tests/helpers/multihost_worker.py {hook} " + " ".join(args))
         procs.append(subprocess.Popen([sys.executable, str(WORKER), hook, *args], cwd=ROOT, env=env,
                                       stdout=log, stderr=subprocess.STDOUT))
     return procs, cmds

@@ -1,11 +1,10 @@
-"""Tiny runs on the embedded stdlib corpus: about two minutes on 2 CPU cores.
+"""Tiny runs on the embedded stdlib corpus: a ladder model, 400 steps of 16 x 128 byte tokens.
 
   python -m linscale_jax.train --config=configs/tiny.py --workdir=/tmp/run            # tnl-d64
   python -m linscale_jax.train --config=configs/tiny.py:llama --workdir=/tmp/run      # llama-d64
   python -m linscale_jax.train --config=configs/tiny.py:hgrn2-d128 --workdir=/tmp/run
-Argument: <arch> or <arch>-<size>; arch in linscale_jax.config.ARCHS, size a ladder name
-(linscale_jax.models.sizes.LADDER: d64 d96 d128 ...). Model shapes are the ladder's (byte vocabulary,
-head dim 16); this file sets a short run: 400 steps of 16 x 128 tokens, peak lr 3e-3 with cosine decay.
+Argument: <arch> or <arch>-<size>, a ladder size (configs/ladder.py). Peak lr 3e-3, cosine decay.
+Cost: docs/results.md, "What the configs cost".
 """
 
 from __future__ import annotations

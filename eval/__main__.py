@@ -2,7 +2,8 @@
 
 Evaluates the run's checkpoints (all by default) and appends one row per (checkpoint, task) to
 DIR/eval/results.jsonl (OUT/results.jsonl with --out, e.g. for checkpoints on a read-only mount),
-skipping pairs already there. Tasks: see eval/suite.py.
+skipping pairs already there. Tasks: see eval/suite.py. SIGTERM or Ctrl-C (any number of them)
+stops with one line, exit status 0; the rows written are kept and re-running evaluates the rest.
 Checkpoints written by any mesh or number of processes load onto one device. Several processes
 (--coordinator_address/--num_processes/--process_id, as for training) split the validation batches.
 """
@@ -11,17 +12,19 @@ import sys
 
 if __name__ == "__main__":  # huge pages for XLA:CPU's step buffers (linscale_jax.dist.host_memory)
     from linscale_jax.dist import host_memory
+    from linscale_jax.run import signals
 
     host_memory.use_huge_pages()
+    signals.install()  # any number of SIGTERM / Ctrl-C: one stop line, exit 0
 
 from eval.suite import TASKS
 
 
 def main(argv=None) -> int:
     """The command: one line on an error (rc 1, traceback to a log), rc 2 on a bad command line."""
-    from linscale_jax import cli_errors
+    from linscale_jax.run import command
 
-    return cli_errors.run(lambda: _main(argv), command="eval")
+    return command.run(lambda: _main(argv), command="eval")
 
 
 def _main(argv) -> int:
@@ -43,8 +46,10 @@ def _main(argv) -> int:
     p.add_argument("--num_processes", type=int, default=None, help="multi-process: number of processes")
     p.add_argument("--process_id", type=int, default=None, help="multi-process: this process's id")
     a = p.parse_args(argv)
-    from eval.runner import evaluate
+    from eval.runner import evaluate, results_path
     from linscale_jax.dist import distributed
+    from linscale_jax.errors import Stopped
+    from linscale_jax.run import signals
 
     try:
         grid = tuple(int(x) for x in a.niah_grid.lower().split("x"))
@@ -53,9 +58,14 @@ def _main(argv) -> int:
     except ValueError:
         p.error(f"--niah_grid must look like 35x35, got {a.niah_grid!r}")
     distributed.initialize(a.coordinator_address, a.num_processes, a.process_id)
-    evaluate(a.workdir, a.steps, a.tasks, out=a.out, ctx_kwargs=dict(
-        val_batches=a.val_batches, niah_grid=grid, probe_items=a.probe_items, wikitext=a.wikitext,
-        lambada=a.lambada, limit=a.limit))
+    try:
+        evaluate(a.workdir, a.steps, a.tasks, out=a.out, ctx_kwargs=dict(
+            val_batches=a.val_batches, niah_grid=grid, probe_items=a.probe_items,
+            wikitext=a.wikitext, lambada=a.lambada, limit=a.limit))
+    except signals.Interrupted as e:
+        raise Stopped(f"{e}: eval stopped; the rows written so far are kept in "
+                      f"{results_path(a.workdir, a.out)}; re-run the same command to evaluate the "
+                      "rest.") from None
     return 0
 
 

@@ -45,9 +45,9 @@ def write_csv(lines: list[dict], out: str) -> None:
 
 def main(argv=None) -> int:
     """The command: one line on an error (rc 1, traceback to a log), rc 2 on a bad command line."""
-    from linscale_jax import cli_errors
+    from linscale_jax.run import command
 
-    return cli_errors.run(lambda: _main(argv), command="export")
+    return command.run(lambda: _main(argv), command="export")
 
 
 def _main(argv) -> int:

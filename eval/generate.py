@@ -154,9 +154,9 @@ class Generator:
 
 def main(argv=None) -> int:
     """The command: one line on an error (rc 1, traceback to a log), rc 2 on a bad command line."""
-    from linscale_jax import cli_errors
+    from linscale_jax.run import command
 
-    return cli_errors.run(lambda: _main(argv), command="generate")
+    return command.run(lambda: _main(argv), command="generate")
 
 
 def _main(argv) -> int:

@@ -34,6 +34,7 @@ from lm_eval.api.registry import register_model
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
 from eval.generate import Generator
+from eval.loading import Tokens
 
 
 def _bucket(n: int, cap: int) -> int:
@@ -41,7 +42,7 @@ def _bucket(n: int, cap: int) -> int:
 
 
 @register_model("linscale")
-class LinscaleLM(TemplateLM):
+class LinscaleLM(TemplateLM, Tokens):
     def __init__(self, workdir=None, step=None, model=None, vocab=None, batch_size=8, max_length=None,
                  long_context="window", max_gen_toks=256, chunk_size=256, **kwargs):
         super().__init__()
@@ -69,13 +70,9 @@ class LinscaleLM(TemplateLM):
         self._score = _score_fn(graphdef)
 
     # ---- tokenizer -----------------------------------------------------------------------------
-    @property
-    def eot_token_id(self) -> int:
-        return int(self.vocab.eos_id)
-
-    @property
-    def prefix_token_id(self) -> int:
-        return int(self.vocab.pad_id)
+    eot_token_id = Tokens.eos_id  # lm-eval's names for the run's own ids (eval.loading.Tokens)
+    prefix_token_id = Tokens.bos_id
+    tok_decode = Tokens.decode
 
     @property
     def max_length(self) -> int:
@@ -83,11 +80,8 @@ class LinscaleLM(TemplateLM):
 
     def tok_encode(self, string: str, add_special_tokens=None, **kwargs) -> list[int]:
         """Token ids of `string`, after the start token unless add_special_tokens=False."""
-        ids = [int(i) for i in self.vocab.encode(string)]
-        return ids if add_special_tokens is False else [self.prefix_token_id] + ids
-
-    def tok_decode(self, tokens) -> str:
-        return self.vocab.decode([int(t) for t in tokens])
+        ids = self.encode(string)
+        return ids if add_special_tokens is False else [self.bos_id] + ids
 
     # ---- scoring -------------------------------------------------------------------------------
     def _rows(self, seqs):

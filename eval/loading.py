@@ -19,11 +19,10 @@ class EvalError(UserError):
     """A user-facing evaluation error (bad workdir, checkpoint, task or data file)."""
 
 
-@dataclass
-class Run:
-    model: Any
-    config: Any
-    metadata: dict
+class Tokens:
+    """The special ids and the text codec of `self.vocab` (a seqio.Vocabulary), for a run and for
+    the lm-eval backend alike."""
+
     vocab: Any
 
     @property
@@ -40,6 +39,14 @@ class Run:
 
     def decode(self, ids) -> str:
         return self.vocab.decode([int(i) for i in ids])
+
+
+@dataclass
+class Run(Tokens):
+    model: Any
+    config: Any
+    metadata: dict
+    vocab: Any
 
 
 def checkpoint_steps(workdir: str) -> list[int]:

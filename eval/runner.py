@@ -5,7 +5,8 @@ pairs already there are skipped, so a killed or repeated run resumes.
     rows = evaluate(workdir, steps="all", tasks=("val_loss",), ctx_kwargs=None, out=None)
 
 Each row: task, step, tokens, flops (paper C), flops_exact, n_params (non-embedding), arch, run,
-eval_seconds, and the task's metric fields (e.g. val_loss). Rows are flushed one by one.
+eval_seconds, and the task's metric fields (e.g. val_loss). Rows are flushed one by one; with the
+run's train.wandb set they go to its Weights & Biases run too (linscale_jax.train.tracking).
 All checkpoints of a run must share one model config (arch and shapes): a checkpoint from another
 architecture or config is an error naming the differing fields.
 """
@@ -63,9 +64,10 @@ def read_results(workdir: str, repair: bool = False, out: str | None = None) -> 
         except json.JSONDecodeError as e:
             if any(x.strip() for x in lines[n:]):
                 raise EvalError(f"{path}:{n} is not valid JSON ({e.msg}); fix or delete that line") from e
-            if repair:
-                with open(path, "w", encoding="utf-8") as f:
+            if repair:  # rewritten whole (a stop or a crash in between keeps the old file)
+                with open(path + ".tmp", "w", encoding="utf-8") as f:
                     f.write("".join(x + "\n" for x in good))
+                os.replace(path + ".tmp", path)
     return rows
 
 
@@ -174,4 +176,9 @@ def evaluate(workdir: str, steps="all", tasks=("val_loss",), ctx_kwargs: dict | 
         eta = elapsed / i * (len(todo) - i)
         log(f"eval [{i}/{len(todo)}] step {step} {task}: {_fmt(metrics)} ({row['eval_seconds']:.1f}s) "
             f"| elapsed {elapsed:.0f}s ETA {eta:.0f}s")
+    if primary and rows:  # train.wandb: the rows in the run's W&B run too
+        from linscale_jax.train import tracking
+
+        meta = metas[selected[-1]]
+        tracking.log_eval(workdir, meta.get("config", {}), rows, meta.get("cooldown_from"))
     return rows

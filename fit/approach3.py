@@ -108,8 +108,9 @@ def _one_blas_thread():
     return threadpool_limits(limits=1, user_api="blas")
 
 
-def minimise(ln_n, ln_d, ln_l, starts, n_starts: int | None = 16):
-    """Best L-BFGS-B optimum over the ``n_starts`` most promising starts: (theta [5], objective)."""
+def minimise(ln_n, ln_d, ln_l, starts, n_starts: int | None = 16, bounds=None):
+    """Best L-BFGS-B optimum over the ``n_starts`` most promising starts: (theta [5], objective);
+    ``bounds``: optional [(lo, hi)] * 5 for theta (None: unbounded)."""
     starts = np.asarray(starts, dtype=np.float64).reshape(-1, 5)
     if n_starts is not None and len(starts) > n_starts:
         starts = starts[np.argsort(_grid_objective(starts, ln_n, ln_d, ln_l))[:n_starts]]
@@ -117,7 +118,7 @@ def minimise(ln_n, ln_d, ln_l, starts, n_starts: int | None = 16):
     with _one_blas_thread():
         for x0 in starts:
             res = optimize.minimize(huber_objective, x0, args=(ln_n, ln_d, ln_l), jac=True,
-                                    method="L-BFGS-B", options={"maxiter": 2000, "ftol": 1e-15,
+                                    method="L-BFGS-B", bounds=bounds, options={"maxiter": 2000, "ftol": 1e-15,
                                                                 "gtol": 1e-12})
             if np.all(np.isfinite(res.x)) and res.fun < best[1]:
                 best = (res.x, float(res.fun))
@@ -138,10 +139,11 @@ def allocation_laws(E, A, B, alpha, beta, k: float = FLOPS_PER_PARAM_TOKEN) -> d
 
 
 def fit(table: Table, *, flops_per_param_token: float = FLOPS_PER_PARAM_TOKEN, n_starts: int | None = 16,
-        init: np.ndarray | None = None) -> Result:
+        init: np.ndarray | None = None, bounds=None) -> Result:
     """Approach 3 on every point of one arch.
 
-    ``init``: a single start theta [5] (a, b, e, alpha, beta) instead of the grid (bootstrap).
+    ``init``: a single start theta [5] (a, b, e, alpha, beta) instead of the grid (bootstrap);
+    ``bounds``: [(lo, hi)] * 5 for theta, None for unbounded (L-BFGS-B's box).
     """
     require(table, min_runs=2, min_points_per_run=1, what="approach 3 (parametric L(N, D))")
     if len(table) < 6 or len(np.unique(table.n_params)) < 2 or len(np.unique(table.tokens)) < 2:
@@ -149,7 +151,7 @@ def fit(table: Table, *, flops_per_param_token: float = FLOPS_PER_PARAM_TOKEN, n
                        f"and D to fit 5 parameters, got {len(table)}; add runs or checkpoints")
     ln_n, ln_d, ln_l = np.log(table.n_params), np.log(table.tokens), np.log(table.loss)
     starts = default_starts() if init is None else np.asarray(init, dtype=np.float64)
-    theta, obj = minimise(ln_n, ln_d, ln_l, starts, n_starts)
+    theta, obj = minimise(ln_n, ln_d, ln_l, starts, n_starts, bounds)
     a, b, e, alpha, beta = (float(v) for v in theta)
     if alpha <= 0 or beta <= 0:
         raise FitError(f"{table.arch[0]}: approach 3 found alpha={alpha:.3g}, beta={beta:.3g} "

@@ -1,24 +1,31 @@
-"""Held-out validation of fitted laws: fit without the largest size, predict it, compare.
+"""Held-out validation of fitted laws, and their lack of fit: can a law describe runs it has not seen?
 
-    p = predict(table, n_boot=200, seed=0, extra_sd=0.0)   # one arch's table
-    p.final()  -> {"arch", "n_params", "tokens", "predicted", "ci_low", "ci_high", "actual", "inside"}
-    write_csv(predictions, path); plot(predictions, tables, path)
+    preds = predict(table, n_boot=200, seed=0, seed_sd=SeedSd(...))   # one arch; one Prediction per
+    p.final() -> {"arch", "n_params", "tokens", "predicted", "ci_low", "ci_high", "actual", "inside"}
+    law = full_law(table, seed_sd)          # approach 3 on every size, with its lack of fit
+    write_csv(preds, path); write_curves_csv(preds, path)
 
-The law is approach 3, ``L(N, D) = E + A/N^alpha + B/D^beta`` (fit.approach3), fitted to every run
-except those of the largest size N_max (seed replicates of N_max are all held out); it predicts
-the held-out size's loss at each of its checkpoints (its loss-vs-compute curve) and at its final
-checkpoint. The 95% interval is for the *observed* value, so it combines
+The law is approach 3, ``L(N, D) = E + A/N^alpha + B/D^beta`` (fit.approach3), fitted with alpha and
+beta bounded to [0.01, 2.5] and E between 5e-5 and the lowest loss (so a resample's fit cannot run
+off to a step function) on the replicate-mean curves of every size except the largest (the two largest from
+5 sizes on: `held_out_sizes`); it predicts each held-out size's loss at each of its checkpoints.
+The 95% interval is for the *observed* value, so it combines
 
-  - the fit's uncertainty: refits on tables whose runs are resampled with replacement (the
-    bootstrap of fit.bootstrap, each resample starting from the point estimate; when more than
-    half of the resamples fail, there is no interval: NaN bounds, n_boot_ok = 0), and
-  - observation noise, as a log-normal factor with standard deviation
-    ``sd = sqrt(resid_sd**2 + extra_sd**2)`` in ln loss: ``resid_sd`` is the RMS of the fit's own
-    ln residuals (checkpoint-to-checkpoint evaluation and optimisation noise, and lack of fit), and
-    ``extra_sd`` is what the residuals cannot see, e.g. the seed-to-seed spread of a run's loss
-    when every size was trained with one seed (measured by study.noise).
+  - the fit's uncertainty: refits on draws of the fitted sizes with the sizes fixed
+    (fit.bootstrap.draw_curves: each size's law plus its mean offset, the residuals around that
+    resampled in blocks, and a seed offset whose sd is drawn from the measured seed sd's scaled
+    inverse-χ²), each refit starting from the point fit;
+  - observation noise of the held-out run: its seed offset (the same drawn sd, over the square root
+    of its replicates) and the sd of the fitted sizes' residuals around the law.
 
-An actual value outside the interval flags the law (or the held-out run) as not predictive.
+More than 10% failed refits: no interval (ci None, `failed` says how many). An actual value outside
+the interval flags the law (or the held-out run) as not predictive.
+
+Lack of fit (`lack_of_fit`): per size, the mean residual ū_i of the law over that size's points
+(approach 3: the second half of its checkpoints; the L(C) envelope law: the grid points it wins),
+against the noise of such a mean, the seed sd s (measured on late means, ν df) over √r_i:
+F = Σ r_i ū_i² / ((m − p) s²), F(m − p, ν)-distributed when the law holds (p: the law's parameters
+that set the sizes' levels: 3 for L(N, D), 2 for L(C)).
 """
 
 from __future__ import annotations
@@ -28,119 +35,201 @@ import dataclasses
 
 import numpy as np
 
-from fit import approach3
-from fit.bootstrap import bootstrap
-from fit.table import FitError, Table
-from linscale_jax.contract import FLOPS_PER_PARAM_TOKEN
+from fit import approach1, approach3
+from fit import bootstrap as bs
+from fit.table import FitError, Table, from_columns
+from linscale_jax.contract import FLOPS_PER_PARAM_TOKEN, TABLE_COLUMNS
 
 CSV_COLUMNS = ("arch", "n_params", "tokens", "predicted", "ci_low", "ci_high", "actual")
+ALPHA_BOUNDS = (0.01, 2.5)  # alpha, beta: Hoffmann et al.'s initialisation grid spans 0..2
+E_LOG_MIN = -10.0  # ln E >= -10: an irreducible loss of 5e-5 nats is none
+MAX_FAILED = 0.10  # more failed refits than this share: no interval
 
 
 @dataclasses.dataclass(frozen=True)
 class Prediction:
-    """One arch's held-out size: arrays [p] over its checkpoints (mean over held-out seeds)."""
+    """One held-out size of one arch: arrays [p] over its checkpoints (mean over its seeds)."""
 
     arch: str
     n_params: float
     tokens: np.ndarray
     flops: np.ndarray
     predicted: np.ndarray
-    ci_low: np.ndarray
-    ci_high: np.ndarray
+    ci_low: np.ndarray | None  # None: no interval (more than MAX_FAILED of the refits failed)
+    ci_high: np.ndarray | None
     actual: np.ndarray
-    law: dict  # the approach-3 fit without the held-out size: E, A, B, alpha, beta
-    resid_sd: float  # RMS ln residual of that fit
-    extra_sd: float
-    n_boot_ok: int  # 0: the fit's uncertainty could not be bootstrapped (too few runs)
-    n_runs_fit: int
+    law: dict  # the approach-3 fit without the held-out size(s): E, A, B, alpha, beta
+    resid_sd: float  # RMS residual (nats) of that fit
+    seed_sd: dict  # the seed sd the interval used (SeedSd.json)
+    failed: float  # share of refits that failed
+    n_sizes_fit: int
 
     @property
     def inside(self) -> np.ndarray:
+        if self.ci_low is None:
+            return np.zeros(len(self.actual), bool)
         return (self.actual >= self.ci_low) & (self.actual <= self.ci_high)
 
     def final(self) -> dict:
+        no = self.ci_low is None
         return {"arch": self.arch, "n_params": self.n_params, "tokens": float(self.tokens[-1]),
-                "predicted": float(self.predicted[-1]), "ci_low": float(self.ci_low[-1]),
-                "ci_high": float(self.ci_high[-1]), "actual": float(self.actual[-1]),
+                "predicted": float(self.predicted[-1]), "ci_low": None if no else float(self.ci_low[-1]),
+                "ci_high": None if no else float(self.ci_high[-1]), "actual": float(self.actual[-1]),
                 "inside": bool(self.inside[-1])}
 
 
-def split_largest(table: Table) -> tuple[Table, Table]:
-    """(the runs below the largest size, the runs of the largest size) of one arch."""
-    n_max = float(table.n_params.max())
-    held = table.n_params >= n_max * (1 - 1e-9)
-    if held.all():
-        raise FitError(f"{table.arch[0]}: every run has the same size; a held-out prediction needs "
-                       "smaller sizes to fit on")
-    return table.take(~held), table.take(held)
+def held_out_sizes(n_sizes: int) -> int:
+    """How many of the largest sizes a held-out check leaves out: 2 from 5 sizes on, else 1."""
+    return 2 if n_sizes >= 5 else 1
 
 
-def _held_curve(held: Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(tokens, flops, loss) [p] of the held-out size; seeds of that size averaged per step."""
-    steps = np.unique(held.step)
-    common = [s for s in steps if len(set(held.run[held.step == s].tolist()))
-              == len(set(held.run.tolist()))]
-    pick = [held.step == s for s in common]
-    return tuple(np.array([getattr(held, c)[m].mean() for m in pick])
-                 for c in ("tokens", "flops", "loss"))
+def bounds(loss_min: float) -> list:
+    """L-BFGS-B box of approach 3's theta (a, b, e, alpha, beta)."""
+    return [(None, None), (None, None), (E_LOG_MIN, float(np.log(loss_min)) - 1e-6), ALPHA_BOUNDS, ALPHA_BOUNDS]
 
 
-def predict(table: Table, *, n_boot: int = 200, seed: int = 0, extra_sd: float = 0.0,
-            flops_per_param_token: float = FLOPS_PER_PARAM_TOKEN, level: float = 0.95) -> Prediction:
-    """Fit approach 3 on one arch's runs below its largest size; predict the largest (see module)."""
-    rest, held = split_largest(table)
+def _table(arch: str, curves: list[bs.Curve], loss: list[np.ndarray] | None = None) -> Table:
+    """A table with one run per curve (its replicate mean, or `loss` [k] per curve)."""
+    cols = {c: [] for c in TABLE_COLUMNS}
+    for i, c in enumerate(curves):
+        y = c.mean if loss is None else loss[i]
+        cols["arch"] += [arch] * len(y)
+        cols["run"] += [f"{arch}-{i}"] * len(y)
+        cols["step"] += list(range(len(y)))
+        cols["n_params"] += [c.n_params] * len(y)
+        cols["tokens"] += list(c.tokens)
+        cols["flops"] += list(c.flops)
+        cols["loss"] += list(y)
+    return from_columns(f"{arch} curves", **cols)
+
+
+def _fit(t: Table, k: float, init=None) -> approach3.Result:
+    return approach3.fit(t, flops_per_param_token=k, init=init, bounds=bounds(float(t.loss.min())))
+
+
+def _law(r: approach3.Result, loss_min: float) -> dict:
+    """E, A, B, alpha, beta of a fit, and at_bound: those of E, alpha, beta that sit on their bound."""
+    out = {p: float(getattr(r, p)) for p in approach3.PARAMS}
+    box = dict(zip(("E", "alpha", "beta"), bounds(loss_min)[2:]))
+    lo = {"E": np.exp(box["E"][0]), "alpha": box["alpha"][0], "beta": box["beta"][0]}
+    hi = {"E": loss_min, "alpha": box["alpha"][1], "beta": box["beta"][1]}
+    out["at_bound"] = [k for k in ("E", "alpha", "beta")
+                       if out[k] <= lo[k] * (1 + 1e-3) or out[k] >= hi[k] * (1 - 1e-3)]
+    return out
+
+
+def predict(table: Table, *, n_boot: int = 200, seed: int = 0, seed_sd: bs.SeedSd | None = None,
+            n_held: int | None = None, flops_per_param_token: float = FLOPS_PER_PARAM_TOKEN,
+            level: float = 0.95) -> list[Prediction]:
+    """Fit approach 3 on one arch's sizes below the held-out ones; predict those (module docstring).
+    seed_sd: the seed-to-seed sd with its df (default: measured from the table's replicates)."""
+    curves = bs.curves_of(table)
     arch = str(table.arch[0])
-    point = approach3.fit(rest, flops_per_param_token=flops_per_param_token)
-    tokens, flops, actual = _held_curve(held)
-    n_max = float(held.n_params[0])
-    pred = point.predict(n_max, tokens)
-    resid = np.log(rest.loss) - np.log(point.predict(rest.n_params, rest.tokens))
-    resid_sd = float(np.sqrt(np.mean(resid**2)))
-    sd = float(np.hypot(resid_sd, extra_sd))
-
-    def refit(t):
-        r = approach3.fit(t, flops_per_param_token=flops_per_param_token, init=point.theta)
-        return {f"p{i}": float(v) for i, v in enumerate(r.predict(n_max, tokens))}
-
-    draws = np.tile(pred, (1, 1))
-    n_ok = 0
+    n_held = held_out_sizes(len(curves)) if n_held is None else n_held
+    rest, held = curves[:-n_held], curves[-n_held:]
+    if len(rest) < 2:
+        raise FitError(f"{arch}: {len(curves)} size(s); a held-out prediction of {n_held} size(s) needs "
+                       "at least 2 smaller sizes to fit on")
+    seed_sd = bs.seed_sd_of(curves) if seed_sd is None else seed_sd
+    point = _fit(_table(arch, rest), flops_per_param_token)
+    pred = [point.predict(c.n_params, c.tokens) for c in held]
+    trends = []  # per fitted size: the law plus the size's mean offset, and the residuals around it
+    for c in rest:
+        law = point.predict(c.n_params, c.tokens)
+        u = c.mean - law
+        trends.append((law + u.mean(), (u - u.mean()) * np.sqrt(len(u) / max(len(u) - 1, 1))))
+    resid_sd = float(np.sqrt(np.mean(np.concatenate([c.mean - point.predict(c.n_params, c.tokens)
+                                                      for c in rest]) ** 2)))
+    ckpt_sd, rho = bs.ar1([r for _, r in trends])
+    rng = np.random.default_rng(seed)
+    ci = [(None, None)] * len(held)
+    failed = 1.0 if n_boot else 0.0
     if n_boot:
-        try:  # more than half of the resamples failing leaves a biased subset: no interval
-            boot = bootstrap(rest, refit, n_boot, seed=seed, max_failed=0.5)
-            ok = np.stack([boot.samples[f"p{i}"] for i in range(len(tokens))], axis=1)  # [b, p]
-            ok = ok[np.isfinite(ok).all(axis=1)]  # a degenerate refit (E, A or B overflowing)
-            if len(ok) >= n_boot / 2:
-                draws, n_ok = ok, len(ok)
-        except FitError:  # too few runs (e.g. 2 sizes): most resamples hold one size only
-            pass
-        if not n_ok:  # n_boot_ok = 0: "no interval" (NaN bounds, never inside)
-            nan = np.full(len(tokens), np.nan)
-            return Prediction(arch=arch, n_params=n_max, tokens=tokens, flops=flops, predicted=pred,
-                              ci_low=nan, ci_high=nan, actual=actual,
-                              law={p: float(getattr(point, p)) for p in approach3.PARAMS},
-                              resid_sd=resid_sd, extra_sd=float(extra_sd), n_boot_ok=0,
-                              n_runs_fit=len(set(rest.run.tolist())))
-    rng = np.random.default_rng([seed, 1])
-    reps = max(1, 4000 // len(draws))  # noise draws per fit draw
-    noisy = np.repeat(draws, reps, axis=0) * np.exp(sd * rng.standard_normal((len(draws) * reps, 1)))
-    tail = 100 * (1 - level) / 2
-    lo, hi = np.percentile(noisy, [tail, 100 - tail], axis=0)
-    return Prediction(arch=arch, n_params=n_max, tokens=tokens, flops=flops, predicted=pred,
-                      ci_low=lo, ci_high=hi, actual=actual,
-                      law={p: float(getattr(point, p)) for p in approach3.PARAMS},
-                      resid_sd=resid_sd, extra_sd=float(extra_sd), n_boot_ok=n_ok,
-                      n_runs_fit=len(set(rest.run.tolist())))
+        sigma = seed_sd.draws(rng, n_boot)
+        draws = bs.draw_curves({arch: rest}, {arch: sigma}, n_boot, rng,
+                               bs.block_length(rho, max(len(c.flops) for c in rest)), {arch: trends})[arch]
+        sims, ok = [], []
+        for b in range(n_boot):
+            try:
+                r = _fit(_table(arch, rest, [d[b] for d in draws]), flops_per_param_token, init=point.theta)
+                p = [r.predict(c.n_params, c.tokens) for c in held]
+                if all(np.all(np.isfinite(x)) for x in p):
+                    sims.append(p)
+                    ok.append(b)
+            except FitError:
+                pass
+        failed = 1 - len(ok) / n_boot
+        if failed <= MAX_FAILED:
+            reps = max(1, 4000 // len(ok))
+            tail = 100 * (1 - level) / 2
+            s = np.repeat(sigma[ok], reps)
+            for j, c in enumerate(held):
+                x = np.repeat(np.stack([p[j] for p in sims]), reps, axis=0)  # [b·reps, k]
+                x = x + ((s / np.sqrt(c.replicates)) * rng.standard_normal(len(s)))[:, None]
+                x = x + ckpt_sd * rng.standard_normal(x.shape)
+                ci[j] = tuple(np.percentile(x, [tail, 100 - tail], axis=0))
+    return [Prediction(arch=arch, n_params=c.n_params, tokens=c.tokens, flops=c.flops, predicted=pred[j],
+                       ci_low=ci[j][0], ci_high=ci[j][1], actual=c.mean,
+                       law=_law(point, float(min(x.mean.min() for x in rest))), resid_sd=resid_sd,
+                       seed_sd=seed_sd.json(), failed=float(failed), n_sizes_fit=len(rest))
+            for j, c in enumerate(held)]
+
+
+def lack_of_fit(residual_means, replicates, n_law_params: int, seed_sd: bs.SeedSd) -> dict:
+    """{"rms", "F", "df1", "df2", "p"} of per-size mean residuals against the seed sd (module
+    docstring); F and p are None where m − p < 1 or no seed sd was measured."""
+    from scipy import stats
+
+    u = np.asarray(residual_means, float)
+    r = np.asarray(replicates, float)
+    df1 = len(u) - n_law_params
+    out = dict(rms=float(np.sqrt(np.mean(u**2))), sizes=len(u), df1=df1,
+               df2=float(seed_sd.df) if np.isfinite(seed_sd.df) else None, F=None, p=None)
+    if df1 < 1 or seed_sd.sd <= 0 or not seed_sd.df:
+        out["note"] = ("too few sizes for the law's parameters" if df1 < 1 else "no seed sd measured")
+        return out
+    F = float(np.sum(r * u**2) / df1 / seed_sd.sd**2)
+    p = stats.f.sf(F, df1, seed_sd.df) if np.isfinite(seed_sd.df) else stats.chi2.sf(F * df1, df1)
+    return dict(out, F=F, p=float(p))
+
+
+def envelope_lack_of_fit(curves: list[bs.Curve], seed_sd: bs.SeedSd) -> dict:
+    """lack_of_fit of the approach-1 L(C) law (clamped points kept) through the replicate-mean
+    curves' envelope: per winning size, its mean residual over the grid points it wins."""
+    res = approach1.fit(_table("lof", curves), include_clamped=True)
+    env, law = res.envelope, res.laws["L_C"]
+    u = env.loss - law(env.compute)
+    reps = {c.n_params: c.replicates for c in curves}
+    sizes = np.unique(env.n_params)
+    return lack_of_fit([u[env.n_params == n].mean() for n in sizes], [reps[float(n)] for n in sizes], 2, seed_sd)
+
+
+def full_law(table: Table, seed_sd: bs.SeedSd | None = None,
+             flops_per_param_token: float = FLOPS_PER_PARAM_TOKEN) -> dict:
+    """Approach 3 on every size of one arch (replicate means): {"law", "resid_sd", "lack_of_fit"}."""
+    curves = bs.curves_of(table)
+    seed_sd = bs.seed_sd_of(curves) if seed_sd is None else seed_sd
+    r = _fit(_table(str(table.arch[0]), curves), flops_per_param_token)
+    res = [c.mean - r.predict(c.n_params, c.tokens) for c in curves]
+    late = [x[len(x) // 2:].mean() for x in res]
+    return dict(law=_law(r, float(min(c.mean.min() for c in curves))),
+                resid_sd=float(np.sqrt(np.mean(np.concatenate(res) ** 2))),
+                lack_of_fit=lack_of_fit(late, [c.replicates for c in curves], 3, seed_sd))
+
+
+def _cell(x) -> str:
+    return "" if x is None else f"{x:.5f}"
 
 
 def write_csv(predictions: list[Prediction], path) -> None:
-    """holdout.csv: one row per arch, the held-out size's final checkpoint."""
+    """holdout.csv: one row per held-out size, its final checkpoint (empty ci: no interval)."""
     with open(path, "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         w.writerow(CSV_COLUMNS)
         for p in predictions:
             f = p.final()
             w.writerow([f["arch"], f"{f['n_params']:.6g}", f"{f['tokens']:.6g}",
-                        *(f"{f[c]:.5f}" for c in CSV_COLUMNS[3:])])
+                        *(_cell(f[c]) for c in CSV_COLUMNS[3:])])
 
 
 def write_curves_csv(predictions: list[Prediction], path) -> None:
@@ -150,31 +239,47 @@ def write_curves_csv(predictions: list[Prediction], path) -> None:
         w.writerow(("arch", "n_params", "tokens", "flops", "predicted", "ci_low", "ci_high", "actual"))
         for p in predictions:
             for i in range(len(p.tokens)):
+                lo = None if p.ci_low is None else p.ci_low[i]
+                hi = None if p.ci_high is None else p.ci_high[i]
                 w.writerow([p.arch, f"{p.n_params:.6g}", f"{p.tokens[i]:.6g}", f"{p.flops[i]:.6g}",
-                            *(f"{getattr(p, c)[i]:.5f}" for c in ("predicted", "ci_low", "ci_high",
-                                                                  "actual"))])
+                            _cell(p.predicted[i]), _cell(lo), _cell(hi), _cell(p.actual[i])])
 
 
-def plot(predictions: list[Prediction], tables: dict, path, compute_label: str = "C") -> None:
-    """One panel per arch: the fitted runs (grey), the held-out size's actual curve (dots) and its
-    predicted curve with the 95% band."""
+def plot(curves_csv, table: Table, path, compute_label: str = "C") -> None:
+    """One panel per arch from holdout_curves.csv: the arch's other runs (grey), each held-out size's
+    actual curve (dots) and its predicted curve with the 95% band."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    n = max(len(predictions), 1)
+    rows = list(csv.DictReader(open(curves_csv)))
+    archs = list(dict.fromkeys(r["arch"] for r in rows))
+    n = max(len(archs), 1)
     fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.8), squeeze=False)
-    for ax, p in zip(axes[0], predictions):
-        rest, _ = split_largest(tables[p.arch])
-        for _, r in rest.runs():
-            ax.plot(r.flops, r.loss, color="0.7", lw=0.8)
-        ax.fill_between(p.flops, p.ci_low, p.ci_high, color="C0", alpha=0.25, label="95% interval")
-        ax.plot(p.flops, p.predicted, color="C0", lw=1.5, label="predicted")
-        ax.plot(p.flops, p.actual, "o", ms=3, color="C3", label=f"actual (N={p.n_params:.3g})")
-        verdict = "inside" if p.final()["inside"] else "OUTSIDE"
+    for ax, a in zip(axes[0], archs):
+        mine = [r for r in rows if r["arch"] == a]
+        held = sorted({float(r["n_params"]) for r in mine})
+        for _, r in table.select(a).runs():
+            if float(r.n_params[0]) not in held:
+                ax.plot(r.flops, r.loss, color="0.7", lw=0.8)
+        verdicts = []
+        for j, nh in enumerate(held):
+            pts = [r for r in mine if float(r["n_params"]) == nh]
+            f = np.array([float(r["flops"]) for r in pts])
+            col = f"C{j}"
+            if all(r["ci_low"] for r in pts):
+                lo, hi = (np.array([float(r[k]) for r in pts]) for k in ("ci_low", "ci_high"))
+                ax.fill_between(f, lo, hi, color=col, alpha=0.25)
+                act = float(pts[-1]["actual"])
+                verdicts.append("inside" if lo[-1] <= act <= hi[-1] else "OUTSIDE")
+            else:
+                verdicts.append("no interval")
+            ax.plot(f, [float(r["predicted"]) for r in pts], color=col, lw=1.5, label=f"predicted N={nh:.3g}")
+            ax.plot(f, [float(r["actual"]) for r in pts], "o", ms=3, color=col, mec="k", mew=0.3,
+                    label=f"actual N={nh:.3g}")
         ax.set(xscale="log", yscale="log", xlabel=compute_label, ylabel="loss",
-               title=f"{p.arch}: final {verdict}")
+               title=f"{a}: final {', '.join(verdicts)}")
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=100)

@@ -1,4 +1,4 @@
-"""Synthetic study tables with a known answer, for calibrating study.verdicts.
+"""Synthetic study tables with a known answer, for testing study.verdicts.
 
     table = study_table(offsets={"llama": 0.0, "tnl": -0.1}, ckpt_sd=0.01, run_sd=0.025, seed=0)
 

@@ -4,15 +4,12 @@ that name them.
     generation(device_kind) -> TpuGeneration | None      (None: not a known TPU, e.g. "cpu")
     GENERATIONS["v5p"].peak_bf16_flops, .hbm_bytes_per_s, .vmem_bytes, .mxu, .tensorcores
 
-Figures are per chip, except VMEM (per TensorCore). Sources:
-    peak bf16 FLOP/s, HBM bandwidth, TensorCores per chip: Cloud TPU system architecture pages,
-        https://cloud.google.com/tpu/docs/v4   (275 TFLOP/s, 1,200 GB/s, 2 TensorCores)
-        https://cloud.google.com/tpu/docs/v5e  (197 TFLOP/s,   819 GB/s, 1 TensorCore)
-        https://cloud.google.com/tpu/docs/v5p  (459 TFLOP/s, 2,765 GB/s, 2 TensorCores)
-        https://cloud.google.com/tpu/docs/v6e  (918 TFLOP/s, 1,640 GB/s, 1 TensorCore)
-    VMEM per TensorCore, MXU width, device-kind strings: JAX's Pallas TPU chip table,
-        https://github.com/jax-ml/jax/blob/main/jax/_src/pallas/mosaic/tpu_info.py
-        (v4 16 MiB, v5e 128 MiB, v5p 64 MiB, v6e 128 MiB; MXU 128 x 128 before v6, 256 x 256 on v6e).
+Figures are per chip, except VMEM (per TensorCore); `GENERATIONS` below is the one table of them
+(MFU peaks, kernel blocks and the roofline read it). Sources: peak bf16 FLOP/s, HBM bandwidth and
+TensorCores per chip from the Cloud TPU system architecture pages
+(https://cloud.google.com/tpu/docs/v4, /v5e, /v5p, /v6e); VMEM per TensorCore, MXU width and the
+device-kind strings from JAX's Pallas TPU chip table
+(https://github.com/jax-ml/jax/blob/main/jax/_src/pallas/mosaic/tpu_info.py).
 """
 
 from __future__ import annotations

@@ -8,8 +8,10 @@ Sections and their owners:
   checkpoint  Orbax checkpoint schedule and retention
   mesh        device-mesh shape: ('data', 'fsdp', 'tensor') [+ 'seq']
 
-Config files in configs/ call `experiment_config(arch, size)` and adjust fields; users override any
-field on the command line (`--config.train.steps=100`).
+A config file in configs/ defines `get_config(arg)`: it starts from `base_config()`, sets the model
+section from a named shape (`sizes.apply_model(c.model, sizes.ladder_model(arch, size))`, or
+`paper_model`) and adjusts fields; users override any field on the command line
+(`--config.train.steps=100`).
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ def base_config() -> ml_collections.ConfigDict:
             peak_flops=0.0,  # per-device peak FLOP/s for MFU; 0: $LINSCALE_PEAK_FLOPS, a known
             #                  accelerator's bf16 peak, or a measured f32 matmul peak on CPU
             profile_steps="",  # "A,B": a jax.profiler trace of steps A..B under DIR/profile/
+            wandb="",  # a Weights & Biases project: every metrics row there too ([track] extra)
+            wandb_group="",  # its W&B group (a study sets its directory's name)
         )
     )
     c.optim = ml_collections.ConfigDict(

@@ -34,6 +34,7 @@ LOCK = "train.lock"  # the one trainer's lock
 RUN_JSON = "run.json"  # optional run metadata for tables built from metrics only
 TIMING = "timing.jsonl"  # a study run's wall time per invocation: train/eval seconds, compile share
 STUDY_LOG = "study.log"  # a study run's output when the study trains runs in worker processes
+RUN_STATUS = "status.json"  # a study run's state under a Ray backend: attempt, node, state, times
 # Each checkpoint's metadata (step, tokens, flops, flops_exact, n_params, arch, run, config, ...)
 # is plain JSON at DIR/checkpoints/<step>/metadata/metadata.
 CHECKPOINT_METADATA = os.path.join("metadata", "metadata")
@@ -57,7 +58,10 @@ FIT_ERRORS = "errors.json"  # in STUDY_FIT
 HOLDOUT_CSV = "holdout.csv"
 HOLDOUT_CURVES_CSV = "holdout_curves.csv"
 HOLDOUT_JSON = "holdout.json"
-FINDINGS_JSON = "findings.json"  # study.verdicts' JSON of the report's findings
+FINDINGS_JSON = "findings.json"  # study.results: every result of the study, the report's data
+CALIBRATION_JSON = "calibration.json"  # study.calibrate: the verdicts on simulations of the design
+BRACKETING_CSV = "bracketing.csv"  # in STUDY_FIT: per arch and estimator, where the envelope is interior
+ENVELOPE_CSV = "envelope.csv"  # in STUDY_FIT: every arch's envelope per estimator
 REPORT_MD = "report.md"
 REPORT_DIR = "report"  # the report's PNGs
 RECALL_CSV = "recall.csv"  # a recall study's accuracies (study.recall)

@@ -4,7 +4,7 @@
     class WorkdirLockedError(Refusal, RuntimeError): ...
 
 Every user-facing error class derives from `UserError`; its message is the line the commands print
-(`ERROR: <problem>; <fix>`, linscale_jax.cli_errors). A `Refusal` is raised before the command
+(`ERROR: <problem>; <fix>`, linscale_jax.run.command). A `Refusal` is raised before the command
 touched anything: its log goes outside the workdir, so the workdir stays byte-identical.
 `ArgumentParser` gives argparse commands the same style for a bad command line (exit status 2).
 """
@@ -25,6 +25,15 @@ class Stopped(UserError):
 class Refusal(UserError):
     """A command refused before it changed anything (another trainer holds the workdir, a config
     that would change the run, ...)."""
+
+
+def chain(e: BaseException):
+    """e, then its causes and contexts (each once): where a wrapped failure is found."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        yield e
+        e = e.__cause__ or e.__context__
 
 
 class ArgumentParser(argparse.ArgumentParser):

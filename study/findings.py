@@ -1,19 +1,21 @@
-"""The report's section on the paper's three findings, rendered from study.verdicts' JSON.
+"""The report's section on the paper's three findings, rendered from findings.json; the recall input.
 
-    lines, verdicts = section(result)      # result = study.verdicts.judge_all(...)
+    lines, verdicts = section(found)       # found = DIR/findings.json (study.results)
 
 1. Power laws fit every architecture (study.verdicts.power_laws: the L(C) exponent's interval below
    0 and the largest size predicted within a stated tolerance by the law fitted without it).
 2. Linear models match or beat the baseline (contract.BASELINE_ARCH) in loss at equal compute: each
    linear arch (registry.linear_archs) minus the baseline at the largest common compute, by the
-   fitted L(C) laws: better / worse / equivalent (TOST, ±margin) / not_resolved.
+   fitted L(C) laws: better / worse / equivalent (TOST, ±margin) / not_resolved; beside it the
+   measured (envelope) difference, the minimal detectable effect and the failed share.
 3. The baseline leads on retrieval: the MQAR recall experiment (configs/study/recall.py, read from
    study.recall_from via study.recall.verdict_input), baseline minus each linear arch per (width,
    pairs) cell with a normal interval from the cells' intervals (query noise and seed spread);
    "not measured" unless the baseline's positive control (>= 0.9 in some cell) is met; cells that
    did not train are left out.
 Every finding is judged under each loss estimator the study computed; where they disagree the
-verdict is "depends on the estimator", with each estimator's values shown.
+verdict is "depends on the estimator", with each estimator's values shown; likewise "depends on the
+learning-rate protocol" against a study of the other protocol (study.protocol_from).
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ import numpy as np
 from linscale_jax.contract import BASELINE_ARCH, RECALL_CSV
 
 SECTION = "## The paper's findings in miniature"
+TITLES = (("power_laws", "1. Power laws fit all four architectures"),
+          ("equal_compute", f"2. Linear models match or beat {BASELINE_ARCH} in loss at equal compute"),
+          ("retrieval", f"3. {BASELINE_ARCH} leads on retrieval"))
 
 
 def _ci(v, digits=3) -> str:
@@ -37,38 +42,84 @@ def linear_archs() -> tuple[str, ...]:
     return registry.linear_archs()
 
 
-def _cell(e: dict) -> str:
+def _f(x, fmt="+.3f") -> str:
+    return "—" if x is None else format(x, fmt)
+
+
+def _diff(e: dict) -> str:
+    """'+0.175 [+0.067, +0.281]' of a row with diff and its 95% interval."""
     if e.get("diff") is None:
-        return e.get("verdict", "—")
-    ci = "no interval" if e.get("ci_low") is None else f"[{e['ci_low']:+.3f}, {e['ci_high']:+.3f}]"
-    return f"{e['diff']:+.3f} {ci}: {e['verdict']}"
+        return "—"
+    return f"{e['diff']:+.3f} " + ("no interval" if e.get("ci_low") is None else
+                                   f"[{e['ci_low']:+.3f}, {e['ci_high']:+.3f}]")
+
+
+def label(e: dict) -> str:
+    """A row's verdict as the report writes it: 'not_resolved (fit unstable)' for an unstable fit."""
+    v = e.get("verdict") or "—"
+    return f"{v} ({e['reason']})" if e.get("reason") else v
+
+
+def _protocols(f: dict) -> str:
+    bp = f.get("by_protocol")
+    return "" if not bp else " (" + "; ".join(f"{k}: {v}" for k, v in bp.items()) + ")"
+
+
+def lack_of_fit_text(lof: dict | None) -> str:
+    """'0.021, F 1.13 (2, 4), p 0.41' of fit.holdout.lack_of_fit's dict."""
+    if not lof or "rms" not in lof:
+        return (lof or {}).get("note", "—")
+    if lof.get("F") is None:
+        return f"{lof['rms']:.3f}, {lof.get('note', '—')}"
+    df2 = "∞" if lof["df2"] is None else f"{lof['df2']:g}"
+    return f"{lof['rms']:.3f}, F {lof['F']:.2f} ({lof['df1']}, {df2}), p {lof['p']:.2g}"
 
 
 def power_laws(f: dict, est: list[str], by: dict) -> list[str]:
-    """Finding 1's table: per arch and estimator, exponent [95%], held-out error [95%], verdict."""
-    L = ["| arch | estimator | L(C) exponent [95%] | held-out largest: actual − predicted [95%] | verdict |",
-         "|---|---|---|---|---|"]
+    """Finding 1's table: per arch and estimator, exponent [95%], held-out errors [95%], the L(C)
+    law's lack of fit, verdict."""
+    L = ["| arch | estimator | L(C) exponent [95%] | held-out: actual − predicted [95%] | "
+         "lack of fit of L(C): rms, F (df), p | failed | verdict |", "|---|---|---|---|---|---|---|"]
     for a in f["archs"]:
         for n in est:
             r = by[n]["power_laws"]["archs"].get(a, {})
-            x = r.get("exponent")
-            ci = r.get("exponent_ci")
+            x, ci = r.get("exponent"), r.get("exponent_ci")
             ex = "—" if x is None else f"{x:.4f}" + (f" [{ci[0]:.4f}, {ci[1]:.4f}]" if ci else "")
-            h = r.get("holdout")
-            ho = (f"{h['diff']:+.3f} [{h['ci_low']:+.3f}, {h['ci_high']:+.3f}]" if h else r.get("note", "—"))
-            L.append(f"| {a} | {n} | {ex} | {ho} | {r.get('verdict', '—')} |")
+            hs = r.get("holdout") or []
+            ho = "; ".join(f"N={h['n_params']:.3g}: {_diff(h)}" for h in hs) or r.get("note", "—")
+            failed = max([r.get("failed") or 0.0] + [h.get("failed") or 0.0 for h in hs])
+            L.append(f"| {a} | {n} | {ex} | {ho} | {lack_of_fit_text(r.get('lack_of_fit'))} | {failed:.0%} | "
+                     f"{label(r)} |")
     return L
 
 
-def equal_compute(f: dict, est: list[str], by: dict) -> list[str]:
-    L = [f"At C = {f.get('compute', float('nan')):.3g} PF-days (the largest compute every arch reaches with "
-         f">= 2 sizes); arch − {BASELINE_ARCH} of the fitted L(C) laws in nats [95%: sizes, checkpoint "
-         "residuals and seed offsets resampled].", "",
-         "| arch | " + " | ".join(est) + " | verdict |", "|---|" + "---|" * (len(est) + 1)]
-    for a, r in f["archs"].items():
-        L.append(f"| {a} | " + " | ".join(_cell(by[n]["equal_compute"]["archs"].get(a, {})) for n in est)
-                 + f" | **{r['verdict']}** |")
-    return L
+def equal_compute(f: dict, est: list[str], by: dict, margin: float) -> list[str]:
+    """Finding 2's table: per arch and estimator, the fitted and the measured difference at C*, the
+    minimal detectable effect, the 90% half-width against the margin, the failed share, verdict."""
+    L = [f"At C* = {f['compute']:.3g} PF-days (the largest compute every arch reaches with >= 2 sizes): "
+         f"arch − {BASELINE_ARCH} in nats, fitted (each arch's L(C) law) and measured (the envelope's loss "
+         "there), with 95% intervals from paired draws of the whole study (sizes fixed; the same "
+         "checkpoint-noise draw for both archs; seed offsets whose sd is drawn from its measured "
+         "distribution). MDE: the smallest true difference the fitted comparison resolves in 80% of "
+         f"studies like this one. Equivalence needs the 90% half-width below the margin ±{margin:g}. "
+         "Failed: the share of draws whose fit failed (over 10%: not_resolved, fit unstable).", "",
+         f"| arch | estimator | fitted: arch − {BASELINE_ARCH} [95%] | measured at C* [95%] | MDE | "
+         "90% half-width | failed | verdict |", "|---|---|---|---|---|---|---|---|"]
+    notes = []
+    for a, row in f["archs"].items():
+        for n in est:
+            r = by[n]["equal_compute"]["archs"].get(a, {})
+            m = r.get("measured") or {}
+            hw = r.get("halfwidth90")
+            hw_text = "—" if hw is None else f"{hw:.3f}" + ("" if hw < margin else " (equivalence out of reach)")
+            L.append(f"| {a} | {n} | {_diff(r)} | {_diff(m)} {label(m) if m else ''} | {_f(r.get('mde'), '.3f')} | "
+                     f"{hw_text} | {_f(r.get('failed'), '.0%')} | {label(r)} |")
+            if r.get("note"):
+                notes.append(f"{a} ({n}): {r['note']}.")
+    L += ["", "Verdict per arch" + (" (over estimators and learning-rate protocols)" if any(
+        r.get("by_protocol") for r in f["archs"].values()) else " (over estimators)") + ": "
+          + "; ".join(f"{a} **{r['verdict']}**{_protocols(r)}" for a, r in f["archs"].items()) + "."]
+    return L + ([""] + notes if notes else [])
 
 
 def read_recall(path: str) -> dict:
@@ -123,30 +174,41 @@ def retrieval(recall: dict | None, source: str) -> tuple[str, list[str]]:
 
 
 def section(result: dict) -> tuple[list[str], dict]:
-    """The report's findings section from study.verdicts.judge_all's `result`, and
-    {finding: verdict} (the report writes the whole result to DIR/findings.json)."""
+    """The report's findings section from findings.json (study.results), and {finding: verdict}."""
     est, by, fd = result["estimators"], result["by_estimator"], result["findings"]
+    prot = result.get("protocols")
     L = [SECTION, "", f"Each of the paper's qualitative findings, judged on this study's numbers under each loss "
          f"estimator ({', '.join(est)}); equivalence margin ±{result['margin']:g} nats, held-out "
          f"tolerance ±{result['tolerance']:g} nats (`python -m study.verdicts` gives the same from the "
-         "tables). Verdicts follow the intervals, not the paper.", ""]
-    titles = (("power_laws", "1. Power laws fit all four architectures"),
-              ("equal_compute", f"2. Linear models match or beat {BASELINE_ARCH} in loss at equal compute"),
-              ("retrieval", f"3. {BASELINE_ARCH} leads on retrieval"))
+         "tables). Verdicts follow the intervals, not the paper."
+         + (f" Every finding is also judged under the other learning-rate protocol, read from "
+            f"`{prot['source']}` ({' vs '.join(prot['labels'])}); where the two disagree the verdict is "
+            "\"depends on the learning-rate protocol\"." if prot else ""), ""]
     verdicts = {}
-    for key, title in titles:
+    for key, title in TITLES:
         f = fd[key]
         extra = ("" if len(est) < 2 or "by_estimator" not in f else
                  " (" + "; ".join(f"{n}: {v}" for n, v in f["by_estimator"].items()) + ")")
-        L += [f"**{title}:** **{f['verdict']}**{extra}.", ""]
+        L += [f"**{title}:** **{f['verdict']}**{extra}{_protocols(f)}.", ""]
         if key == "power_laws" and f["archs"]:
             L += power_laws(f, est, by) + [""]
         elif key == "equal_compute" and f["archs"]:
-            L += equal_compute(f, est, by) + [""]
+            L += equal_compute(f, est, by, result["margin"]) + [""]
         elif key == "retrieval" and result.get("retrieval_lines"):
             L += result["retrieval_lines"] + [""]
         verdicts[key] = f["verdict"]
     return L, verdicts
+
+
+def console_lines(found: dict) -> list[str]:
+    """One line per finding for the study's console: its verdict, and finding 2's per arch."""
+    out = []
+    for key, title in TITLES:
+        f = found["findings"][key]
+        archs = (", ".join(f"{a} {r['verdict']}" for a, r in f.get("archs", {}).items())
+                 if key == "equal_compute" else "")
+        out.append(f"[study] {title}: {f['verdict']}" + (f" ({archs})" if archs else ""))
+    return out
 
 
 def recall_rows_from(study) -> tuple[dict | None, str]:

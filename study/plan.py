@@ -163,6 +163,8 @@ def make_run(study, cfg, arch: str, size: str, seed: int, workdir: str, index: i
     from linscale_jax.models import accounting
     from linscale_jax.models import ModelConfig
 
+    if str(cfg.train.wandb) and not str(cfg.train.wandb_group):  # one W&B group per study
+        cfg.train.wandb_group = Path(workdir).resolve().name
     mc = ModelConfig.from_config(cfg.model)
     seq = int(cfg.train.seq_len)
     if seq > mc.max_seq_len:

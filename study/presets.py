@@ -10,8 +10,10 @@ estimators (the loss estimators the findings are judged under; the first is the 
 cooldown (the cooldown branches of the `cooldown` estimator: study.cooldown), replicates (extra
 seeds of some sizes: the seed-to-seed sd the intervals use), verdicts (the equivalence margin and
 the held-out tolerance: study.verdicts), recall_from (a recall study's workdir whose recall.csv the
-findings section reads), noise (seed_sd: assumed for archs without replicates), fit (how laws are
-fitted).
+findings section reads), protocol_from (a finished study under the other learning-rate protocol,
+whose findings.json every finding is also judged by), noise (seed_sd: assumed for archs without
+replicates), fit (how laws are fitted), cluster (what each run asks of a Ray cluster under
+--backend=ray: study.ray_backend).
 """
 
 import ml_collections
@@ -29,6 +31,8 @@ def study_defaults() -> ml_collections.ConfigDict:
         checkpoints=10,
         workers=1,  # runs trained at once in pinned single-core processes (study.workers; CPU only)
         recall_from="",  # a recall study's workdir (configs/study/recall.py): the report's finding 3
+        protocol_from="",  # a finished study of the other learning-rate protocol: every finding judged
+        # under both (study.results)
         overrides=dict(
             train=dict(batch_size=8, seq_len=128, log_every=10, eval_every=0,
                        seed=0),  # init seed: a replicate study is --config.overrides.train.seed=1
@@ -49,4 +53,11 @@ def study_defaults() -> ml_collections.ConfigDict:
                       tolerance=0.1),  # nats: the held-out largest size's error allowed (finding 1)
         noise=dict(seed_sd=0.0),  # nats: assumed seed-to-seed sd for archs without replicates
         fit=dict(approach=1, bootstrap=200, include_clamped=False, seed=0),
+        # --backend=ray: the resources of one run (study.ray_backend.placement)
+        cluster=dict(accelerator="cpu",  # cpu | gpu | tpu
+                     hosts=1,  # processes (hosts) per run; > 1 is a gang, one task per host
+                     devices_per_host=0,  # cpu: simulated devices; gpu: GPUs; tpu: chips (0: 1; tpu: 4)
+                     cpus_per_host=1,  # CPU cores each host task reserves (1: single-threaded XLA)
+                     tpu_topology="", tpu_version="",  # a multi-host slice, e.g. "4x4" and "v6e"
+                     max_retries=3),  # resubmissions after a lost worker, node or slice
     ))

@@ -1,9 +1,12 @@
-"""DIR/report.md of a study: plots, fitted laws beside the paper's Table 3, NIAH, comparisons.
+"""DIR/report.md of a study, rendered from the study's data files; it computes nothing.
 
-    write_report(study, runs, workdir, approach, fit_errors) -> path of report.md
-Reads DIR/fit/table.csv (the checkpoints the laws use), DIR/fit/fits.json (+ its PNGs),
-DIR/holdout.json (study.holdout) and each run's eval/results.jsonl; writes DIR/report.md and DIR/report/loss_vs_compute.png (every arch's
-curves, envelope and fitted L(C)).
+    path = write_report(workdir)      # report.md + report/loss_vs_compute.png, report/holdout.png
+
+Renders DIR/findings.json (study.results: verdicts, seed sds, comparisons, bracketing, optimum,
+runs, wall time), DIR/fit/fits.json (+ its PNGs), DIR/holdout.json (study.holdout) and, when
+`python -m study.calibrate` has run, DIR/calibration.json. The plots draw DIR/fit/table.csv,
+DIR/fit/envelope.csv, DIR/holdout_curves.csv and the fitted laws. Rerendering (e.g. after the
+calibration) gives the same numbers.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import os
 import numpy as np
 
 from linscale_jax import contract
-from study import compare, findings, holdout, plan
+from study import findings, holdout
 
 LAWS = (("L_C", "L(C)"), ("N_opt_C", "N_opt(C)"), ("D_opt_C", "D_opt(C)"))
 
@@ -35,25 +38,31 @@ def _law(e: dict) -> str:
     return s
 
 
-def plot_loss_vs_compute(table, fits: dict, path: str) -> None:
+def _read(path: str):
+    return json.load(open(path)) if os.path.exists(path) else None
+
+
+def plot_loss_vs_compute(table, envelope_csv: str, fits: dict, path: str) -> None:
+    """Every arch's runs, its envelope (fit/envelope.csv, the laws' estimator) and its fitted L(C)."""
+    import csv
+
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from fit import approach1
-
+    env = list(csv.DictReader(open(envelope_csv))) if os.path.exists(envelope_csv) else []
+    first = env[0]["estimator"] if env else None
     fig, ax = plt.subplots(figsize=(8, 5))
     for i, arch in enumerate(table.archs):
         col = plt.get_cmap("tab10")(i)
         sub = table.select(arch)
         for _, r in sub.runs():
             ax.plot(r.flops, r.loss, color=col, lw=0.6, alpha=0.35)
-        try:
-            env = approach1.envelope(sub)
-            ax.plot(env.compute, env.loss, color=col, lw=2, label=f"{arch} envelope")
-        except Exception:  # noqa: BLE001  (fewer than 3 runs: no envelope, curves only)
-            pass
+        pts = [r for r in env if r["arch"] == arch and r["estimator"] == first]
+        if pts:
+            ax.plot([float(r["compute"]) for r in pts], [float(r["loss"]) for r in pts], color=col, lw=2,
+                    label=f"{arch} envelope")
         if arch in fits:
             span = np.geomspace(sub.flops.min(), sub.flops.max(), 50)
             law = fits[arch]["L_C"]
@@ -67,328 +76,242 @@ def plot_loss_vs_compute(table, fits: dict, path: str) -> None:
     plt.close(fig)
 
 
-def _final_rows(run) -> dict:
-    from eval.runner import read_results
-
-    rows = read_results(run.workdir) if os.path.exists(run.workdir) else []
-    last = max((r["step"] for r in rows), default=None)
-    return {r["task"]: r for r in rows if r["step"] == last}
-
-
-def _scale_section(runs) -> list[str]:
+def _scale_section(d: dict, runs: list[dict]) -> list[str]:
     from linscale_jax.models.sizes import PAPER_CONTEXT, PAPER_VOCAB
 
-    ns = [r.n_params for r in runs]
-    c = runs[0].config
+    ns = [r["n_params"] for r in runs]
+    pf = [r["pf_days"] for r in runs]
     return [
         "## Scale difference from the paper",
         f"- Parameters (non-embedding): {min(ns):.3g} .. {max(ns):.3g} "
         f"({np.log10(max(ns) / min(ns)):.2f} decades) here vs 7e7 .. 7e9 in the paper (~1e3-1e4x smaller).",
-        f"- Tokens per run: {runs[0].tokens:.3g} here vs 3e11 in the paper ({3e11 / runs[0].tokens:.2g}x fewer); "
-        f"compute per run {min(r.pf_days for r in runs):.3g} .. {max(r.pf_days for r in runs):.3g} PF-days "
-        "vs ~0.2 .. 200 PF-days.",
-        f"- Data: `{c.data.task}` (vocabulary `{c.data.vocab}`, {c.model.vocab_size} ids) vs the paper's private "
+        f"- Tokens per run: {d['tokens']:.3g} here vs 3e11 in the paper ({3e11 / d['tokens']:.2g}x fewer); "
+        f"compute per run {min(pf):.3g} .. {max(pf):.3g} PF-days vs ~0.2 .. 200 PF-days.",
+        f"- Data: `{d['data_task']}` (vocabulary `{d['vocab']}`, {d['vocab_size']} ids) vs the paper's private "
         f"2T-token English/Chinese corpus with cl100k_base ({PAPER_VOCAB} ids); losses are per token of "
         "different vocabularies and are not comparable in absolute value.",
-        f"- Context {c.train.seq_len} tokens, batch {_spread(runs, lambda r: r.config.train.batch_size)} sequences, "
-        f"{_spread(runs, lambda r: r.steps)} steps vs {PAPER_CONTEXT} tokens, 480 sequences, 76k steps.",
-        (f"- Optimiser: AdamW, peak lr {c.optim.lr:g}, `{c.optim.schedule}` schedule after {c.optim.warmup_steps} "
-         "warmup steps, the same for every size, vs the paper's lr 3e-4 with one fixed schedule."
-         if str(c.optim.get("rule", "paper")) == "paper" else
-         f"- Optimiser: AdamW, `{c.optim.schedule}` schedule, peak lr {_spread(runs, lambda r: r.config.optim.lr)}, "
-         f"β2 {_spread(runs, lambda r: r.config.optim.b2)}, warmup {_spread(runs, lambda r: r.config.optim.warmup_steps)} "
-         f"steps per arch and size from the learning-rate rule `optim.rule={c.optim.rule}` (linscale_jax.train.rule), "
-         "vs the paper's one lr 3e-4 for every size with one fixed schedule.")
+        f"- Context {d['seq_len']} tokens, batch {d['batch']} sequences, {d['steps']} steps vs {PAPER_CONTEXT} "
+        "tokens, 480 sequences, 76k steps.",
+        f"- Optimiser: AdamW, peak lr {d['lr']}, β2 {d['b2']}, `{d['schedule']}` schedule after {d['warmup']} warmup "
+        "steps" + (f", per arch and size from the learning-rate rule `optim.rule={d['protocol']}` "
+                   "(linscale_jax.train.rule)" if d.get("protocol") not in (None, "paper")
+                   else ", the same for every size") + ", vs the paper's lr 3e-4 with one fixed schedule."
         + (" A constant rate keeps every checkpoint on an equal footing for the envelope (a decaying schedule "
-           "flatters the ends of short runs against the middles of long ones)." if c.optim.schedule == "constant"
+           "flatters the ends of short runs against the middles of long ones)." if d["schedule"] == "constant"
            else ""),
         "- Consequently the fitted coefficients describe this miniature regime only; compare exponents' "
         "signs and orderings, not values, with Table 3.", ""]
 
 
-def _spread(runs, value) -> str:
-    """'8' when every run has the same value, else 'lo..hi' over the runs."""
-    vals = sorted({value(r) for r in runs})
-    return f"{vals[0]:g}" if len(vals) == 1 else f"{vals[0]:g}..{vals[-1]:g}"
-
-
-def _envelope_section(table, include_clamped: bool) -> list[str]:
-    """Where each arch's envelope is an optimum (an interior size wins) and where it is a bound."""
-    from fit import approach1
-
+def _bracketing_section(found: dict) -> list[str]:
+    br = found.get("bracketing") or {}
     L = ["", "### How well the envelope brackets the optimum", "",
          "Share of the log-compute grid (256 points between each arch's first and last checkpoint) where "
          "the lowest loss comes from an interior size (a real optimum), from the smallest or the largest "
          "size reaching that compute (a bound: the optimum may lie outside the trained sizes), or where only "
-         "one size reaches it.", "", "| arch | interior | smallest wins | largest wins | one size |",
-         "|---|---|---|---|---|"]
-    clamped_share = []
-    for a in table.archs:
-        try:
-            k = approach1.envelope(table.select(a)).clamped
-        except Exception as e:  # noqa: BLE001  (too few runs: say so, keep the report)
-            L.append(f"| {a} | {e} | | | |")
-            continue
-        shares = [float(np.mean(k == v)) for v in (0, -1, 1, 2)]
-        clamped_share.append(shares[1])
-        L.append(f"| {a} | " + " | ".join(f"{x:.0%}" for x in shares) + " |")
-    if clamped_share and max(clamped_share) > 0.5:
+         "one size reaches it (`fit/bracketing.csv`).", "",
+         "| arch | estimator | interior | smallest wins | largest wins | one size |", "|---|---|---|---|---|---|"]
+    for est, archs in br.items():
+        for a, s in archs.items():
+            L.append(f"| {a} | {est} | " + " | ".join(f"{s[k]:.0%}" for k in
+                                                      ("interior", "smallest", "largest", "one_size")) + " |")
+    smallest = [s["smallest"] for archs in br.values() for s in archs.values()]
+    if smallest and max(smallest) > 0.5:
         L += ["", "At most computes the smallest size that reaches them has the lowest loss: every run here is "
               "still data-limited (loss keeps falling with tokens faster than it falls with parameters), so "
               "more tokens beat more parameters at every budget this study reaches. "
-              + ("The N_opt(C) and D_opt(C) laws below are fitted to the whole envelope (as the paper does), "
+              + ("The N_opt(C) and D_opt(C) laws above are fitted to the whole envelope (as the paper does), "
                  "so they trace where the runs end: read them as bounds, not as measured optima. "
-                 if include_clamped else "")
+                 if found["design"]["include_clamped"] else "")
               + "Bracketing the optimum needs runs long enough for the smallest models to saturate "
               "(the paper trains its smallest model on ~4,000 tokens per parameter)."]
+    return L + _optimum_section(found)
+
+
+def _optimum_section(found: dict) -> list[str]:
+    ref = found.get("reference_tokens_per_param") or {}
+    L = ["", "### The measured optimum: N_opt, D_opt and tokens per parameter", "",
+         f"Where the envelope ({found['estimators'][0]}) is interior, its winner is a measured optimum: N_opt "
+         "under the paper's count (Table 1, non-embedding), the parameter tree's non-embedding count and "
+         "the count with the embedding and the head (model config accounting), and D_opt; tokens per "
+         "parameter at the optimum is D_opt / N_opt (median [range] over the interior grid points).", "",
+         "| arch | interior | C range (PF-days) | N_opt paper | N_opt tree | N_opt with embedding + head | "
+         "D_opt | tokens/param (paper count) | tokens/param (with embedding + head) |",
+         "|---|---|---|---|---|---|---|---|---|"]
+    for a, o in (found.get("optimum") or {}).items():
+        if not o["points"]:
+            L.append(f"| {a} | 0% | no interior point: not measured (bounds only) | | | | | | |")
+            continue
+        n, t = o["n_opt"], o["tokens_per_param"]
+
+        def rng(k, src=n):
+            return "—" if k not in src else f"{src[k][0]:.3g} .. {src[k][1]:.3g}"
+
+        def tpp(k):
+            return "—" if k not in t else f"{t[k]['median']:.3g} [{t[k]['low']:.3g}, {t[k]['high']:.3g}]"
+        L.append(f"| {a} | {o['interior']:.0%} | {o['compute'][0]:.3g} .. {o['compute'][1]:.3g} | {rng('paper')} | "
+                 f"{rng('non_embedding')} | {rng('total')} | {o['d_opt'][0]:.3g} .. {o['d_opt'][1]:.3g} | "
+                 f"{tpp('paper')} | {tpp('total')} |")
+    if ref:
+        L += ["", "Tokens per parameter at the optimum elsewhere: Chinchilla (Hoffmann et al. 2022, embeddings "
+              f"counted) about {ref['chinchilla']:g}; "
+              + "; ".join(f"{p['label']}: {p['tokens_per_param']:,.0f} (N_opt {p['n_opt']:.3g})" for p in ref["porian"])
+              + " (Porian et al. 2024, RefinedWeb at 1.25e16 FLOPs, `fit/data/porian2024_optimal_pairs.csv`)."]
     return L
 
 
-def write_report(study, runs, workdir: str, approach: int, fit_errors: dict | None = None,
-                 wall: dict | None = None) -> str:
-    """DIR/report.md; `wall` ({runs_s, workers, fit_s}: this invocation's runs phase and the fits
-    so far) adds the wall-time section."""
-    from fit import paper
-    from fit.table import load
+def _noise_section(found: dict) -> list[str]:
+    """Seed-to-seed sd per arch and estimator with df and interval, the pooled one the draws use,
+    each run's smoothness, and each arch's L(N, D) lack of fit."""
+    est, by = found["estimators"], found["by_estimator"]
 
-    rep_dir = contract.study_path(workdir, contract.REPORT_DIR)
-    os.makedirs(rep_dir, exist_ok=True)
-    table = load(contract.study_path(workdir, contract.STUDY_FIT, contract.STUDY_TABLE)).with_compute_unit("pf-days")
-    fits_path = contract.study_path(workdir, contract.STUDY_FIT, contract.FITS_JSON)
-    fits = json.load(open(fits_path)) if os.path.exists(fits_path) else {}
-    plot_loss_vs_compute(table, fits, os.path.join(rep_dir, "loss_vs_compute.png"))
-    n_boot = max(int(study.fit.bootstrap), 20)
-    L = [f"# Miniature scaling study ({len(runs)} runs: {study.archs} × {study.sizes})", "",
-         f"Fit: approach {approach}, C in PF-days (Table-1 accounting), 95% intervals from "
-         f"{int(study.fit.bootstrap)} bootstrap resamples of whole runs"
-         f"{' (clamped envelope points kept)' if study.fit.include_clamped else ''}. "
-         f"Laws, envelopes and comparisons use the checkpoints from step {plan.fit_min_step(runs)} on (the end of the "
-         "learning-rate warmup); table.csv keeps every checkpoint.", ""]
-    L += _scale_section(runs)
-    L += ["## Loss vs compute", "", "![loss vs compute](report/loss_vs_compute.png)", "",
-          "Per-arch panels from fit/: ![curves](fit/curves.png)", ""]
-    L += ["## Compute-optimal allocation N_opt(C), D_opt(C)", "", "![allocation](fit/allocation.png)", "",
-          "| arch | N_opt(C) ours | D_opt(C) ours |", "|---|---|---|"]
-    L += [f"| {a} | {_law(e['N_opt_C'])} | {_law(e['D_opt_C'])} |" for a, e in fits.items()]
-    L += _envelope_section(table, bool(study.fit.include_clamped))
-    L += ["", "## Fitted laws beside the paper's Table 3", "",
-          "| arch | law | ours (95% interval) | paper Table 3 |", "|---|---|---|---|"]
-    for a, e in fits.items():
-        for key, label in LAWS:
-            p = paper.TABLE3.get(a, {}).get(key)
-            L.append(f"| {a} | {label} | {_law(e[key])} | {p if p is not None else 'n/a'} |")
-    for a, err in (fit_errors or {}).items():
-        L.append(f"\n**Not fitted: {a}** — {err}")
-    L += ["", "![ours vs paper](fit/paper_overlay.png)", ""]
-    result = judge(study, runs, workdir)
-    L += _noise_section(table, result)
-    L += holdout.report_section(workdir)
-    lines, common, law = _comparisons(runs, table, fits, n_boot, int(study.fit.seed),
-                                      bool(study.fit.include_clamped), seed_noise(result))
-    found, verdicts = findings.section(result)
-    L += found + lines
-    summary = dict(findings=result["findings"], estimators=result["estimators"], margin=result["margin"],
-                   tolerance=result["tolerance"], by_estimator=result["by_estimator"],
-                   common_compute=_plain(common), law_at_common_compute=_plain(law),
-                   checkpoint_sd=compare.checkpoint_sd(table))
-    with open(contract.study_path(workdir, contract.FINDINGS_JSON), "w") as f:
-        json.dump(_plain(summary), f, indent=2)
-    L += _niah_section(runs, workdir)
-    L += _runs_table(runs)
-    L += _wall_section(runs, wall)
-    path = contract.study_path(workdir, contract.REPORT_MD)
-    with open(path, "w") as f:
-        f.write("\n".join(L) + "\n")
-    return path
+    def sd_cell(s):
+        ci = s.get("ci95")
+        return (f"{s['sd']:.4f}" + (f" ({s['df']:g} df) [{ci[0]:.3g}, {ci[1]:.3g}]" if ci else f" ({s['source']})"))
 
-
-def _largest(runs) -> dict:
-    out = {}
-    for r in runs:
-        if r.seed:
-            continue
-        if r.arch not in out or r.n_params > out[r.arch].n_params:
-            out[r.arch] = r
-    return out
-
-
-def judge(study, runs, workdir: str) -> dict:
-    """study.verdicts.judge_all on the study's estimator tables (DIR/fit/table*.csv), with the
-    preset's margin, tolerance, bootstrap and fallback seed sd, and the recall study's rows."""
-    from study import verdicts
-
-    names = plan.estimators(study)
-    specs = [f"{n}={contract.study_path(workdir, contract.STUDY_FIT, contract.fit_table_name(n, i == 0))}"
-             for i, n in enumerate(names)]
-    specs = [x for x in specs if os.path.exists(x.split("=", 1)[1])]
-    v = study.get("verdicts", {})
-    recall_rows, recall_src = findings.recall_rows_from(study)
-    return verdicts.judge_all(verdicts.load_tables(specs), recall_rows, recall_src,
-                              margin=float(v.get("margin", verdicts.DEFAULT_MARGIN)),
-                              tolerance=float(v.get("tolerance", verdicts.DEFAULT_TOLERANCE)),
-                              seed_sd=float(study.get("noise", {}).get("seed_sd", 0.0)) or None,
-                              n_boot=max(int(study.fit.bootstrap), 20), seed=int(study.fit.seed))
-
-
-def seed_noise(result: dict) -> dict:
-    """{arch: seed-to-seed sd} of the laws' estimator (the first), as study.verdicts measured it."""
-    first = result["estimators"][0]
-    return {a: float(v["sd"]) for a, v in result["by_estimator"][first]["seed_sd"].items()
-            if np.isfinite(v["sd"])}
-
-
-def _noise_section(table, result: dict) -> list[str]:
-    """Seed-to-seed sd per arch and estimator (from the replicate runs), and each run's smoothness."""
-    est = result["estimators"]
+    archs = list(by[est[0]]["seed_sd"])
     L = ["## Noise", "", "Seed-to-seed sd of one run's loss (nats): sd over the replicate seeds of a size of each "
-         "replicate's mean over its second half of checkpoints, pooled over the arch's replicated sizes "
-         "(study.replicates); the verdicts' intervals give every run a normal offset of this sd. "
-         "Where an arch has no replicates, the preset's noise.seed_sd is assumed (said so).", "",
+         "replicate's mean over its second half of checkpoints (study.replicates), with its degrees of "
+         "freedom and the 95% interval of the true sd (χ²). The intervals of the verdicts and the held-out "
+         "checks use the sd pooled over the archs (df summed), each draw taking its sd from that "
+         "estimate's scaled inverse-χ² distribution, so the sd's own uncertainty widens every interval.", "",
          "| arch | " + " | ".join(est) + " |", "|---|" + "---|" * len(est)]
-    for a in table.archs:
-        cells = []
-        for n in est:
-            s = result["by_estimator"][n]["seed_sd"].get(a)
-            cells.append("—" if s is None else f"{s['sd']:.4f} ({s['source']})")
-        L.append(f"| {a} | " + " | ".join(cells) + " |")
+    for a in archs:
+        L.append(f"| {a} | " + " | ".join(sd_cell(by[n]["seed_sd"][a]) if a in by[n]["seed_sd"] else "—"
+                                          for n in est) + " |")
+    L.append("| **pooled (the draws')** | " + " | ".join(sd_cell(by[n]["seed_sd_pooled"]) for n in est) + " |")
     L += ["", "Smoothness of the laws' curves (not a noise sd: neighbouring checkpoints are correlated, and "
           "for val_loss_avg they share weights): RMS residual of the second half of every run around its "
           "quadratic trend in ln C, and the share of successive checkpoints whose loss rises.", "",
           "| arch | residual around the trend (nats) | rising share |", "|---|---|---|"]
-    for a, v in compare.checkpoint_sd(table).items():
-        L.append(f"| {a} | " + (f"{v['sd']:.4f} | {v['rise']:.0%}" if np.isfinite(v["sd"]) else
+    for a, v in (found.get("checkpoint_sd") or {}).items():
+        L.append(f"| {a} | " + (f"{v['sd']:.4f} | {v['rise']:.0%}" if v.get("sd") is not None else
                                 "— (too few checkpoints) | —") + " |")
+    L += ["", "Lack of fit of each arch's L(N, D) = E + A/N^α + B/D^β (approach 3, every size; the law "
+          "`python -m study.calibrate` simulates from): per size the mean residual over the second half of its "
+          "checkpoints against the seed sd, F = Σ r ū² / ((m − 3) s²) on (m − 3, ν) df; a small p says the "
+          "law misses the sizes by more than seed noise. The L(C) law's lack of fit is in finding 1's table.", "",
+          "| arch | estimator | E, A, α, B, β | rms residual | lack of fit: rms of size means, F (df), p |",
+          "|---|---|---|---|---|"]
+    for n, archs_nd in (found.get("laws_nd") or {}).items():
+        for a, r in archs_nd.items():
+            if "law" not in r:
+                L.append(f"| {a} | {n} | not fitted: {r.get('note', '')} | | |")
+                continue
+            w = r["law"]
+            L.append(f"| {a} | {n} | {w['E']:.3g}, {w['A']:.3g}, {w['alpha']:.3g}, {w['B']:.3g}, {w['beta']:.3g}"
+                     f"{holdout.bound_note(w)} | "
+                     f"{r['resid_sd']:.4f} | {findings.lack_of_fit_text(r['lack_of_fit'])} |")
     return L + [""]
 
 
-def _verdict(c: dict) -> str:
-    if c.get("resolved"):
-        return "resolved (the 95% interval of the difference excludes 0)"
-    return "**not resolved** (the 95% interval of the difference includes 0)"
-
-
-def _comparisons(runs, table, fits, n_boot: int, seed: int, include_clamped: bool,
-                 noise: dict | None = None) -> list[str]:
-    """The comparisons section, and the envelope and law comparisons at the common compute (None
-    with a single arch)."""
-    L = ["## Comparisons (computed)", ""]
-    c = law = None
-    if len(table.archs) >= 2:
-        c = compare.loss_at_common_compute(table, n_boot, seed, noise)
-        L.append(f"**Lowest loss at the largest common compute C = {c['compute']:.3g} PF-days** (the largest "
-                 "compute every arch reaches with >= 2 runs): **" + c["best"] + "** "
-                 f"(bootstrap share of resamples where it is lowest: {c.get('p_best', float('nan')):.2f}); "
-                 f"{c['runner_up']} is {_ci(c['diff'])} nats higher: {_verdict(c)}.")
-        law = compare.law_at_common_compute(table, include_clamped, n_boot, seed, noise)
-        if law.get("runner_up"):
-            L.append(f"By the fitted L(C) laws at the same C: **{law['best']}** (share of resamples: "
-                     f"{law.get('p_best', float('nan')):.2f}); {law['runner_up']} is {_ci(law['diff'])} higher: "
-                     f"{_verdict(law)}.")
-        L += ["", "| arch | envelope loss at that C [95%] | fitted L(C) at that C [95%] |", "|---|---|---|"]
-        L += [f"| {a} | {_ci(v)} | {_ci(law['by_arch'][a]) if a in law['by_arch'] else 'not fitted'} |"
-              for a, v in sorted(c["by_arch"].items(), key=lambda kv: kv[1][0])]
-        L += ["", "Both intervals resample whole runs and add, per draw, a normal error with the sd of one loss "
-              "point (the arch's seed-to-seed sd; see 'Noise'), so they cover a re-run with another seed. "
-              "The law column refits L(C) on every "
-              "resample. A difference whose interval includes 0 is reported as not resolved."]
-    L += ["", "**Exponents side by side** (ours [95%] / paper):", "",
-          "| arch | L(C) | N_opt(C) | D_opt(C) |", "|---|---|---|---|"]
+def _comparisons(found: dict, fits: dict) -> list[str]:
     from fit import paper
 
+    L = ["## Comparisons (computed)", ""]
+    c, law = found.get("common_compute") or {}, found.get("law_at_common_compute") or {}
+    if c.get("runner_up"):
+        def res(x):
+            return ("resolved (the 95% interval of the difference excludes 0)" if x.get("resolved") else
+                    "**not resolved** (the 95% interval of the difference includes 0)")
+        L.append(f"**Lowest loss at the largest common compute C = {c['compute']:.3g} PF-days** (the largest "
+                 f"compute every arch reaches with >= 2 sizes), measured on the envelopes: **{c['best']}** "
+                 f"(share of draws where it is lowest: {c.get('p_best') or 0:.2f}); {c['runner_up']} is "
+                 f"{_ci(c['diff'], 3)} nats higher: {res(c)}.")
+        L.append(f"By the fitted L(C) laws at the same C: **{law['best']}** (share of draws: "
+                 f"{law.get('p_best') or 0:.2f}); {law['runner_up']} is {_ci(law['diff'], 3)} higher: {res(law)}.")
+        L += ["", "| arch | envelope loss at that C [95%] | fitted L(C) at that C [95%] |", "|---|---|---|"]
+        L += [f"| {a} | {_ci(v)} | {_ci(law['by_arch'][a]) if a in law.get('by_arch', {}) else 'not fitted'} |"
+              for a, v in sorted(c["by_arch"].items(), key=lambda kv: kv[1][0])]
+        failed = max(list((c.get("failed") or {}).values()) + list((law.get("failed") or {}).values()) + [0.0])
+        L += ["", "Both columns come from the paired draws of finding 2 (sizes fixed, checkpoint residuals "
+              "shared between archs, seed offsets with the drawn seed sd), so they cover a re-run with other "
+              f"seeds; failed draws: at most {failed:.0%} per arch. A difference whose interval includes 0 is "
+              "reported as not resolved."]
+    L += ["", "**Exponents side by side** (ours [95%] / paper):", "",
+          "| arch | L(C) | N_opt(C) | D_opt(C) |", "|---|---|---|---|"]
     for a, e in fits.items():
         cells = []
         for key, _ in LAWS:
-            ci = (e[key].get("ci95") or {}).get("exponent") or [np.nan, np.nan]
+            ci = (e[key].get("ci95") or {}).get("exponent") or [None, None]
             p = paper.TABLE3.get(a, {}).get(key)
             cells.append(f"{_ci([e[key]['exponent'], *ci])} / {p.exponent if p else 'n/a'}")
         L.append(f"| {a} | " + " | ".join(cells) + " |")
-    # retrieval: NIAH cells and the line probe of each arch's largest model
-    cells, acc, n_items = {}, {}, {}
-    for a, r in _largest(runs).items():
-        fr = _final_rows(r)
-        for task, row in fr.items():
-            if task.startswith("niah") and row.get("niah_heatmap"):
-                js = os.path.splitext(row["niah_heatmap"])[0] + ".json"
-                if os.path.exists(js):
-                    s = np.asarray(json.load(open(js))["scores"], float)
-                    cells[a] = ((s - 1.0) / 9.0).ravel()
-            if task == "probe":
-                acc[a], n_items[a] = float(row["probe_acc"]), int(row["probe_items"])
-    if cells:
-        per, diffs = compare.niah_comparison(cells, seed=seed)
+    pr = found.get("probes") or {}
+    if "niah" in pr:
         L += ["", "**Retrieval, NIAH** (largest model of each arch; mean cell accuracy [95%, cells "
               "bootstrapped]):", ""]
-        L += [f"- {a}: {_ci(v, 3)}" for a, v in per.items()]
-        L += [f"- {k}: {_ci(v, 3)}" for k, v in diffs.items()]
-    if acc:
-        per, diffs = compare.probe_comparison(acc, n_items)
+        L += [f"- {a}: {_ci(v, 3)}" for a, v in pr["niah"]["by_arch"].items()]
+        L += [f"- {k}: {_ci(v, 3)}" for k, v in pr["niah"]["diffs"].items()]
+    if "probe" in pr:
         L += ["", "**Line probe** (pick the true next line among 4; chance 0.25; largest model of each arch, "
               "lm-eval acc [95%, normal approximation]):", ""]
-        L += [f"- {a}: {_ci(v, 3)}" for a, v in per.items()]
-        L += [f"- {k}: {_ci(v, 3)}" for k, v in diffs.items()]
-    return L + [""], c, law
-
-
-def _niah_section(runs, workdir: str) -> list[str]:
-    L = ["## NIAH heatmaps (largest model of each arch, final checkpoint)", ""]
-    for a, r in _largest(runs).items():
-        for task, row in _final_rows(r).items():
-            if task.startswith("niah") and row.get("niah_heatmap"):
-                rel = os.path.relpath(row["niah_heatmap"], workdir)
-                L.append(f"**{r.name}** ({task}, weighted acc {row['niah_weighted_acc']:.3f}, "
-                         f"NIAH score {row['niah_score']:.3f}): ![{r.name}]({rel})")
-                L.append("")
-    return L
-
-
-def _runs_table(runs) -> list[str]:
-    L = ["## Runs", "", "| run | N (non-emb) | steps | tokens | C (PF-days) | final val_loss | line probe acc | "
-         "NIAH weighted acc |", "|---|---|---|---|---|---|---|---|"]
-    for r in runs:
-        fr = _final_rows(r)
-        vl = fr.get("val_loss", {}).get("val_loss")
-        pa = fr.get("probe", {}).get("probe_acc")
-        na = next((row.get("niah_weighted_acc") for t, row in fr.items() if t.startswith("niah")), None)
-        f = (lambda x: "—" if x is None else f"{x:.4g}")  # noqa: E731
-        L.append(f"| {r.name} | {r.n_params:.3g} | {r.steps} | {r.tokens:.3g} | {r.pf_days:.3g} | {f(vl)} | "
-                 f"{f(pa)} | {f(na)} |")
+        L += [f"- {a}: {_ci(v, 3)}" for a, v in pr["probe"]["by_arch"].items()]
+        L += [f"- {k}: {_ci(v, 3)}" for k, v in pr["probe"]["diffs"].items()]
     return L + [""]
 
 
-def _plain(x):
-    """JSON-ready copy of a comparison dict (numpy scalars to floats)."""
-    if isinstance(x, dict):
-        return {k: _plain(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_plain(v) for v in x]
-    if isinstance(x, (np.floating, np.integer, np.bool_)):
-        return x.item()
-    return x
+def _calibration_section(workdir: str) -> list[str]:
+    cal = _read(contract.study_path(workdir, contract.CALIBRATION_JSON))
+    if not cal:
+        return []
+    L = ["## Calibration of the verdicts on this study's design", "",
+         "`python -m study.calibrate` simulates studies with this study's sizes, checkpoints, tokens, "
+         "replicates and estimators: each arch's loss from the baseline's fitted L(N, D) (changed per case), "
+         "its own within-run residuals around its law as an AR(1) with their sd and lag-1 autocorrelation, and "
+         "seed effects at 1× and 3× its measured sd, as offsets and as slope changes (a quarter of the studies "
+         "each); the same verdict code judges them. Shares of finding-2 verdicts over every linear arch and "
+         "estimator; the resolved share per seed-effect scenario is the false one in the nulls and the "
+         "correct one with an effect.", ""]
+    for d in cal["designs"]:
+        L += [f"**{d['design']}** ({d['runs']} runs, {d['cost']['text']}; `{d['command']}`, "
+              f"{d['seconds']:.0f} s, {d['seeds']} studies per case):", "",
+              "| case | better | worse | equivalent | not_resolved | target | "
+              + " | ".join(d["scenarios"]) + " |", "|---|---|---|---|---|---|" + "---|" * len(d["scenarios"])]
+        for x in d["cases"]:
+            L.append(f"| {x['case']} | {x['better']:.0%} | {x['worse']:.0%} | {x['equivalent']:.0%} | "
+                     f"{x['not_resolved']:.0%} | {x['target']} | "
+                     + " | ".join(f"{x['by_scenario'][s]['resolved']:.0%}" for s in d["scenarios"]) + " |")
+        L += ["", d["summary"], ""]
+    return L
 
 
-def _timing(run) -> dict:
-    """The sums over a run's invocations in <run>/timing.jsonl (train, eval and their compile)."""
-    path = os.path.join(run.workdir, contract.TIMING)
-    keys = ("train_s", "train_compile_s", "eval_s", "eval_compile_s", "cooldown_s", "cooldown_compile_s")
-    tot = dict.fromkeys(keys, 0.0)
-    if os.path.exists(path):
-        for line in open(path):
-            row = json.loads(line)
-            for k in keys:
-                tot[k] += float(row.get(k, 0.0))
-    return tot
+def _niah_section(runs: list[dict]) -> list[str]:
+    L = ["## NIAH heatmaps (largest model of each arch, final checkpoint)", ""]
+    largest = {}
+    for r in runs:
+        if not r["seed"] and r["n_params"] >= largest.get(r["arch"], {}).get("n_params", 0):
+            largest[r["arch"]] = r
+    for r in largest.values():
+        if r.get("niah_heatmap"):
+            L += [f"**{r['name']}** ({r['niah_task']}, weighted acc {r['niah_weighted_acc']:.3f}, "
+                  f"NIAH score {r['niah_score']:.3f}): ![{r['name']}]({r['niah_heatmap']})", ""]
+    return L
 
 
-def _wall_section(runs, wall: dict | None) -> list[str]:
+def _runs_table(runs: list[dict]) -> list[str]:
+    def f(x):
+        return "—" if x is None else f"{x:.4g}"
+
+    L = ["## Runs", "", "| run | N (non-emb) | N paper (Table 1) | N with embedding + head | steps | tokens | "
+         "C (PF-days) | final val_loss | line probe acc | NIAH weighted acc |",
+         "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in runs:
+        L.append(f"| {r['name']} | {r['n_params']:.3g} | {f(r.get('paper'))} | {f(r.get('total'))} | {r['steps']} | "
+                 f"{r['tokens']:.3g} | {r['pf_days']:.3g} | {f(r['val_loss'])} | {f(r['probe_acc'])} | "
+                 f"{f(r['niah_weighted_acc'])} |")
+    return L + [""]
+
+
+def _wall_section(runs: list[dict], wall: dict | None) -> list[str]:
     """Where the time went: per-run sums of compile, train and eval (process seconds, all
-    invocations), and this invocation's wall time of the runs phase and of the fits."""
-    per = {r.name: _timing(r) for r in runs}
-    tot = {k: sum(t[k] for t in per.values()) for k in ("train_s", "train_compile_s", "eval_s",
-                                                       "eval_compile_s", "cooldown_s", "cooldown_compile_s")}
+    invocations), and the last invocation's wall time of the runs phase and of the fits."""
+    keys = ("train_s", "train_compile_s", "eval_s", "eval_compile_s", "cooldown_s", "cooldown_compile_s")
+    tot = {k: sum(r["timing"][k] for r in runs) for k in keys}
     L = ["## Wall time", ""]
-    if wall is not None:
+    if wall is not None and wall.get("runs_s") is not None:
         L += [f"This invocation: runs phase {wall['runs_s'] / 60:.1f} min on {wall['workers']} "
-              f"worker process(es), join + fits + report {wall['fit_s'] / 60:.1f} min (before this "
+              f"worker process(es), join + fits + results {wall['fit_s'] / 60:.1f} min (before this "
               "report was written).", ""]
     busy = tot["train_s"] + tot["eval_s"] + tot["cooldown_s"]
     if busy > 0:
@@ -402,3 +325,60 @@ def _wall_section(runs, wall: dict | None) -> list[str]:
         comp = tot["train_compile_s"] + tot["eval_compile_s"] + tot["cooldown_compile_s"]
         L.append(f"| all runs | {busy / 60:.1f} min | {comp / 60:.1f} min | {comp / busy:.0%} |")
     return L + [""]
+
+
+def write_report(workdir: str) -> str:
+    """DIR/report.md and its plots from the study's data files (module docstring)."""
+    from fit import holdout as fit_holdout
+    from fit import paper
+    from fit.table import load
+
+    found = _read(contract.study_path(workdir, contract.FINDINGS_JSON))
+    if found is None:
+        raise FileNotFoundError(f"{workdir} has no {contract.FINDINGS_JSON}; run `python -m study --config=... "
+                                f"--workdir={workdir} --join_only` first")
+    fits = _read(contract.study_path(workdir, contract.STUDY_FIT, contract.FITS_JSON)) or {}
+    rep_dir = contract.study_path(workdir, contract.REPORT_DIR)
+    os.makedirs(rep_dir, exist_ok=True)
+    table = load(contract.study_path(workdir, contract.STUDY_FIT, contract.STUDY_TABLE)).with_compute_unit("pf-days")
+    plot_loss_vs_compute(table, contract.study_path(workdir, contract.STUDY_FIT, contract.ENVELOPE_CSV), fits,
+                         os.path.join(rep_dir, "loss_vs_compute.png"))
+    curves = contract.study_path(workdir, contract.HOLDOUT_CURVES_CSV)
+    if os.path.exists(curves) and os.path.getsize(curves) > 80:
+        fit_holdout.plot(curves, table, os.path.join(rep_dir, "holdout.png"), "C (PF-days)")
+    d, runs = found["design"], found["runs"]
+    L = [f"# Miniature scaling study ({d['runs']} runs: {','.join(d['archs'])} × {','.join(d['sizes'])})", "",
+         f"Fit: approach {d['approach']}, C in PF-days (Table-1 accounting), 95% intervals of the fitted laws "
+         f"from {d['bootstrap']} bootstrap resamples of whole runs"
+         f"{' (clamped envelope points kept)' if d['include_clamped'] else ''}; the verdicts' and comparisons' "
+         f"intervals from {found['n_boot']} paired draws with the sizes fixed (section 'The paper's findings'). "
+         f"Laws, envelopes and comparisons use the checkpoints from step {d['fit_min_step']} on (the end of the "
+         "learning-rate warmup); table.csv keeps every checkpoint.", ""]
+    L += _scale_section(d, runs)
+    L += ["## Loss vs compute", "", "![loss vs compute](report/loss_vs_compute.png)", "",
+          "Per-arch panels from fit/: ![curves](fit/curves.png)", ""]
+    L += ["## Compute-optimal allocation N_opt(C), D_opt(C)", "", "![allocation](fit/allocation.png)", "",
+          "| arch | N_opt(C) ours | D_opt(C) ours |", "|---|---|---|"]
+    L += [f"| {a} | {_law(e['N_opt_C'])} | {_law(e['D_opt_C'])} |" for a, e in fits.items()]
+    L += _bracketing_section(found)
+    L += ["", "## Fitted laws beside the paper's Table 3", "",
+          "| arch | law | ours (95% interval) | paper Table 3 |", "|---|---|---|---|"]
+    for a, e in fits.items():
+        for key, label in LAWS:
+            p = paper.TABLE3.get(a, {}).get(key)
+            L.append(f"| {a} | {label} | {_law(e[key])} | {p if p is not None else 'n/a'} |")
+    for a, err in (found.get("fit_errors") or {}).items():
+        L.append(f"\n**Not fitted: {a}** — {err}")
+    L += ["", "![ours vs paper](fit/paper_overlay.png)", ""]
+    L += _noise_section(found)
+    L += holdout.report_section(workdir)
+    L += findings.section(found)[0]
+    L += _comparisons(found, fits)
+    L += _calibration_section(workdir)
+    L += _niah_section(runs)
+    L += _runs_table(runs)
+    L += _wall_section(runs, found.get("wall"))
+    path = contract.study_path(workdir, contract.REPORT_MD)
+    with open(path, "w") as f:
+        f.write("\n".join(L) + "\n")
+    return path

@@ -6,9 +6,10 @@ Layout: DIR/runs/<arch>-<size>/ (a trainer workdir each: checkpoints/, metrics.j
 DIR/table.csv (eval.export: every checkpoint, plus a seed column), DIR/fit/ (one table per loss
 estimator of study.estimators, rows after the learning-rate warmup: table.csv the first one's,
 which the laws use; table_cooldown.csv the cooled-down branches' (DIR/runs/<run>/cooldowns/<step>/,
-study.cooldown), table_val_loss.csv / table_val_loss_avg.csv the others; fits.json + PNGs), DIR/holdout.csv (+
-holdout_curves.csv, holdout.json: each arch's largest size predicted by laws fitted without it,
-study.holdout), DIR/report.md.
+study.cooldown), table_val_loss.csv / table_val_loss_avg.csv the others; fits.json + PNGs,
+bracketing.csv, envelope.csv), DIR/holdout.csv (+ holdout_curves.csv, holdout.json: each arch's
+largest size predicted by laws fitted without it, study.holdout), DIR/findings.json (study.results:
+every result as data), DIR/report.md (study.report renders those files).
 Resumable at every level: a run whose last checkpoint is its final step is not trained again, a
 partial run resumes from its newest checkpoint (trainer.train), and eval.runner skips
 (checkpoint, task) pairs already in a run's eval/results.jsonl. Per run: val_loss at every
@@ -18,6 +19,8 @@ With shard_spec 'i/n' only runs with index % n == i are processed and nothing is
 unsharded invocation trains what is still missing and joins whatever exists.
 join_only skips training and evaluation and joins whatever the workdir holds (while other hosts
 are still training). max_runs stops after that many runs were processed here (a simulated kill).
+backend="ray" processes the runs as Ray tasks, on this machine or on the cluster at ray_address
+(study.ray_backend); "local" (the default) in this process or study.workers' local pool.
 """
 
 from __future__ import annotations
@@ -32,10 +35,11 @@ import numpy as np
 
 import fit
 from study import plan as plan_lib
-from study import findings, workers
+from study import findings, results, workers
 from linscale_jax import contract
 from linscale_jax.dist import distributed
 from linscale_jax.errors import Stopped
+from linscale_jax.run import signals
 from linscale_jax.train.metrics import fmt_time
 
 
@@ -173,11 +177,12 @@ def process_run(study, run, log=_print, final: bool = True) -> None:
 def join(study, runs, workdir: str, approach: int, log=_print, runs_wall_s: float | None = None,
          workers: int = 1) -> dict:
     """DIR/table.csv from every run's eval rows, DIR/fit/table.csv (the rows after the warmup, which
-    the fits, plots and comparisons use), fits (DIR/fit/) and report.md (with the wall time of this
-    invocation's runs phase, runs_wall_s, when given)."""
+    the fits, plots and comparisons use), fits (DIR/fit/), the results as data (study.results:
+    findings.json, holdout, bracketing; with the wall time of this invocation's runs phase,
+    runs_wall_s, when given), then report.md rendered from them (study.report)."""
     t0 = time.time()
     from eval.export import collect, write_csv
-    from study import holdout, report
+    from study import report
 
     have = [r for r in runs if os.path.exists(os.path.join(r.workdir, contract.EVAL_RESULTS))]
     if not have:
@@ -213,11 +218,11 @@ def join(study, runs, workdir: str, approach: int, log=_print, runs_wall_s: floa
     if not os.path.exists(fit_table):
         raise FileNotFoundError(f"no {fit_loss(study)} rows to fit in {workdir}; evaluate the runs first")
     errors = fit_laws(study, fit_table, fit_dir, approach, log)
-    holdout.write(study, fit_table, workdir, log)
-    wall = None if runs_wall_s is None else dict(runs_s=runs_wall_s, workers=workers,
-                                                  fit_s=time.time() - t0)
-    path = report.write_report(study, runs, workdir, approach, fit_errors=errors, wall=wall)
-    log(f"[study] wrote {path}")
+    found = results.write(study, runs, workdir, errors, dict(runs_s=runs_wall_s, workers=workers, t0=t0))
+    path = report.write_report(workdir)
+    for line in findings.console_lines(found):
+        log(line)
+    log(f"[study] report: {path}")
     return {"table": table, "fit_dir": fit_dir, "report": path, "fit_errors": errors}
 
 
@@ -242,14 +247,18 @@ def fit_laws(study, table_path: str, out: str, approach: int, log=_print) -> dic
         json.dump(errors, f, indent=2)
     if good:
         options = dataclasses.replace(options, archs=tuple(good))
+        progress = (lambda line: log(line) if "ETA" in line else None)  # noqa: E731  (slow bootstraps only)
         try:
-            result = fit.fit_table(table, options, log=log)
+            result = fit.fit_table(table, options, log=progress)
         except fit.FitError as e:  # e.g. too many failed bootstrap resamples
             log(f"[study] fit with bootstrap failed ({e}); refitting without intervals")
-            result = fit.fit_table(table, dataclasses.replace(options, bootstrap=0), log=log)
+            result = fit.fit_table(table, dataclasses.replace(options, bootstrap=0), log=progress)
             errors["bootstrap"] = str(e)
         fits_json, *pngs = result.write(out)
-        log(result.summary())
+        for a, e in result.fits.items():  # one line per arch; the ranges are in fits.json and the report
+            env = getattr(result.results[a], "envelope", None)
+            bound = "" if env is None else f"; envelope interior on {np.mean(env.clamped == 0):.0%} of the compute grid"
+            log(f"[study] fit {a}: L(C) = {e['L_C']['coefficient']:.4g}·C^{e['L_C']['exponent']:+.4f}{bound}")
         log(f"[study] wrote {fits_json} and {', '.join(p.name for p in pngs)}")
     return errors
 
@@ -266,10 +275,15 @@ def workers_for(study, n_runs: int, max_runs: int | None) -> int:
     return 1 if max_runs is not None else max(1, min(n, n_runs))
 
 
+BACKENDS = ("local", "ray")
+
+
 def run_study(study, workdir: str, shard_spec: str | None = None, approach: int | None = None,
-              max_runs: int | None = None, join_only: bool = False, log=_print) -> dict:
+              max_runs: int | None = None, join_only: bool = False, log=_print,
+              backend: str = "local", ray_address: str | None = None) -> dict:
     runs = plan_lib.build_plan(study, workdir)
-    findings.recall_rows_from(study)  # a wrong study.recall_from fails now, not after training
+    findings.recall_rows_from(study)  # a wrong study.recall_from (or protocol_from) fails now, not after training
+    results.protocol_sources(study)
     if "cooldown" in estimators(study) and str(study.overrides.optim.get("schedule", "")) != "constant":
         raise ValueError(f"study.estimators has cooldown, which branches off a constant learning rate, but "
                          f"overrides.optim.schedule is {study.overrides.optim.get('schedule')!r}: set "
@@ -286,9 +300,17 @@ def run_study(study, workdir: str, shard_spec: str | None = None, approach: int 
         largest[r.arch] = max(largest.get(r.arch, 0), r.n_params)
     finals = {r.name: r.seed == 0 and (str(study.eval.final_runs) == "all" or r.n_params == largest[r.arch])
               for r in runs}
-    n_workers = workers_for(study, len(mine), max_runs)
-    if n_workers > 1:
+    if backend not in BACKENDS:
+        raise ValueError(f"--backend={backend!r}; use one of {', '.join(BACKENDS)}")
+    n_workers, out = workers_for(study, len(mine), max_runs), None
+    if backend == "ray" and mine:  # Ray tasks on this machine or a cluster (study.ray_backend)
+        from study import ray_backend
+
+        out = ray_backend.run(study, mine, finals, process_run, workdir, ray_address, log, eta_seconds)
+        n_workers = out["slots"]
+    elif n_workers > 1:
         out = workers.run_parallel(study, mine, finals, n_workers, process_run, log, eta_seconds)
+    if out is not None:
         processed = len(mine)
         if out["stopped"] or out.get("signal"):
             raise Stopped(f"[study] stopped by {out.get('signal') or 'a signal'}: "
@@ -297,7 +319,7 @@ def run_study(study, workdir: str, shard_spec: str | None = None, approach: int 
         if out["failed"]:
             raise workers.RunsFailed(f"{len(out['failed'])} run(s) failed, the others finished; fix and "
                                "re-run to resume: " + "; ".join(f"{k}: {v}" for k, v in out["failed"].items()))
-    for k, run in enumerate(mine if n_workers == 1 else []):
+    for k, run in enumerate(mine if out is None else []):
         done = sum(trained(r) for r in runs)
         todo = [r.flops_exact for r in mine[k:] if not trained(r)]
         log(f"[study] run {k + 1}/{len(mine)}{' of shard ' + shard_spec if shard_spec else ''}: {run.name} "
@@ -306,11 +328,9 @@ def run_study(study, workdir: str, shard_spec: str | None = None, approach: int 
         was_trained, t_run = trained(run), time.time()
         try:
             process_run(study, run, log, final=finals[run.name])
-        except KeyboardInterrupt as e:  # study.__main__'s handler, between trainer steps' saves
-            if not str(e):
-                raise  # a second Ctrl-C inside the trainer: unsaved
-            raise Stopped(f"[study] stopped by {e} during {run.name}'s evaluation; the rows so far "
-                          "are kept; re-run the same command to resume.") from None
+        except signals.Interrupted as e:  # outside the trainer's step loop (which saves first)
+            raise Stopped(f"[study] stopped by {e} during {run.name}; its checkpoints and eval rows "
+                          "so far are kept; re-run the same command to resume.") from None
         if not was_trained:
             timed.append((run.flops_exact, time.time() - t_run))
         processed += 1

@@ -44,7 +44,9 @@ def _load(workdir: str) -> dict:
 
 
 def _ci(v, d=3) -> str:
-    return "—" if v is None else f"{v[0]:.{d}f} [{v[1]:.{d}f}, {v[2]:.{d}f}]"
+    if v is None:
+        return "—"
+    return f"{v[0]:.{d}f}" + ("" if v[1] is None else f" [{v[1]:.{d}f}, {v[2]:.{d}f}]")
 
 
 def _verdict(v) -> str:
@@ -85,7 +87,7 @@ def render(workdirs: list[str]) -> str:
         for s in studies:
             e = s["fits"].get(a, {}).get("L_C")
             ci = ((e or {}).get("ci95") or {}).get("exponent")
-            cells.append("—" if e is None else _ci([e["exponent"], *(ci or [float("nan")] * 2)], 4))
+            cells.append("—" if e is None else _ci([e["exponent"], *(ci or [None, None])], 4))
         L.append(f"| {a} | " + " | ".join(cells) + " |")
     L += ["", "## Final loss of the largest size (laws' loss) and held-out prediction", "", head, sep]
     for a in archs:
@@ -94,10 +96,12 @@ def render(workdirs: list[str]) -> str:
             f = s["final"].get(a)
             h = next((r for r in s["holdout"] if r["arch"] == a), None)
             text = f"{float(f['loss']):.4f}" if f else "—"
-            if h:
+            if h and h["ci_low"]:
                 inside = float(h["ci_low"]) <= float(h["actual"]) <= float(h["ci_high"])
                 text += (f"; predicted {float(h['predicted']):.4f} [{float(h['ci_low']):.4f}, "
                          f"{float(h['ci_high']):.4f}] {'inside' if inside else 'OUTSIDE'}")
+            elif h:
+                text += f"; predicted {float(h['predicted']):.4f} (no interval)"
             cells.append(text)
         L.append(f"| {a} | " + " | ".join(cells) + " |")
     L += ["", "## Checkpoint-to-checkpoint noise (nats; rising share)", "",
@@ -108,7 +112,7 @@ def render(workdirs: list[str]) -> str:
         for s in studies:
             for key in ("checkpoint_sd", "checkpoint_sd_raw"):
                 v = (s["findings"].get(key) or {}).get(a)
-                ok = v and v["sd"] == v["sd"]  # NaN: runs too short to measure
+                ok = v and v.get("sd") is not None  # None: runs too short to measure
                 cells.append(f"{v['sd']:.4f} ({v['rise']:.0%})" if ok else "—")
         L.append(f"| {a} | " + " | ".join(cells) + " |")
     same = all(len({_verdict(s["findings"]["findings"].get(k)) for s in studies}) == 1 for k in keys)

@@ -7,46 +7,50 @@ FILE is a table in the contract's columns (linscale_jax.contract.TABLE_COLUMNS, 
 writes; a `seed` column may be present): one row per (run, checkpoint), `loss` the estimator
 judged. Several --table flags judge several loss estimators of the same runs (e.g.
 val_loss=fit/table.csv cooldown=fit/table_cooldown.csv); every finding is then stated per
-estimator, and where they disagree its verdict is "depends on the estimator". The study's report
-and DIR/findings.json come from `judge_all` below.
+estimator, and where they disagree its verdict is "depends on the estimator". The study's
+DIR/findings.json comes from `judge_all` below (study.results).
 
-Noise model of one run's curve (what the intervals resample; `draw_table`):
-  runs      the sizes of an arch are resampled with replacement (whole curves);
-  seeds     runs of one arch and size are seed replicates; their curves are averaged, and every
-            resampled size gets a per-run offset ~ N(0, seed_sd² / replicates). seed_sd is the sd of
-            the replicates' late-checkpoint mean, pooled over the arch's replicated sizes; an arch
-            without replicates uses `seed_sd` given (the verdict says "assumed");
-  checkpoints  the residuals of each curve around its quadratic trend in ln C are resampled.
-Then each arch's approach-1 law L(C) (the paper's: the envelope's power law) is refitted.
+Intervals come from B paired draws of the whole study with its sizes fixed (fit.bootstrap.draw_curves:
+each size's trend + its checkpoint residuals in moving blocks, shared by every arch, + a seed offset
+whose sd is drawn from the measured seed sd's scaled inverse-χ²). The seed sd is measured from the
+replicate runs (sd over seeds of each replicate's late-checkpoint mean) per arch and pooled over
+the archs (df summed); the pooled one enters the draws. Without replicates anywhere, `seed_sd`
+given is assumed known ("assumed"). Each draw refits each arch's approach-1 law L(C) (the paper's:
+the envelope's power law; fit.approach1_draws).
 
-Four outcomes per linear arch (finding 2; arch − baseline at the largest common compute C*):
+Four outcomes per linear arch (finding 2; arch − baseline of the fitted L(C) at the largest common
+compute C*):
   equivalent    the 90% interval lies inside (−margin, +margin) (TOST, Schuirmann 1987);
   better        otherwise, the 95% interval lies below 0;  worse: above 0;
-  not_resolved  everything else, and any comparison whose bootstrap failed on more than half of its
-                resamples ("no interval").
-Finding 2 is reproduced when every linear arch is better or equivalent; not reproduced when any is
-worse; not resolved otherwise.
+  not_resolved  everything else; "not_resolved (fit unstable)" when more than 10% of the draws
+                could not be fitted (the failed share is given beside every interval).
+Beside it: the measured (envelope) difference at C* from the same draws, the minimal detectable
+effect (the smallest true difference whose 95% interval excludes 0 in 80% of studies like this one)
+and the 90% half-width against the margin. Finding 2 is reproduced when every linear arch is
+better or equivalent; not reproduced when any is worse; not resolved otherwise.
 Finding 1 per arch: the L(C) exponent's 95% interval lies below 0 and the law fitted without the
-largest size predicts that size's final loss within ±tolerance (90% interval of actual − predicted
-inside it): holds; the exponent interval above 0, or the error's 95% interval outside ±tolerance:
-fails; else not_resolved (also when fewer than 3 smaller sizes leave no held-out check).
+largest size (the two largest where there are 5 or more sizes) predicts each held-out size's final
+loss within ±tolerance (90% interval of actual − predicted inside it): holds; the exponent interval
+above 0, or an error's 95% interval outside ±tolerance: fails; else not_resolved (also when fewer
+than 3 smaller sizes leave no held-out check). Beside it, the L(C) law's lack of fit
+(fit.holdout.lack_of_fit).
 Finding 3 (retrieval) comes from a recall study's recall.csv (study.findings.retrieval).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 
 import numpy as np
 
-from linscale_jax.contract import BASELINE_ARCH, TABLE_COLUMNS
+from linscale_jax.contract import BASELINE_ARCH
 
 DEFAULT_MARGIN = 0.05  # nats: differences inside ±0.05 (≈2.5% of the study's losses) count as equal
 DEFAULT_TOLERANCE = 0.1  # nats: a held-out final loss within ±0.1 of the prediction (≈5%)
-MAX_FAILED = 0.5  # more failed resamples than this share: "no interval"
+MAX_FAILED = 0.10  # more failed draws than this share: "not_resolved (fit unstable)"
 OUTCOMES = ("better", "worse", "equivalent", "not_resolved")
+UNSTABLE = "fit unstable"
 
 
 def linear_archs() -> tuple[str, ...]:
@@ -55,113 +59,65 @@ def linear_archs() -> tuple[str, ...]:
     return registry.linear_archs()
 
 
-# ---- the noise model ----------------------------------------------------------------------------
+# ---- the study's noise model --------------------------------------------------------------------
 
-@dataclasses.dataclass
-class Size:
-    """One (arch, n_params): its replicate runs' curves on their common steps."""
-    n_params: float
-    flops: np.ndarray  # [k]
-    tokens: np.ndarray  # [k]
-    loss: np.ndarray  # [seeds, k]
+def prepare(table, seed_sd: float | None = None) -> dict:
+    """{"curves": {arch: [Curve]}, "seed_sd": {arch: SeedSd}, "pooled": SeedSd (the draws'), "noise":
+    {arch: (residual sd, lag-1 autocorrelation)}, "block": moving-block length} of one table."""
+    from fit import bootstrap as bs
 
-    @property
-    def mean(self) -> np.ndarray:
-        return self.loss.mean(axis=0)
-
-    def trend(self) -> tuple[np.ndarray, np.ndarray]:
-        """(quadratic trend in ln C of the mean curve, residuals); residuals 0 below 4 points."""
-        y = self.mean
-        if len(y) < 4:
-            return y.copy(), np.zeros_like(y)
-        x = np.log(self.flops)
-        t = np.polyval(np.polyfit(x, y, 2), x)
-        return t, y - t
+    curves = {a: bs.curves_of(table.select(a)) for a in table.archs}
+    sds = {a: bs.seed_sd_of(c) for a, c in curves.items()}
+    pool = bs.pooled(list(sds.values()))
+    if not pool.df:
+        pool = (bs.SeedSd(float(seed_sd), np.inf, "assumed (no replicates in the table)") if seed_sd else
+                bs.SeedSd(0.0, 0, "none: no replicates and no seed_sd given"))
+    noise = {a: bs.residual_noise(c) for a, c in curves.items()}
+    all_curves = [c for cs in curves.values() for c in cs]
+    _, rho = bs.residual_noise(all_curves)
+    k = max(len(c.flops) for c in all_curves)
+    return dict(curves=curves, seed_sd=sds, pooled=pool, noise=noise, block=bs.block_length(rho, k))
 
 
-def sizes_of(sub) -> list[Size]:
-    """One arch's table -> its sizes (ascending), replicates on their common steps."""
-    out = []
-    for n in np.unique(sub.n_params):
-        at = sub.take(sub.n_params == n)
-        runs = sorted(set(at.run.tolist()))
-        steps = sorted(set.intersection(*(set(at.step[at.run == r].tolist()) for r in runs)))
-        loss, fl, tk = [], None, None
-        for r in runs:
-            rr = at.take(at.run == r)
-            idx = [int(np.flatnonzero(rr.step == s)[0]) for s in steps]
-            loss.append(rr.loss[idx])
-            fl, tk = rr.flops[idx], rr.tokens[idx]
-        out.append(Size(float(n), np.asarray(fl, float), np.asarray(tk, float), np.asarray(loss, float)))
-    return out
+def draw(prep: dict, n: int, rng) -> dict:
+    """{arch: [[n, k_i] per size]}: n paired draws of every arch's curves (fit.bootstrap)."""
+    from fit import bootstrap as bs
+
+    sigma = prep["pooled"].draws(rng, n)
+    return bs.draw_curves(prep["curves"], {a: sigma for a in prep["curves"]}, n, rng, prep["block"])
 
 
-def seed_sd_of(sizes: list[Size]) -> tuple[float, int]:
-    """(pooled sd over seeds of each replicate's mean over the second half of its checkpoints,
-    number of replicated sizes); (nan, 0) without replicates."""
-    var = []
-    for s in sizes:
-        if s.loss.shape[0] >= 2:
-            late = s.loss[:, s.loss.shape[1] // 2:].mean(axis=1)
-            var.append(np.var(late, ddof=1))
-    return (float(np.sqrt(np.mean(var))), len(var)) if var else (float("nan"), 0)
+def laws(curves, draws, at, impl: str = "batched"):
+    """fit.approach1_draws of one arch: the point fit (one draw: the mean curves) and the draws'."""
+    from fit.approach1_draws import fit_draws
+
+    flops = [c.flops for c in curves]
+    n_params = [c.n_params for c in curves]
+    point = fit_draws(flops, [c.mean[None] for c in curves], at, n_params=n_params, impl=impl)
+    return point, fit_draws(flops, draws, at, n_params=n_params, impl=impl)
 
 
-def _table(arch: str, curves) -> "object":
-    """A fit.table.Table from [(n_params, flops, tokens, loss)], one run per entry."""
-    from fit.table import Table
-
-    cols = {k: [] for k in TABLE_COLUMNS}
-    for j, (n, fl, tk, ls) in enumerate(curves):
-        k = len(ls)
-        cols["arch"] += [arch] * k
-        cols["run"] += [f"{arch}#{j}"] * k
-        cols["step"] += list(range(k))
-        cols["n_params"] += [n] * k
-        cols["tokens"] += list(tk)
-        cols["flops"] += list(fl)
-        cols["loss"] += list(ls)
-    return Table(**{c: (np.asarray(v, dtype=object) if c in ("arch", "run") else np.asarray(v, float))
-                    for c, v in cols.items()})
-
-
-def draw_curves(arch: str, sizes: list[Size], sd: float, rng, keep=None):
-    """One resample (module docstring): sizes drawn with replacement (`keep`: indices always kept,
-    e.g. a held-out size), a per-run seed offset, checkpoint residuals resampled."""
-    picks = list(rng.integers(0, len(sizes), len(sizes))) if keep is None else keep
-    curves = []
-    for i in picks:
-        s = sizes[i]
-        t, r = s.trend()
-        y = t + r[rng.integers(0, len(r), len(r))] if len(r) >= 4 else s.mean.copy()
-        if sd > 0:
-            y = y + rng.normal(0.0, sd / np.sqrt(s.loss.shape[0]))
-        curves.append((s.n_params, s.flops, s.tokens, np.maximum(y, 1e-6)))
-    return curves
-
-
-def law_of(arch: str, curves):
-    from fit import approach1
-
-    return approach1.fit(_table(arch, curves), include_clamped=True).laws["L_C"]
-
-
-def common_compute(sizes_by_arch: dict) -> float:
+def common_compute(curves: dict) -> float:
     """The largest compute every arch reaches with >= 2 sizes (the end of its second-largest)."""
     ends = []
-    for sizes in sizes_by_arch.values():
-        e = sorted(float(s.flops[-1]) for s in sizes)
+    for cs in curves.values():
+        e = sorted(float(c.flops[-1]) for c in cs)
         ends.append(e[-2] if len(e) >= 2 else e[-1])
     return min(ends)
 
 
 # ---- outcomes -----------------------------------------------------------------------------------
 
-def outcome(draws, margin: float) -> dict:
-    """{"ci_low", "ci_high" (95%), "ci90_low", "ci90_high", "verdict"} of a difference's draws."""
+def outcome(draws, margin: float, max_failed: float = MAX_FAILED) -> dict:
+    """A difference's draws (NaN: a failed fit) -> 95% and 90% intervals, verdict, the failed share,
+    the minimal detectable effect at 80% power and the 90% half-width (equivalence needs it < margin)."""
     d = np.asarray(draws, float)
-    d = d[np.isfinite(d)]
-    lo, hi, lo90, hi90 = np.percentile(d, [2.5, 97.5, 5, 95])
+    failed = float(np.mean(~np.isfinite(d))) if d.size else 1.0
+    ok = d[np.isfinite(d)]
+    if failed > max_failed or len(ok) < 2:
+        return dict(ci_low=None, ci_high=None, ci90_low=None, ci90_high=None, verdict="not_resolved",
+                    reason=UNSTABLE, failed=failed, mde=None, halfwidth90=None)
+    lo, hi, lo90, hi90, q20, q50, q80 = (float(x) for x in np.percentile(ok, [2.5, 97.5, 5, 95, 20, 50, 80]))
     if -margin < lo90 and hi90 < margin:
         v = "equivalent"
     elif hi < 0:
@@ -170,12 +126,36 @@ def outcome(draws, margin: float) -> dict:
         v = "worse"
     else:
         v = "not_resolved"
-    return dict(ci_low=float(lo), ci_high=float(hi), ci90_low=float(lo90), ci90_high=float(hi90), verdict=v)
+    # a true difference δ shifts the draws: the 95% interval excludes 0 in 80% of studies when
+    # δ exceeds the interval's half-width on that side plus the draws' 50-80% quantile distance
+    mde = max((q50 - lo) + (q50 - q20), (hi - q50) + (q80 - q50))
+    return dict(ci_low=lo, ci_high=hi, ci90_low=lo90, ci90_high=hi90, verdict=v, failed=failed, mde=mde,
+                halfwidth90=(hi90 - lo90) / 2)
 
 
-def _no_interval(n_failed: int, n: int, err: str | None) -> dict:
-    return dict(ci_low=None, ci_high=None, ci90_low=None, ci90_high=None, verdict="not_resolved",
-                note=f"no interval: {n_failed} of {n} resamples failed ({err})")
+def _ranking(points: dict, draws: dict, baseline: str) -> dict:
+    """best / runner_up / diff [d, lo, hi] / p_best / resolved / vs_llama from per-arch point values
+    and paired draws [n] (NaN: failed)."""
+    archs = list(points)
+    order = sorted(archs, key=lambda a: points[a])
+    m = np.stack([draws[a] for a in archs])  # [archs, n]
+    ok = np.isfinite(m).all(axis=0)
+
+    def iv(x, point):
+        x = x[np.isfinite(x)]
+        return [point, *(float(v) for v in np.percentile(x, [2.5, 97.5]))] if len(x) >= 2 else [point, None, None]
+
+    out = dict(by_arch={a: iv(draws[a], points[a]) for a in archs}, best=order[0],
+               runner_up=order[1] if len(order) > 1 else None, diff=None, resolved=False,
+               failed={a: float(np.mean(~np.isfinite(draws[a]))) for a in archs})
+    if len(order) > 1:
+        out["diff"] = iv(draws[order[1]] - draws[order[0]], points[order[1]] - points[order[0]])
+        out["resolved"] = out["diff"][1] is not None and out["diff"][1] > 0
+        out["p_best"] = float(np.mean(np.argmin(m[:, ok], axis=0) == archs.index(order[0]))) if ok.any() else None
+    if baseline in archs:
+        out["vs_llama"] = {a: iv(draws[a] - draws[baseline], points[a] - points[baseline])
+                           for a in archs if a != baseline}
+    return out
 
 
 # ---- the findings -------------------------------------------------------------------------------
@@ -187,105 +167,98 @@ def judge(table, *, margin: float = DEFAULT_MARGIN, tolerance: float = DEFAULT_T
     from fit.table import FitError
 
     linear = linear_archs() if linear is None else linear
-    sizes = {a: sizes_of(table.select(a)) for a in table.archs}
-    sds = {}
-    for a, s in sizes.items():
-        sd, n = seed_sd_of(s)
-        sds[a] = (dict(sd=sd, source=f"measured: {n} replicated size(s)") if n else
-                  dict(sd=float(seed_sd or 0.0), source="assumed (no replicates in the table)"
-                       if seed_sd else "none: no replicates and no seed_sd given"))
+    prep = prepare(table, seed_sd)
     rng = np.random.default_rng(seed)
-    out = dict(margin=margin, tolerance=tolerance, n_boot=n_boot, seed_sd=sds, baseline=baseline)
+    draws = draw(prep, n_boot, rng)
+    curves = prep["curves"]
+    c_star = common_compute(curves)
+    fitted, unfitted = {}, {}
+    for a in curves:
+        try:
+            fitted[a] = laws(curves[a], draws[a], [c_star])
+        except FitError as e:  # e.g. fewer than 3 sizes: no envelope
+            unfitted[a] = f"no law: {e}"
+    out = dict(margin=margin, tolerance=tolerance, n_boot=n_boot, baseline=baseline, compute=c_star,
+               seed_sd={a: s.json() for a, s in prep["seed_sd"].items()}, seed_sd_pooled=prep["pooled"].json(),
+               noise={a: dict(ckpt_sd=v[0], rho=v[1]) for a, v in prep["noise"].items()}, block=prep["block"])
     # finding 2 ---------------------------------------------------------------------------------
     # a variant label (`cosformer2+tpe=none`, models.sizes.split_variant) is judged as its arch
     judged = [a for a in table.archs if a.split("+", 1)[0] in linear]
     out["not_judged"] = [a for a in table.archs if a != baseline and a not in judged]
-    eq = dict(verdict="not measured", archs={})
-    if baseline in sizes and judged:
-        c_star = common_compute({a: sizes[a] for a in [baseline, *judged]})
-        eq["compute"] = c_star
-        point, draws, fails = {}, {}, {}
-        for a in [baseline, *judged]:
-            try:
-                point[a] = float(law_of(a, [(s.n_params, s.flops, s.tokens, s.mean) for s in sizes[a]])(c_star))
-            except FitError as e:
-                fails[a] = str(e)
-                continue
-            vals, nf, err = [], 0, None
-            for _ in range(n_boot):
-                try:
-                    vals.append(float(law_of(a, draw_curves(a, sizes[a], sds[a]["sd"], rng))(c_star)))
-                except FitError as e:
-                    nf, err = nf + 1, err or str(e)
-                    vals.append(np.nan)
-            draws[a] = (np.asarray(vals), nf, err)
+    eq = dict(verdict="not measured", archs={}, compute=c_star)
+    if baseline in curves and judged:
         for a in judged:
-            if a in fails or baseline in fails:
-                eq["archs"][a] = dict(diff=None, **_no_interval(n_boot, n_boot, fails.get(a) or fails[baseline]))
+            if a in unfitted or baseline in unfitted:
+                eq["archs"][a] = dict(diff=None, **outcome([], margin), note=unfitted.get(a) or unfitted[baseline])
                 continue
-            d = draws[a][0] - draws[baseline][0]
-            nf = int(np.sum(~np.isfinite(d)))
-            diff = point[a] - point[baseline]
-            eq["archs"][a] = dict(diff=diff, **(outcome(d, margin) if nf <= MAX_FAILED * n_boot else
-                                                _no_interval(nf, n_boot, draws[a][2] or draws[baseline][2])),
-                                  n_failed=nf, loss=point[a], baseline_loss=point[baseline])
+            (pa, da), (pb, db) = fitted[a], fitted[baseline]
+            row = dict(diff=float(pa.law_at[0, 0] - pb.law_at[0, 0]),
+                       **outcome(da.law_at[:, 0] - db.law_at[:, 0], margin),
+                       loss=float(pa.law_at[0, 0]), baseline_loss=float(pb.law_at[0, 0]))
+            row["measured"] = dict(diff=float(pa.envelope_at[0, 0] - pb.envelope_at[0, 0]),
+                                   **outcome(da.envelope_at[:, 0] - db.envelope_at[:, 0], margin),
+                                   loss=float(pa.envelope_at[0, 0]), baseline_loss=float(pb.envelope_at[0, 0]))
+            if row["verdict"] != "not_resolved" and row["measured"]["verdict"] == "not_resolved":
+                row["note"] = "rests on the fitted laws alone: the measured difference at C* is not resolved"
+            eq["archs"][a] = row
         vs = [r["verdict"] for r in eq["archs"].values()]
         eq["verdict"] = ("reproduced" if all(v in ("better", "equivalent") for v in vs) else
                          "not reproduced" if "worse" in vs else "not resolved")
     out["equal_compute"] = eq
+    for key, field in (("law_at_common_compute", "law_at"), ("common_compute", "envelope_at")):
+        out[key] = dict(compute=c_star, unfitted=unfitted, **(_ranking(
+            {a: float(getattr(p, field)[0, 0]) for a, (p, _) in fitted.items()},
+            {a: getattr(d, field)[:, 0] for a, (_, d) in fitted.items()}, baseline) if fitted else {}))
     # finding 1 ---------------------------------------------------------------------------------
-    out["power_laws"] = power_laws(sizes, sds, tolerance, n_boot, seed) if holdout else \
+    out["power_laws"] = power_laws(prep, draws, fitted, unfitted, tolerance) if holdout else \
         dict(verdict="not measured", archs={})
     return out
 
 
-def power_laws(sizes: dict, sds: dict, tolerance: float, n_boot: int, seed: int) -> dict:
+def power_laws(prep: dict, draws: dict, fitted: dict, unfitted: dict, tolerance: float) -> dict:
+    from fit.holdout import envelope_lack_of_fit, held_out_sizes
     from fit.table import FitError
 
-    rng = np.random.default_rng([seed, 1])
     res = {}
-    for a, ss in sizes.items():
-        r = dict(verdict="not_resolved")
+    for a, cs in prep["curves"].items():
+        if a in unfitted:
+            res[a] = dict(verdict="not_resolved", note=unfitted[a])
+            continue
+        point, d = fitted[a]
+        ex = outcome(d.exponent, 0.0)
+        r = dict(verdict="not_resolved", exponent=float(point.exponent[0]), failed=ex["failed"])
+        if ex["ci_low"] is None:
+            res[a] = dict(r, reason=UNSTABLE)
+            continue
+        r["exponent_ci"] = [ex["ci_low"], ex["ci_high"]]
         try:
-            law = law_of(a, [(s.n_params, s.flops, s.tokens, s.mean) for s in ss])
-            r["exponent"] = float(law.exponent)
+            r["lack_of_fit"] = envelope_lack_of_fit(cs, prep["pooled"])
         except FitError as e:
-            res[a] = dict(verdict="not_resolved", note=f"no law: {e}")
-            continue
-        small, big = ss[:-1], ss[-1]
-        exps, errs, nf, err_msg = [], [], 0, None
-        has_holdout = len(small) >= 3
-        for _ in range(n_boot):
-            try:
-                exps.append(float(law_of(a, draw_curves(a, ss, sds[a]["sd"], rng)).exponent))
-                if has_holdout:
-                    cur = draw_curves(a, small, sds[a]["sd"], rng)
-                    held = draw_curves(a, [big], sds[a]["sd"], rng, keep=[0])[0]
-                    errs.append(float(held[3][-1] - law_of(a, cur)(held[1][-1])))
-            except FitError as e:
-                nf, err_msg = nf + 1, err_msg or str(e)
-        if nf > MAX_FAILED * n_boot:
-            res[a] = dict(r, note=f"no interval: {nf} of {n_boot} resamples failed ({err_msg})")
-            continue
-        lo, hi = np.percentile(exps, [2.5, 97.5])
-        r["exponent_ci"] = [float(lo), float(hi)]
-        if has_holdout:
-            try:
-                pred = float(law_of(a, [(s.n_params, s.flops, s.tokens, s.mean) for s in small])(big.flops[-1]))
-            except FitError as e:
-                pred, r["note"] = float("nan"), f"no held-out law: {e}"
-            if np.isfinite(pred):
-                e_lo, e_hi, e_lo90, e_hi90 = np.percentile(errs, [2.5, 97.5, 5, 95])
-                r["holdout"] = dict(n_params=big.n_params, predicted=pred, actual=float(big.mean[-1]),
-                                    diff=float(big.mean[-1] - pred), ci_low=float(e_lo),
-                                    ci_high=float(e_hi), ci90_low=float(e_lo90), ci90_high=float(e_hi90))
+            r["lack_of_fit"] = dict(note=str(e))
+        n_held = held_out_sizes(len(cs))
+        small, held = cs[:-n_held], cs[-n_held:]
+        r["holdout"] = []
+        if len(small) >= 3:
+            p_small, d_small = laws(small, draws[a][:-n_held], [c.flops[-1] for c in held])
+            for j, c in enumerate(held):
+                err = draws[a][len(small) + j][:, -1] - d_small.law_at[:, j]
+                o = outcome(err, tolerance)
+                r["holdout"].append(dict(
+                    n_params=c.n_params, predicted=float(p_small.law_at[0, j]), actual=float(c.mean[-1]),
+                    diff=float(c.mean[-1] - p_small.law_at[0, j]),
+                    **{k: o[k] for k in ("ci_low", "ci_high", "ci90_low", "ci90_high", "failed")}))
         else:
-            r["note"] = f"no held-out check: {len(small)} size(s) below the largest (needs 3)"
-        h = r.get("holdout")
-        if hi >= 0 and lo > 0 or (h and (h["ci_low"] > tolerance or h["ci_high"] < -tolerance)):
+            r["note"] = f"no held-out check: {len(small)} size(s) below the held-out (needs 3)"
+        hs = r["holdout"]
+        lo, hi = r["exponent_ci"]
+        if lo > 0 or any(h["ci_low"] is not None and (h["ci_low"] > tolerance or h["ci_high"] < -tolerance)
+                         for h in hs):
             r["verdict"] = "fails"
-        elif hi < 0 and h and -tolerance < h["ci90_low"] and h["ci90_high"] < tolerance:
+        elif hi < 0 and hs and all(h["ci90_low"] is not None and -tolerance < h["ci90_low"]
+                                   and h["ci90_high"] < tolerance for h in hs):
             r["verdict"] = "holds"
+        elif any(h["ci_low"] is None for h in hs):
+            r["reason"] = UNSTABLE
         res[a] = r
     vs = [r["verdict"] for r in res.values()]
     verdict = ("reproduced" if vs and all(v == "holds" for v in vs) else
@@ -293,10 +266,13 @@ def power_laws(sizes: dict, sds: dict, tolerance: float, n_boot: int, seed: int)
     return dict(verdict=verdict, archs=res, tolerance=tolerance)
 
 
-def combine(verdicts: dict) -> str:
-    """One verdict from {estimator: verdict}: the common one, else 'depends on the estimator'."""
+def combine(verdicts: dict, what: str = "estimator") -> str:
+    """One verdict from {name: verdict}: the common one, else 'depends on the <what>'."""
     vals = set(verdicts.values())
-    return vals.pop() if len(vals) == 1 else "depends on the estimator"
+    return vals.pop() if len(vals) == 1 else f"depends on the {what}"
+
+
+ROW_KEYS = ("diff", "ci_low", "ci_high", "verdict", "reason", "failed", "mde", "halfwidth90", "measured", "note")
 
 
 def judge_all(tables: dict, recall_rows=None, recall_source: str = "", **kw) -> dict:
@@ -314,7 +290,7 @@ def judge_all(tables: dict, recall_rows=None, recall_source: str = "", **kw) -> 
         for a in per[first][key]["archs"]:
             rows = {n: p[key]["archs"].get(a, {}) for n, p in per.items()}
             f["archs"][a] = dict(rows[first], verdict=combine({n: r.get("verdict") for n, r in rows.items()}),
-                                 by_estimator={n: {k: r.get(k) for k in ("diff", "ci_low", "ci_high", "verdict")}
+                                 by_estimator={n: {k: r.get(k) for k in ROW_KEYS if k in r}
                                                for n, r in rows.items()})
         if "compute" in per[first][key]:
             f["compute"] = per[first][key]["compute"]
@@ -337,8 +313,29 @@ def load_tables(specs: list[str], min_step: float = 0.0, unit: str = "pf-days") 
     return out
 
 
+def plain(x):
+    """A JSON-ready copy: numpy scalars and arrays to Python numbers and lists, NaN and inf to None."""
+    if isinstance(x, dict):
+        return {k: plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple, np.ndarray)):
+        return [plain(v) for v in x]
+    if isinstance(x, (np.bool_, bool)):
+        return bool(x)
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (float, np.floating)):
+        return float(x) if np.isfinite(x) else None
+    return x
+
+
+def _iv(lo, hi) -> str:
+    return "no interval" if lo is None else f"[{lo:+.3f}, {hi:+.3f}]"
+
+
 def text(result: dict) -> str:
     """A plain-text rendering of judge_all's JSON."""
+    from study.findings import label
+
     L = [f"estimators: {', '.join(result['estimators'])}; margin ±{result['margin']:g} nats (equivalence), "
          f"held-out tolerance ±{result['tolerance']:g} nats"]
     for key, f in result["findings"].items():
@@ -348,10 +345,12 @@ def text(result: dict) -> str:
             cells = []
             for n, e in r.get("by_estimator", {}).items():
                 if e.get("diff") is None:
-                    cells.append(f"{n}: {e['verdict']}")
-                else:
-                    ci = "no interval" if e["ci_low"] is None else f"[{e['ci_low']:+.3f}, {e['ci_high']:+.3f}]"
-                    cells.append(f"{n}: {e['diff']:+.3f} {ci} {e['verdict']}")
+                    cells.append(f"{n}: {label(e)}")
+                    continue
+                m = e.get("measured") or {}
+                cells.append(f"{n}: {e['diff']:+.3f} {_iv(e['ci_low'], e['ci_high'])} {label(e)}"
+                             + (f", measured {m['diff']:+.3f} {_iv(m['ci_low'], m['ci_high'])}" if m else "")
+                             + (f", MDE {e['mde']:.3f}" if e.get("mde") is not None else ""))
             L.append(f"  {a}: {r['verdict']}" + (f"  ({'; '.join(cells)})" if cells else ""))
     return "\n".join(L)
 
@@ -366,7 +365,7 @@ def main(argv=None) -> int:
     p.add_argument("--margin", type=float, default=DEFAULT_MARGIN, help="equivalence margin, nats")
     p.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE, help="held-out tolerance, nats")
     p.add_argument("--seed_sd", type=float, default=None,
-                   help="seed-to-seed sd (nats) for archs without replicate runs in the table")
+                   help="seed-to-seed sd (nats) assumed when no arch has replicate runs in the table")
     p.add_argument("--bootstrap", type=int, default=200)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--min_step", type=float, default=0.0, help="ignore checkpoints before this step")
@@ -383,7 +382,7 @@ def main(argv=None) -> int:
     except (FitError, FileNotFoundError, ValueError) as e:
         print(f"ERROR: {e}", file=sys.stderr)
         return 1
-    print(json.dumps(res["findings"], indent=2) if a.json else text(res))
+    print(json.dumps(plain(res["findings"]), indent=2) if a.json else text(res))
     return 0
 
 

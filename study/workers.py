@@ -12,11 +12,12 @@ small ones. Every run is still one `runner.process_run` (train or resume, evalua
 output goes to DIR/runs/<run>/study.log; this process prints one line per started and finished run
 with the study's ETA.
 
-Stopping: Ctrl-C reaches every worker (one process group); SIGTERM or SIGINT to this process is
-forwarded to the workers as SIGTERM. Each trainer saves a checkpoint and stops (an evaluation stops
-between rows); this process waits for every worker, then returns the stopped runs and the signal
-(runner.run_study turns that into one line and exit status 0); re-running the study resumes every
-run. A second Ctrl-C interrupts at once.
+Stopping: Ctrl-C reaches every worker (one process group); the first SIGTERM or SIGINT to this
+process is forwarded to the workers as SIGTERM. Each trainer saves a checkpoint and stops (an
+evaluation stops between rows); this process waits for every worker, then returns the stopped runs
+and the signal (runner.run_study turns that into one line and exit status 0); re-running the study
+resumes every run. Every process takes one stop only (linscale_jax.run.signals): later signals
+change nothing.
 A run that fails (divergence, bad data) does not stop the others: its error is returned, named with
 its log file, and the study stops before joining.
 Only for a single-process launch: a multi-host study trains one run at a time over every host.
@@ -33,6 +34,7 @@ import time
 import traceback
 
 from linscale_jax import contract
+from linscale_jax.run import signals
 from linscale_jax.train.metrics import fmt_time
 from linscale_jax.errors import Stopped, UserError
 
@@ -59,10 +61,6 @@ class RunsFailed(UserError, RuntimeError):
     """Some runs of a parallel study failed; the others finished (message: each run and its log)."""
 
 
-def _stop(signum, _frame):
-    raise KeyboardInterrupt(signal.Signals(signum).name)
-
-
 def _redirect(out: int, err: int | None = None) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
@@ -71,12 +69,18 @@ def _redirect(out: int, err: int | None = None) -> None:
 
 
 def _worker(index: int, cores: list[int], study, runs: dict, finals: dict, process, todo,
-            events) -> None:
+            events, stopping) -> None:
     """Child process: pin to `cores`, then `process` runs named by `todo` until it yields None.
-    SIGTERM outside training stops the worker like Ctrl-C (the trainer installs its own handler,
-    which saves a checkpoint first)."""
+    A signal outside training stops the worker at once (linscale_jax.run.signals; the trainer's step
+    loop saves a checkpoint first)."""
     os.sched_setaffinity(0, cores)
-    signal.signal(signal.SIGTERM, _stop)
+    signals.install()
+    with signals.running() as early:
+        if not (early or stopping.is_set()):  # the study stops while this worker starts
+            _take_runs(index, runs, finals, study, process, todo, events)
+
+
+def _take_runs(index, runs, finals, study, process, todo, events) -> None:
     saved = os.dup(1), os.dup(2)
     name = None
     try:
@@ -101,10 +105,38 @@ def _worker(index: int, cores: list[int], study, runs: dict, finals: dict, proce
             except Stopped:
                 raise
             except Exception as e:  # noqa: BLE001 (reported to the parent with the run's log file)
+                if signals.raised():  # a library's failure around the stop's interruption
+                    raise signals.Interrupted(signals.received()) from None
                 events.put(("failed", index, name, f"{type(e).__name__}: {e} (log: {log_path})"))
+            name = None  # a stop while waiting for the next run stops no run
     except (KeyboardInterrupt, Stopped) as e:  # the trainer saved a checkpoint (or none was under way)
         if name is not None:
             events.put(("stopped", index, name, str(e) or "interrupted"))
+
+
+def _start(procs: list, ctx, cores, args) -> None:
+    """Start one worker per core set into `procs`, with the XLA_FLAGS and malloc settings for them.
+    They start with Ctrl-C ignored (a KeyboardInterrupt while a worker imports would print a
+    traceback) until each takes its signals (signals.install); a SIGTERM forwarded meanwhile ends
+    a worker before it takes a run, and one that starts later reads `stopping`."""
+    saved = {k: os.environ.get(k) for k in ("XLA_FLAGS", *MALLOC_ENV)}
+    os.environ["XLA_FLAGS"] = f"{saved['XLA_FLAGS'] or ''} {_SINGLE_THREAD}".strip()
+    for k, v in MALLOC_ENV.items():  # the spawned workers inherit the environment at start
+        os.environ.setdefault(k, v)
+    try:
+        ctrl_c = signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited through exec
+        try:
+            for i, c in enumerate(cores):
+                procs.append(ctx.Process(target=_worker, name=f"study-worker-{i}", args=(i, c, *args)))
+                procs[-1].start()
+        finally:
+            signal.signal(signal.SIGINT, ctrl_c)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def run_parallel(study, runs: list, finals: dict, workers: int, process, log=print,
@@ -126,78 +158,59 @@ def run_parallel(study, runs: list, finals: dict, workers: int, process, log=pri
     for _ in range(workers):
         todo.put(None)
     cores = core_sets(workers)
-    saved = {k: os.environ.get(k) for k in ("XLA_FLAGS", *MALLOC_ENV)}
-    os.environ["XLA_FLAGS"] = f"{saved['XLA_FLAGS'] or ''} {_SINGLE_THREAD}".strip()
-    for k, v in MALLOC_ENV.items():  # the spawned workers inherit the environment at start
-        os.environ.setdefault(k, v)
-    try:
-        procs = [ctx.Process(target=_worker, name=f"study-worker-{i}",
-                             args=(i, c, study, by_name, finals, process, todo, events))
-                 for i, c in enumerate(cores)]
-        for p in procs:
-            p.start()
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    log(f"[study] {len(runs)} run(s) on {workers} worker processes (cores {cores}), longest first; "
-        f"each run's output: <run workdir>/study.log")
+    stopping = ctx.Event()  # set before the workers are signalled: a worker still starting reads it
+    procs = []
 
-    stop = []  # the signals this process received
-
-    def forward(signum, _frame):
-        if signum == signal.SIGINT and stop:
-            raise KeyboardInterrupt  # a second Ctrl-C: at once
-        stop.append(signal.Signals(signum).name)
+    def forward(_signum):  # the first signal only (linscale_jax.run.signals)
+        stopping.set()
         for p in procs:
             if p.is_alive():
                 os.kill(p.pid, signal.SIGTERM)
 
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
     started, timed, failed, stopped, done = {}, [], {}, [], set()
     t0 = time.time()
-    try:
-        while any(p.is_alive() for p in procs) or not events.empty():
-            try:
-                kind, w, name, info = events.get(timeout=1.0)
-            except queue_lib.Empty:
-                continue
-            run = by_name[name]
-            if kind == "start":
-                started[name] = info
-                log(f"[study] worker {w}: {name} started (N={run.n_params:.3g}, {run.steps} steps) "
-                    f"| elapsed {fmt_time(time.time() - t0)}")
-                continue
-            if kind == "done":
-                done.add(name)
-                timed.append((run.flops_exact, info - started[name]))
-                what = f"done in {fmt_time(info - started[name])}"
-            elif kind == "failed":
-                failed[name], what = info, f"FAILED: {info}"
-            else:
-                stopped.append(name)
-                what = f"stopped: {info}"
-            if stop:  # stopping: one line at the end (runner.run_study), none per run
-                continue
-            finished = set(done) | set(failed) | set(stopped)
-            rest = ""
-            if eta is not None and timed:
-                left = [r.flops_exact for r in runs if r.name not in started]
-                running = [r.flops_exact / 2 for r in runs  # under way: half left, on average
-                           if r.name in started and r.name not in finished]
-                rest = f" | ETA {fmt_time(eta(timed, left + running) / workers)}"
-            log(f"[study] worker {w}: {name} {what} | finished {len(finished)}/{len(runs)} | "
-                f"elapsed {fmt_time(time.time() - t0)}{rest}")
-    finally:
-        for p in procs:
-            p.join()
-        for sig, old in previous.items():
-            signal.signal(sig, old)
+    with signals.deferred(forward) as stop:
+        try:
+            _start(procs, ctx, cores, (study, by_name, finals, process, todo, events, stopping))
+            log(f"[study] {len(runs)} run(s) on {workers} worker processes (cores {cores}), longest "
+                "first; each run's output: <run workdir>/study.log")
+            while any(p.is_alive() for p in procs) or not events.empty():
+                try:
+                    kind, w, name, info = events.get(timeout=1.0)
+                except queue_lib.Empty:
+                    continue
+                run = by_name[name]
+                if kind == "start":
+                    started[name] = info
+                    log(f"[study] worker {w}: {name} started (N={run.n_params:.3g}, {run.steps} "
+                        f"steps) | elapsed {fmt_time(time.time() - t0)}")
+                    continue
+                if kind == "done":
+                    done.add(name)
+                    timed.append((run.flops_exact, info - started[name]))
+                    what = f"done in {fmt_time(info - started[name])}"
+                elif kind == "failed":
+                    failed[name], what = info, f"FAILED: {info}"
+                else:
+                    stopped.append(name)
+                    what = f"stopped: {info}"
+                if stop.name:  # stopping: one line at the end (runner.run_study), none per run
+                    continue
+                finished = set(done) | set(failed) | set(stopped)
+                rest = ""
+                if eta is not None and timed:
+                    left = [r.flops_exact for r in runs if r.name not in started]
+                    running = [r.flops_exact / 2 for r in runs  # under way: half left, on average
+                               if r.name in started and r.name not in finished]
+                    rest = f" | ETA {fmt_time(eta(timed, left + running) / workers)}"
+                log(f"[study] worker {w}: {name} {what} | finished {len(finished)}/{len(runs)} | "
+                    f"elapsed {fmt_time(time.time() - t0)}{rest}")
+        finally:
+            for p in procs:
+                p.join()
     for p in procs:
         if p.exitcode != 0:
             for name in started:
                 if name not in done and name not in failed and name not in stopped:
                     failed[name] = f"{p.name} exited with code {p.exitcode} (see the run's study.log)"
-    return {"failed": failed, "stopped": stopped, "signal": stop[0] if stop else None}
+    return {"failed": failed, "stopped": stopped, "signal": stop.name}

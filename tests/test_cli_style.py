@@ -22,6 +22,7 @@ ENTRY = {  # command -> the files that define its flags
     "fit": ["fit/cli.py"],
     "study": ["study/__main__.py", *LAUNCH],
     "study.noise": ["study/noise.py"],
+    "study.calibrate": ["study/calibrate.py"],
     "study.verdicts": ["study/verdicts.py"],
 }
 ABSL = {"help", "helpfull", "helpshort", "verbosity", "flagfile"}

@@ -1,6 +1,7 @@
 """The core install (pyproject's dependencies, no extras) runs training, eval's val_loss, fit and the
-study: their commands' import paths import no torch, transformers, lm-eval, safetensors or notebook
-and test packages (the [interop], [eval], [notebook] and [test] extras).
+study: their commands' import paths import no torch, transformers, lm-eval, safetensors, notebook,
+test, Ray or W&B packages (the [interop], [eval], [notebook], [test], [cluster] and [track] extras:
+study.ray_backend and linscale_jax.train.tracking import theirs when asked for).
 
 Each command's modules are imported in a fresh interpreter in which those packages cannot be
 imported at all (a meta-path blocker records every attempt), so an eager import anywhere on the
@@ -18,7 +19,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 EXTRA_PACKAGES = ("torch", "transformers", "lm_eval", "safetensors", "accelerate", "nbclient",
-                  "nbformat", "ipykernel", "pytest")
+                  "nbformat", "ipykernel", "pytest", "ray", "wandb")
 # eval's lm-eval task modules: the [eval] extra (eval/suite.py imports them only for their tasks)
 EVAL_EXTRA = ("eval.lm_backend", "eval.perplexity")
 
@@ -89,7 +90,7 @@ def test_requirements_pin_exactly_the_declared_dependencies():
 
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]
-    assert set(extras) >= {"tpu", "cuda12", "eval", "interop", "notebook", "test"}
+    assert set(extras) >= {"tpu", "cuda12", "eval", "interop", "notebook", "test", "cluster", "track"}
     declared = {}
     for spec in project["dependencies"] + [s for name, deps in extras.items() for s in deps]:
         req = Requirement(spec)

@@ -6,11 +6,14 @@ included):
 
 and inside linscale_jax, by subpackage (LINSCALE_LAYER):
 
-    contract, errors, axes  <-  cli_errors  <-  models  <-  config  <-  data, dist  <-  run  <-  interop, train
+    contract, errors, axes  <-  console  <-  models  <-  config  <-  dist  <-  run  <-  data  <-  interop, train
 
-Nothing imports upward or sideways within a layer; `fit` reads a table and imports nothing of the
-project but the stdlib-only `linscale_jax.contract` and `linscale_jax.errors`; and no two modules
-import each other, directly or through others.
+Failures are told apart where they are known: storage errors and the command wrapper in `run`
+(run.storage, run.command), lost peers in `dist` (dist.peers, dist.supervise), console capture in
+`console`; so `data` (whose `prepare` is a command) sits above `run`. Nothing imports upward or
+sideways within a layer; `fit` reads a table and imports nothing of the project but the
+stdlib-only `linscale_jax.contract` and `linscale_jax.errors`; and no two modules import each
+other, directly or through others.
 """
 
 from __future__ import annotations
@@ -22,8 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("kernels_pallas", "linscale_jax", "eval", "fit", "study")
 LAYER = {"kernels_pallas": 0, "linscale_jax": 1, "eval": 2, "fit": 2, "study": 3}
 LINSCALE_LAYER = {  # a top-level module or subpackage of linscale_jax -> its level
-    "linscale_jax": 0, "contract": 0, "errors": 0, "axes": 0, "cli_errors": 1,
-    "models": 2, "config": 3, "data": 4, "dist": 4, "run": 5, "interop": 6, "train": 6,
+    "linscale_jax": 0, "contract": 0, "errors": 0, "axes": 0, "console": 1,
+    "models": 2, "config": 3, "dist": 4, "run": 5, "data": 6, "interop": 7, "train": 7,
 }
 STDLIB_ONLY = ("linscale_jax.contract", "linscale_jax.errors")  # what fit may import
 
@@ -156,4 +159,4 @@ def test_the_checker_sees_an_upward_import():
     assert upward_imports(edges) == [
         "fit.api -> eval.runner (fit may import only linscale_jax.contract, linscale_jax.errors)",
         "linscale_jax.models.tnl -> linscale_jax.train.loop (linscale_jax.models is at level 2, "
-        "linscale_jax.train at 6)"]
+        "linscale_jax.train at 7)"]

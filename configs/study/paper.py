@@ -1,11 +1,10 @@
-"""The paper's study for TPU pods (not run here): six sizes × 4 archs, 300B tokens each.
+"""The paper's study for TPU pods: six sizes x 4 archs, 300B tokens each.
 
-    python -m study --config=configs/study/paper.py --workdir=DIR --dry_run
+    python -m study --config=configs/study/paper.py --workdir=DIR --dry_run   # the runs, their PF-days
     python -m study --config=configs/study/paper.py --workdir=DIR --shard=i/n  (per slice)
-Model shapes and training settings come from configs/paper.py (context 8192, batch 480 × 8192,
-lr 3e-4, cl100k_base padded to 100,280). 76,294 steps per run; a checkpoint every 1,000 steps
-(plus 8 log-spaced early ones) gives ~84 points per curve (the paper evaluated 1,376 in all).
-Data: set overrides.data (e.g. data.task = "tfds:<name>") to the pretraining corpus.
+Model shapes and training settings come from configs/paper.py. A checkpoint every 1,000 steps plus
+8 log-spaced early ones give ~84 points per curve. Data: set overrides.data (e.g. data.task =
+"tfds:<name>") to the pretraining corpus.
 """
 
 from study.presets import study_defaults

@@ -1,10 +1,10 @@
-"""A five-minute study (2 CPU cores): 4 archs × 3 ladder sizes (d32, d48, d64, the ladder's own
-4 layers and head dim 16, 2-4 heads), 48 steps of 8 × 128 tokens each. The smallest widths because
-compiling dominates runs this short.
+"""A quick check of the whole study pipeline on 2 CPU cores: 4 archs x d32, d48, d64 of the ladder,
+48 steps of 8 x 128 byte tokens each.
 
     python -m study --config=configs/study/quick.py --workdir=/tmp/study_quick
 Three sizes cannot bracket an optimum, so the fit keeps clamped envelope points
-(fit.include_clamped); the laws are a smoke test of the pipeline, not a measurement.
+(fit.include_clamped): the laws are a smoke test of the pipeline, not a measurement.
+Cost: docs/results.md, "What the configs cost".
 """
 
 from study.presets import study_defaults

@@ -3,33 +3,24 @@
     linear_attention(q, k, v, *, log_decay=None, segment_ids=None, initial_state=None,
                      return_final_state=False, impl="auto", chunk_size=None)
 
-computes, for every batch row and head,
-
-    S_t = r_t Diag(exp(log_decay_t)) S_{t-1} + k_tᵀ v_t,   o_t = q_t S_t      (S_0 = initial_state)
-
-with r_t = 0 where a new segment (document) starts at t and 1 elsewhere.
+computes, for every batch row and head, S_t = r_t Diag(exp(log_decay_t)) S_{t-1} + k_tᵀ v_t,
+o_t = q_t S_t (S_0 = initial_state), with r_t = 0 where a new segment (document) starts at t.
 
 Shapes (legend: b batch, t sequence, h heads, k key dim, v value dim):
-    q, k:          [b, t, h, k]      float32 or bfloat16
-    v:             [b, t, h, v]
-    log_decay:     None (no decay, cosFormer2)                        -> DecayKind.NONE
-                   [h]              per-head, data-independent (TNL)  -> DecayKind.HEAD
-                   [b, t, h, k]     per-token, per-key-channel (HGRN2) -> DecayKind.DATA
-                   values are log of the decay, in (-inf, 0]
-    segment_ids:   None or [b, t] int: a change of id between t-1 and t starts a segment (the
-                   state is zeroed before token t's update); t = 0 continues from initial_state.
-                   Every impl handles it next to its own decay kind: no [b, t, h, k] tensor is
-                   built for the none / head kinds.
-    initial_state: [b, h, k, v] float32 or None (zeros)
-Returns o [b, t, h, v] (dtype of q), and the final state [b, h, k, v] float32 (after the last
-token) when return_final_state=True.
+    q, k [b, t, h, k] float32 or bfloat16; v [b, t, h, v]
+    log_decay      None (cosFormer2) -> DecayKind.NONE; [h] per head (TNL) -> HEAD;
+                   [b, t, h, k] per token and key channel (HGRN2) -> DATA; values in (-inf, 0]
+    segment_ids    None | [b, t] int: a change of id between t-1 and t zeroes the state before
+                   token t's update; t = 0 continues from initial_state. Handled beside each
+                   decay kind: no [b, t, h, k] tensor is built for the none / head kinds.
+    initial_state  None (zeros) | [b, h, k, v] float32
+Returns o [b, t, h, v] (q's dtype) and, with return_final_state=True, the final state
+[b, h, k, v] float32.
 
-impl: "reference" (token-by-token `lax.scan`; also the one-token decode step), "xla" (chunked
-parallel form), "pallas" (kernels), "auto" (pallas on TPU, xla elsewhere).
-chunk_size: None = the backend's default for the impl and the key head dim k
-(`config.default_chunk_size`, the one place).
-Every impl may be called inside `jax.shard_map` on local shards (no collective inside); the
-sequence-parallel form over a 'seq' mesh axis is `seq_parallel.linear_attention_seq_shard`.
+impl: "reference" (token-by-token `lax.scan`; also the decode step), "xla" (chunked parallel form),
+"pallas" (kernels), "auto" (pallas on TPU, xla elsewhere). chunk_size: None = the backend's default
+for the impl and k (`config.default_chunk_size`). Every impl may run inside `jax.shard_map` on local
+shards; the sequence-parallel form is `seq_parallel.linear_attention_seq_shard`.
 """
 
 from __future__ import annotations

@@ -5,37 +5,12 @@ models pass None): Pallas -> DEFAULTS[backend].chunk_size (TPU 128), xla -> the 
 to [XLA_CHUNK, XLA_CHUNK_MAX][backend]; the xla form's outer block sweep length is XLA_BLOCK[backend];
 whether it recomputes the data-decay block terms in the backward is XLA_REMAT_DATA_DECAY[backend].
 
-Pallas kernels:
-The kernels walk the sequence in chunks of `chunk_size` tokens (one grid step per chunk, the fp32
-state [v, k] carried in scratch). The data-dependent (per key channel) decay splits each chunk into
-sub-chunks of `sub_chunk` rows: pairs of rows in different sub-chunks use the matmul form with a
-reference point between them (every exponent <= 0), pairs inside one sub-chunk use an exact
-[sub_chunk, sub_chunk, k] elementwise form. No exponent is ever positive.
-
-The key/value head dims are not blocked: every model in the paper uses 128 (cosFormer2 256 for q/k),
-and one 256 x 128 fp32 state is 128 KiB of VMEM. On TPU the head dims must be multiples of 128
-(lane tiling) and chunk sizes multiples of 8 (16 for bf16 inputs: sublane tiling).
-
-Blocks per TPU generation (`TPU_BLOCKS`, chosen from jax's device kind by `default_blocks`; chip
-figures and their sources in kernels_pallas/tpu.py):
-
-    gen  device kind            MXU      VMEM/core  chunk  sub  grid     VMEM limit  est. peak (k=256)
-    v4   TPU v4                 128x128   16 MiB     128    16   h,b,n    12 MiB      4.1 MiB
-    v5e  TPU v5 lite / v5e      128x128  128 MiB     128    16   b,h,n    96 MiB      4.1 MiB
-    v5p  TPU v5p / v5           128x128   64 MiB     128    16   h,b,n    48 MiB      4.1 MiB
-    v6e  TPU v6 lite / v6e      256x256  128 MiB     256    32   b,h,n    96 MiB     10.4 MiB
-
-- chunk: the MXU side. The within-chunk products [C, k] x [k, C] and [C, C] x [C, v] and the state
-  update (contraction over C) then fill the systolic array in C; a longer chunk adds within-chunk
-  FLOPs (2C(k + v) per token and head against 4kv for the state) without filling it further.
-- sub: the data-dependent decay's exact diagonal sub-block (VPU work C·sub·k per chunk); the
-  off-diagonal sub-chunk matmuls have `sub` rows, so the 256-wide MXU gets 32.
-- grid: v4 and v5p have two TensorCores per chip (megacore) that split the leading "parallel" grid
-  axis; heads lead there (a data-parallel shard often holds one sequence, a head shard several).
-- VMEM limit: the scoped limit passed to Mosaic, 3/4 of the core's VMEM. The estimate
-  (`vmem_bytes`: every pipelined block twice for double buffering, the scratch state, and the
-  in-kernel temporaries) of the largest of the four kernels at k = 256, v = 128, bf16, data decay
-  with segments must stay under half the limit (`check_vmem`, tested for every row).
+Pallas kernels: chunks of `chunk_size` tokens (one grid step each), the data decay's sub-chunks of
+`sub_chunk` rows, the grid order and the scoped VMEM limit per TPU generation (`TPU_BLOCKS`, chosen
+from jax's device kind by `default_blocks`; chip figures in kernels_pallas/tpu.py). `check_vmem` and
+`check_tiling` hold a choice to the core's VMEM and to TPU tiling (head dims multiples of 128, chunks
+of 8, or 16 for bf16 inputs). Why these blocks: docs/models.md, "The Pallas kernels"; the table per
+generation: docs/results.md, "Blocks per TPU generation".
 An explicit `blocks=` (or `chunk_size=`) overrides the table; CPU (interpret mode) and GPU keep
 `DEFAULTS`; a TPU whose device kind is not in the table gets DEFAULTS["tpu"].
 """
@@ -120,7 +95,7 @@ XLA_BLOCK = {"tpu": None, "gpu": None, "cpu": 512}
 
 # Whether the xla form recomputes the data-dependent decay's per-level scaled q / k in the backward
 # (`jax.checkpoint`) instead of storing them. CPU: stored (memory is plentiful next to the CPU's
-# sizes; the recompute was ~3 % of the HGRN2 d256 train step, `python bench/train_step.py --sizes=d256`).
+# sizes, and the recompute costs time: docs/results.md, "CPU train-step choices").
 XLA_REMAT_DATA_DECAY = {"tpu": True, "gpu": True, "cpu": False}
 
 

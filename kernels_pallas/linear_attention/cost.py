@@ -5,27 +5,9 @@ as its pl.CostEstimate, and what the roofline reads.
     kernel_transcendentals(st, kernel, b, t)   exp evaluations
     estimate(st, kernel, b, t, args, outs)     pl.CostEstimate (bytes: every operand and output once)
 
-kernel: "forward" | "intra" | "dq" | "reverse" (pallas_fwd, pallas_bwd). Legend: b batch, t padded
-sequence, h heads, K key dim, V value dim, C chunk, s sub-chunk, m = C / s sub-chunks per chunk,
-P = s·m(m-1)/2 (the earlier rows summed over the sub-chunks). Per (batch, head, chunk) grid step:
-
-    decay factors   data: range sums 2·2C²K, exp 2CK + K     head: exp C² + 2C + 1     none: 0
-                    (intra reads only the pair decays: head exp C², data none of these;
-                     dq and reverse only the row / state factors: head exp 2C + 1)
-    forward         o_inter and state update 2·2CKV, plus
-                        none/head: QKᵀ and PV 2C²(K + V)
-                        data: sub-chunk range sums 4C²K, diagonal exponents 2ms³K (exp ms²K),
-                              diagonal PV 2ms²V, earlier sub-chunks 2sP(K + V) (exp (m-1)sK + sKm(m-1)/2)
-    intra           none/head: 2C²(3K + 2V)
-                    data: 4C²K + 2ms³K + 4ms²V + 2sP(3K + 2V) (exps as forward)
-    dq              4CKV          reverse   6CKV
-  plus the low-part passes of the split matmuls (pallas_chunk.mm_split, bf16 operands only): a
-  decayed operand of a state update 2CKV (forward, dq, reverse; head/data), the state read of dq
-  and reverse 2CKV, intra dq and dk 4C²K (none/head) or 8sPK (data: both operands split).
-
-Each block is read from / written to HBM once (the state blocks once per batch row and head), so
-bytes_accessed is the size of every operand plus every output. Elementwise VPU work (decay scaling,
-the data decay's [s, s, K] diagonal products) is not in `flops`, as in linscale_jax's accounting.
+kernel: "forward" | "intra" | "dq" | "reverse" (pallas_fwd, pallas_bwd); st: pallas_chunk.Static;
+b batch, t padded sequence. Elementwise VPU work is not in `flops`, as in linscale_jax's accounting.
+The formulas per grid step: docs/models.md, "Kernel cost".
 """
 
 from __future__ import annotations

@@ -6,34 +6,18 @@
 
 Shapes (legend: b batch, t sequence, h heads, k key dim, v value dim): q, k [b, t, h, k] and v
 [b, t, h, v] in float32 or bfloat16; log_decay None | [h] | [b, t, h, k]; initial_state [b, h, k, v];
-starts None | [b, t] bool segment starts (api.segment_starts): the kernels take them as one
-[b, t, 1] float operand of in-chunk start counts and mask pairs / carries beside the decay (see
-pallas_chunk), so the decay operand is the same with or without segments.
+starts None | [b, t] bool segment starts (api.segment_starts), masks beside the decay.
 
-Forward: pallas_fwd (intra-chunk masked matmul + inter-chunk state sweep). Backward: pallas_bwd
-(parallel intra-chunk part, forward dq sweep, reverse dk/dv/d-state sweep). The log-decay gradient
-uses the gate-gradient identity (GLA): with B_t the cumulative log decay, o and the final state S_T
-depend on B only through q_t ⊙ exp(B_t), k_s ⊙ exp(-B_s) and exp(B_T) S_0, so
-
-    dL/dB_t = q_t ⊙ dq_t - k_t ⊙ dk_t  (+ rowsum(dS_T ⊙ S_T) at t = T),
-    dL/dlog_decay_s = sum_{t >= s} dL/dB_t,
-
-computed in plain JAX from the kernels' float32 dq, dk (the per-head decay sums it over b, t, k).
-
-Precision (`matmul_dtype`, default the input dtype): with bfloat16 q, k, v every in-kernel matmul
-of q, k, v, do, P and the state takes bfloat16 operands with float32 accumulation (the MXU's one-pass
-rate); decay factors, exp of the log-decay sums (range sums of float32 log decays, kept float32 at
-HIGHEST), the carried state and its gradient stay float32 and are rounded to bfloat16 only as a
-matmul operand, after scaling. matmul_dtype=jnp.float32 multiplies everything in float32 at
-HIGHEST (the reference path: several MXU passes on TPU). Measured tolerances: tests and
-docs/results.md ("Pallas kernels on TPU").
-
-Blocks: `blocks` (chunk, sub-chunk, grid order, VMEM limit) default to the TPU generation's row
-(config.TPU_BLOCKS, from the device kind); each pallas_call carries a pl.CostEstimate (cost.py).
+Forward: pallas_fwd; backward: pallas_bwd, and the log-decay gradient from the kernels' dq, dk by
+the gate-gradient identity (docs/models.md, "The Pallas kernels"). `matmul_dtype` (default the
+input dtype): bfloat16 feeds the MXU bf16 operands with f32 accumulation; jnp.float32 multiplies
+everything in float32 at HIGHEST (the reference path). `blocks` (chunk, sub-chunk, grid order,
+VMEM limit) default to the TPU generation's row (config.TPU_BLOCKS); every pallas_call carries a
+pl.CostEstimate (cost.py). Tolerances: docs/results.md, "Pallas kernels on TPU".
 
 Backends: TPU compiles with Mosaic; CPU runs the same kernels in TPU interpret mode (out-of-bounds
 reads raise, scratch starts as NaN) so tests execute the real kernel code. GPU is not supported
-(the kernels use TPU memory spaces and grid semantics): a clear error says to use impl='xla'.
+(TPU memory spaces and grid semantics): a clear error says to use impl='xla'.
 """
 
 from __future__ import annotations

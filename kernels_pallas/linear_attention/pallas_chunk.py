@@ -1,41 +1,20 @@
-"""Per-chunk math shared by the Pallas linear-attention kernels (forward and backward).
+"""Per-chunk math shared by the Pallas linear-attention kernels (forward and backward): block
+specs, the chunk's decay factors and segment masks, sub-chunks of the data decay, and the matmul
+helpers (`mm`, `mm_nt`, `mm_tn` and the bf16 hi + lo `mm_split` forms) at the precision of
+`Static.mxu`.
 
 Kernel layout (legend: b batch, t sequence (padded to a multiple of the chunk C), h heads, k key dim,
 v value dim, n = t / C chunks):
     q, k, g: [b, t, h*k]   (free reshape of [b, t, h, k]; a block is one chunk of one head)
     v, o:    [b, t, h*v]
-    state:   [b, h, v, k] float32 — stored TRANSPOSED (Sᵀ) so that every matmul is NN, NT or TN
+    state:   [b, h, v, k] float32, stored transposed (Sᵀ) so that every matmul is NN, NT or TN
     a:       [h] float32 in SMEM (per-head log decay)
     g:       data-dependent log decay (float32)
     seg:     [b, t, 1] float32 (segments only): segment starts counted from the chunk start up to
-             and including each position. Pairs (i, j) of a chunk interact iff seg_i == seg_j; a
-             row reads the carried state iff seg_i == 0; a key reaches the chunk-end state iff it
-             is in the chunk's last segment; the carried state crosses the chunk iff it has no
-             start. Masks beside the decay: the decay operands are the same with or without.
-
-Every decay weight is exp of a sum of log decays over a contiguous range of steps (<= 0), formed as
-a DIRECT sum of those steps — never as a difference of two prefix sums (which would lose accuracy
-when a large decay such as RESET_LOG_DECAY precedes the range) and never exp(+x):
-    gq_i = exp(Σ_{r<=i} g_r)  (chunk start to i),  gk_j = exp(Σ_{r>j} g_r)  (j to chunk end),
-    gS = exp(Σ_r g_r);  intra-chunk pairs j < i: exp(Σ_{j<r<=i} g_r).
-In-chunk range sums are matmuls of g with 0/1 triangular masks. For the data-dependent decay a pair
-(i in sub-chunk I, j in an earlier sub-chunk J) splits its range at the sub-chunk boundaries,
-    Σ_{j<r<=i} g = (j to end of J) + (totals of the sub-chunks between) + (start of I to i),
-so the query and key factors are separately <= 1 and one matmul covers all earlier sub-chunks; pairs
-inside one sub-chunk use an exact [s, s, k] elementwise form. Scalar decays use exp(a·(n_i − n_j))
-with integer step counts.
-
-Matmul precision (Static.mxu, `mm(a, b, dt)`): "bfloat16" rounds both operands to bf16 and
-accumulates in f32 (one MXU pass); "float32" multiplies f32 operands at Precision.HIGHEST. The
-operands are q, k, v, do as loaded, or f32 values (q ⊙ decay, P ⊙ D, the state) rounded only at
-the matmul. The range sums of the log decays always run in f32 at HIGHEST (their exp would
-amplify a bf16 rounding of the sums), and every exp, decay factor, mask, carried state and
-gradient accumulator stays f32. The matmuls that produce dq and dk feed a float32 operand (the
-state, dS, decayed P) as a bf16 hi + lo pair (`mm_split`: 2 passes, 3 when both operands are
-float32): the log-decay gradient is a difference q ⊙ dq - k ⊙ dk of nearly equal terms, which a
-one-pass rounding of dq and dk would leave at ~3e-2 error ratio; the backward kernels are
-HBM-bound on every generation (bench/tpu_roofline.py), so the extra passes fit under the memory
-time.
+             and including each position.
+Every decay weight is exp of a direct sum of log decays over a contiguous range (<= 0); the range
+sums run in f32 at HIGHEST, and exps, masks, carried states and gradient accumulators stay f32.
+Derivation and precision: docs/models.md, "The Pallas kernels".
 """
 
 from __future__ import annotations

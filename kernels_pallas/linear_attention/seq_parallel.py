@@ -1,7 +1,5 @@
 """Sequence-parallel linear attention (LASP-style) over a 'seq' mesh axis with `jax.shard_map`.
 
-Two forms:
-
     linear_attention_seq_shard(q, k, v, *, log_decay=None, segment_ids=None, initial_state=None,
                                return_final_state=False, axis_name="seq", impl="auto",
                                chunk_size=None)
@@ -20,21 +18,10 @@ Two forms:
                                   head_axis=None, ...)
         The same on whole arrays: builds the shard_map itself.
 
-Algorithm, shard p of P:
-  1. run the public `linear_attention` (any impl, segment resets inside) on its tokens from a zero
-     state: local outputs o_p and local final state S_p [b, h, k, v];
-  2. segment boundary with the previous shard: one ppermute of the last segment id; a shard is
-     "alive" when no segment starts in it (its first token included);
-  3. all-gather every shard's S_r, total log decay T_r = Σ_{t in shard r} log_decay_t [b, h, k]
-     and alive flag, and form the carried-in state (every exponent a sum of log decays <= 0)
-         S_in(p) = Σ_{r<p} A(r, p) exp(Σ_{r<m<p} T_m) ⊙ S_r + A(-1, p) exp(Σ_{m<p} T_m) ⊙ S_init,
-     A(r, p) = 1 when every shard strictly between r and p is alive, else 0;
-  4. correct the outputs that precede the shard's first segment start:
-         o_t += (q_t ⊙ exp(Σ_{shard start <= r <= t} log_decay_r)) S_in.
-The global final state Σ_r A(r, P) exp(Σ_{m>r} T_m) ⊙ S_r + A(-1, P) exp(Σ_m T_m) ⊙ S_init is a
-psum of each shard's own decayed state. Communication: one all-gather of P·b·h·k·(v + 1) floats,
-one psum of b·h·k·(v + 1) and (with segments) a ppermute of b ids and an all-gather of b flags; the
-backward pass is JAX autodiff through shard_map.
+Each shard runs `linear_attention` from a zero state, then one all-gather of the shards' states and
+total decays gives its carried-in state and corrects its outputs before the first segment start;
+the backward pass is JAX autodiff. Algorithm and communication: docs/models.md, "Sequence
+parallelism (LASP)".
 """
 
 from __future__ import annotations

@@ -1,59 +1,20 @@
 """Chunked parallel linear attention in plain XLA (`impl="xla"`), for all three decay kinds.
 
-Computes exactly what `reference.py` computes,
+    linear_attention_xla(q, k, v, log_decay=None, initial_state=None, starts=None, *, kind=None,
+                         chunk_size=64, block_len="auto") -> (o, final_state)
 
-    S_t = Diag(exp(log_decay_t)) S_{t-1} + k_tᵀ v_t,   o_t = q_t S_t,
-
-but a chunk of c tokens at a time: inside a chunk the outputs are a masked, decay-weighted matmul
-(o_intra = A v with A_ij = Σ_k q_ik k_jk exp(L_ik - L_jk) for j <= i, L the log decay summed from j
-exclusive to i inclusive); across chunks the state is carried by a `lax.scan` over chunks
-(o_inter = (q ⊙ exp(decay since chunk start)) S_chunk_start). All work is fp32 (inputs are upcast);
-the output has the dtype of q and the final state is fp32.
+Computes exactly what `reference.py` computes, S_t = Diag(exp(log_decay_t)) S_{t-1} + k_tᵀ v_t,
+o_t = q_t S_t, a chunk of c tokens at a time: inside a chunk a masked, decay-weighted matmul, across
+chunks the state carried by a `lax.scan`. Every exponent is a sum of log decays over a contiguous
+range (<= 0), never a difference of prefix sums, so nothing overflows or cancels; the data decay's
+in-chunk weights are built by binary merging of blocks; segment starts are masks beside the decay;
+t is padded to a multiple of the chunk with zeros. Derivation: docs/models.md, "The xla form".
+All work is fp32; o has q's dtype, the final state is fp32. Gradients are JAX autodiff.
 
 Shapes (legend: b batch, t sequence, h heads, k key dim, v value dim; inside: n chunks, c chunk len,
 m leaf blocks per chunk, s leaf block len, p merged block len):
-    q, k [b, t, h, k]; v [b, t, h, v]; log_decay None | [h] | [b, t, h, k]; state [b, h, k, v].
-
-Numerics: every exponent that is exponentiated is <= 0 and is built as a *sum of log decays over a
-contiguous range* (a forward cumsum from a reference point, or a reverse cumsum up to one), never as
-a difference of two prefix sums. So nothing like exp(+cumsum) is formed, nothing overflows, and
-there is no cancellation: with log decays of -20 per step, RESET_LOG_DECAY = -60 at segment starts
-and near-0 decays mixed in one chunk, the weights keep full fp32 relative accuracy.
-
-  * no decay: A = tril(q kᵀ).
-  * per-head decay g [h]: a chunk position i has seen c_i = min(i + 1, valid) real steps, so the
-    exponents are g · (c_i - c_j) with integer c_i - c_j >= 0 (exact); padded steps do not decay.
-  * data-dependent decay [b, t, h, k] (binary secondary chunking): A is built bottom-up by merging
-    neighbouring blocks x, y of p tokens (p = 1, 2, 4, ... < c) into blocks of 2p. For i in y and
-    j in x the range splits at the block boundary into two non-positive pieces,
-        Σ_{j<r<=i} g_r = bwd_x[j] (j excl. to the end of x) + fwd_y[i] (start of y to i incl.),
-    so the new off-diagonal block is the plain matmul (q_y ⊙ exp(fwd_y)) @ (k_x ⊙ exp(bwd_x))ᵀ; the
-    diagonal blocks are the merged halves and the 1-token leaves are A_ii = q_i · k_i (exponent 0).
-    fwd / bwd of the merged block are concatenations plus a block total (sums of non-positive
-    terms, no cancellation). For c a power of two no [c, c, k] or [s, s, k] tensor is formed: each
-    of the log2 c levels costs c·k exps and a batch of small matmuls (c²·k / 2 multiply-adds over
-    all levels). A chunk length with an odd factor s > 1 (e.g. 27) starts from s-token leaves whose
-    per-pair exponent is an explicit [s, s, k] forward cumsum from each reference j. Where
-    `config.XLA_REMAT_DATA_DECAY` says so (TPU, GPU) the block computation is wrapped in
-    `jax.checkpoint`, so the per-level scaled q / k are recomputed in the backward pass, not
-    stored: the saved residuals are the inputs, A [c, c] per chunk, the chunk-boundary sums and
-    the chunk-start states [n, k, v]; on CPU they are stored (faster, memory is not the limit).
-
-Segments (starts [b, t] bool, from segment_ids): masks beside the decay, all [b, n, c(, c)] (see
-`_segment_masks`): pairs of one chunk interact only inside one segment, rows before the chunk's
-first start read the carried state, keys of the chunk's last segment reach the chunk-end state, and
-the carried state crosses a chunk only when no segment starts in it. The decay terms are those of
-the kind itself, so TNL and cosFormer2 keep their own path.
-
-Blocks (CPU): the sequence is swept in blocks of `config.xla_block_len` tokens by an outer
-`lax.scan` carrying the state, each block running the chunked form above; one step's arrays stay in
-cache, so the time grows linearly with t (docs/results.md, "Linear attention speed").
-
-Padding: t is padded to a multiple of the chunk with zero q/k/v and zero log decay (a zero key or
-value adds nothing; a zero log decay keeps the state), so the final state is the one after the last
-real token. Gradients are plain JAX autodiff of this form. Masked entries are selected with
-`jnp.where` on finite values (a masked exponent is 0, its exp is zeroed afterwards) and no exponent
-is a difference, so no inf - inf, 0 · inf or NaN arises, also for log decays of -inf (decay 0).
+    q, k [b, t, h, k]; v [b, t, h, v]; log_decay None | [h] | [b, t, h, k]; state [b, h, k, v];
+    starts None | [b, t] bool.
 """
 
 from __future__ import annotations
@@ -263,8 +224,8 @@ def _data_decay_terms(qc, kc, g):
     # leaf blocks of s tokens: A per pair (s = 1: just q_i · k_i), fwd / bwd sums inside each leaf
     q4, k4, g4 = (x.reshape(*lead, m, s, dk) for x in (qc, kc, g))
     if s == 1:
-        # q_i · k_i as a batched matmul, not a sum over the minor k axis: on CPU that reduce ran at
-        # a tenth of the speed (the d256 HGRN2 step 1.07x, `python bench/train_step.py --sizes=d256`)
+        # q_i · k_i as a batched matmul, not a sum over the minor k axis, slow on CPU
+        # (docs/results.md, "CPU train-step choices")
         a = jnp.einsum("...ik,...jk->...ij", q4, k4)  # [..., m, 1, 1]
         fwd, bwd = g4, jnp.zeros_like(g4)
     else:

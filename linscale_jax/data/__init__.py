@@ -17,11 +17,11 @@ reads only the rows its devices hold (linscale_jax.train.batches), and the same 
 any process count. Evaluation reads the first num_batches·B rows of the validation split in the
 order of data.seed (one pass; the last batch is padded with empty rows).
 
-Config (config.data): task (stdlib | files | tfds:<name> | records:<dir> | mqar), vocab (byte |
-sentencepiece:<path> | cl100k_base | hf:<tokenizer.json>), paths, text_key, txt_document,
-tfds_data_dir, tiktoken_file, val_fraction, seed. task=records:<dir> reads what
+Config (config.data): task (a data.sources form: stdlib | files | tfds:<name> | records:<dir> |
+mqar), vocab (byte | sentencepiece:<path> | cl100k_base | hf:<tokenizer.json>), paths, text_key,
+txt_document, tfds_data_dir, tiktoken_file, val_fraction, seed. task=records:<dir> reads what
 `python -m linscale_jax.data.prepare` wrote; every other text task is prepared on first use into
-a local cache (data.cache: $LINSCALE_DATA_CACHE, else ~/.cache/linscale_jax/records).
+a local cache (data.rows.cache_root: $LINSCALE_DATA_CACHE, else ~/.cache/linscale_jax/records).
 Importing this package does not import TensorFlow; seqio Tasks (get_task) and tfds inputs do.
 """
 
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from linscale_jax.data import corpora, tokenize
+from linscale_jax.data import sources
 from linscale_jax.data.errors import DataError
 from linscale_jax.data.records import Records
 from linscale_jax.data.rows import RecordRows, StepIterator, check_model_vocab, open_records, records_dir
@@ -52,56 +52,31 @@ def get_vocabulary(data_config):
     return vocab.get_vocabulary(data_config)
 
 
+def _rows(config, split: str):
+    """The row source of `split`: the source's own (synthetic) rows, or its prepared records."""
+    src = sources.of(config.data)
+    if src.rows is not None:
+        return src.rows(config, split)
+    return RecordRows(open_records(config, split), int(config.train.batch_size), int(config.data.seed))
+
+
 def train_rows(config):
     """The row source of training (see module docstring): records, or synthetic MQAR."""
-    if config.data.task == "mqar":
-        from linscale_jax.data import mqar
-
-        return mqar.MQARRows(config, "train")
-    return RecordRows(open_records(config, "train"), int(config.train.batch_size), int(config.data.seed))
+    return _rows(config, "train")
 
 
 def make_iterator(config, split: str = "train") -> StepIterator:
     """Infinite iterator of whole global batches of `split` (step 0, 1, ...)."""
-    if config.data.task == "mqar":
-        from linscale_jax.data import mqar
-
-        return StepIterator(mqar.MQARRows(config, split))
-    return StepIterator(RecordRows(open_records(config, split), int(config.train.batch_size), int(config.data.seed)))
+    return StepIterator(_rows(config, split))
 
 
 def eval_batches(config, split: str = "validation", num_batches: int = 4) -> list[dict]:
     """The first `num_batches` global batches of one pass over `split` in data.seed's order
     (fewer if the split is short; the last one padded with empty rows)."""
-    if config.data.task == "mqar":
-        from linscale_jax.data import mqar
-
-        rows = mqar.MQARRows(config, split)
-        return [rows.rows(i, range(rows.batch_size)) for i in range(num_batches)]
-    source = RecordRows(open_records(config, split), int(config.train.batch_size), int(config.data.seed))
-    return source.one_pass(num_batches)
+    return _rows(config, split).one_pass(num_batches)
 
 
 def corpus_documents(data_config, split: str = "train") -> Iterator[str]:
     """Raw document strings of `split` in source order (unshuffled, untokenised); for
     task=records:<dir>, the documents decoded from the records."""
-    kind = data_config.task
-    if kind == "stdlib":
-        for t in corpora.split_texts(corpora.stdlib_corpus(), split, data_config.val_fraction):
-            yield from corpora.pieces(t, corpora.STDLIB_PIECE_CHARS)
-        return
-    if kind == "files":
-        yield from corpora.split_texts(corpora.files_corpus(data_config.paths, data_config.text_key,
-                                                            data_config.txt_document), split,
-                                       data_config.val_fraction)
-        return
-    if kind.startswith("records:"):
-        from linscale_jax.data import rows
-
-        yield from rows.record_documents(data_config, split)
-        return
-    from linscale_jax.data import tasks
-
-    text_key = tasks.text_key(data_config)
-    for example in get_task(data_config).source.get_dataset(split=split, shuffle=False).as_numpy_iterator():
-        yield example[text_key].decode("utf-8")
+    yield from sources.of(data_config).split_documents(data_config, split)

@@ -19,7 +19,7 @@ import sys  # noqa: E402
 _hide_sklearn = "sklearn" not in sys.modules
 if _hide_sklearn:
     sys.modules["sklearn"] = None  # type: ignore[assignment]
-from linscale_jax.cli_errors import quiet_native_stderr  # noqa: E402
+from linscale_jax.console import quiet_native_stderr  # noqa: E402
 
 with quiet_native_stderr():  # oneDNN / cudart / cuInit / absl::InitializeLog start-up lines
     try:

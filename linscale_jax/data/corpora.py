@@ -22,6 +22,7 @@ depends on listing order, seeds or machine.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import glob
@@ -32,6 +33,7 @@ import json
 import os
 import re
 import sysconfig
+import zlib
 from typing import Iterator
 
 from linscale_jax.data.errors import DataError
@@ -68,6 +70,13 @@ def split_texts(corpus: Corpus, split: str, val_fraction: float) -> list[str]:
             f"data.val_fraction={val_fraction}); add documents or change data.val_fraction"
         )
     return texts
+
+
+def split_pieces(corpus: Corpus, split: str, val_fraction: float, piece_chars: int = 0) -> list[str]:
+    """The documents of one split: its texts, or with piece_chars > 0 their `pieces` (the split is
+    decided per text, so no text has pieces on both sides)."""
+    texts = split_texts(corpus, split, val_fraction)
+    return [p for t in texts for p in pieces(t, piece_chars)] if piece_chars else texts
 
 
 def pieces(text: str, size: int) -> list[str]:
@@ -133,57 +142,179 @@ def expand_paths(paths: str) -> list[str]:
     return files
 
 
-def _utf8_error(path: str, raw: bytes, e: UnicodeDecodeError, line: int | None = None) -> DataError:
+def _utf8_error(path: str, raw: bytes, e: UnicodeDecodeError, line: int | None = None, offset: int = 0) -> DataError:
     line = raw[: e.start].count(b"\n") + 1 if line is None else line
     return DataError(
-        f"{path}: not valid UTF-8 at byte offset {e.start} (line {line}, bytes {raw[e.start:e.start + 4]!r}). "
-        "Convert the file to UTF-8 (e.g. `iconv -f latin1 -t utf-8 IN > OUT`) or remove it from data.paths."
+        f"{path}: not valid UTF-8 at byte offset {offset + e.start} (line {line}, bytes {raw[e.start:e.start + 4]!r}); "
+        "convert the file to UTF-8 (e.g. `iconv -f latin1 -t utf-8 IN > OUT`) or remove it from data.paths."
     )
 
 
+CUT_SHORT_FIX = ("the file is cut short (an interrupted download or copy?); copy it again, or remove it from the "
+                 "inputs (data.paths / --input)")
+
+
+class _Truncated(EOFError):
+    """A compressed stream that ends before its end marker."""
+
+
+class _ZstdStream(io.RawIOBase):
+    """The decompressed bytes of a .zst file, frame after frame; raises _Truncated when the file ends
+    inside a frame (zstandard's stream_reader returns a short read there) and zstandard.ZstdError on
+    corrupt data."""
+
+    def __init__(self, f):
+        import zstandard
+
+        self._f, self._new = f, zstandard.ZstdDecompressor().decompressobj
+        self._frame = None  # the decompressor of the frame being read
+        self._buf, self._pos, self._eof = b"", 0, False
+        self.compressed = 0  # bytes of the file read so far
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        while self._pos == len(self._buf) and not self._eof:
+            self._fill()
+        n = min(len(b), len(self._buf) - self._pos)
+        b[:n] = self._buf[self._pos:self._pos + n]
+        self._pos += n
+        return n
+
+    def _fill(self) -> None:
+        chunk = self._f.read(1 << 20)
+        if not chunk:
+            self._eof = True
+            if self._frame is None or not self._frame.eof:
+                where = "before its first frame" if self._frame is None else "inside a frame"
+                raise _Truncated(f"the zstd stream stops {where} at byte {self.compressed}, the end of the file")
+            return
+        self.compressed += len(chunk)
+        out = []
+        while chunk:
+            if self._frame is None or self._frame.eof:
+                self._frame = self._new()
+            out.append(self._frame.decompress(chunk))
+            chunk = self._frame.unused_data if self._frame.eof else b""
+        self._buf, self._pos = b"".join(out), 0
+
+    def close(self) -> None:
+        self._f.close()
+        super().close()
+
+
 def open_binary(path: str):
-    """A binary file object of `path`, decompressing .gz and .zst; raises DataError if missing."""
+    """A binary file object of `path`, decompressing .gz and .zst; raises DataError if missing or empty
+    (a compressed file of 0 bytes is cut short). Reading it raises what the decoder raises; the
+    document readers turn that into a DataError naming the place (`decoder_error`)."""
     try:
         f = open(path, "rb")
     except FileNotFoundError:
         raise DataError(f"data file not found: {path}; fix data.paths / --input") from None
+    if path.endswith((".gz", ".zst")) and os.fstat(f.fileno()).st_size == 0:
+        f.close()
+        raise DataError(f"{path} is empty (0 bytes), not a {path.rsplit('.', 1)[1]} stream; {CUT_SHORT_FIX}")
     if path.endswith(".gz"):
-        return gzip.GzipFile(fileobj=f)
+        f.close()
+        return gzip.open(path, "rb")
     if path.endswith(".zst"):
-        import zstandard
-
-        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(f, closefd=True))
+        return io.BufferedReader(_ZstdStream(f), 1 << 20)
     return f
 
 
+def decoder_error(path: str, e: BaseException, place: str) -> DataError | None:
+    """The DataError for what a decoder raised while reading `path` at `place` (e.g. "line 12"),
+    or None when `e` is not a decoding failure."""
+    if isinstance(e, DataError):
+        return e
+    kind = "zstd" if path.endswith(".zst") else "gzip" if path.endswith(".gz") else "Parquet"
+    if isinstance(e, EOFError):  # _Truncated, gzip's "Compressed file ended before the end-of-stream marker"
+        return DataError(f"{path} ends early ({e}; text read up to {place}); {CUT_SHORT_FIX}")
+    decoder = (OSError, ValueError, zlib.error)
+    with contextlib.suppress(ImportError):
+        import zstandard
+
+        decoder += (zstandard.ZstdError,)
+    if isinstance(e, decoder) and not isinstance(e, (FileNotFoundError, UnicodeError)):
+        return DataError(f"{path}: corrupt {kind} data at {place} ({str(e)[:200]}); re-create the file or remove it "
+                         "from the inputs (data.paths / --input)")
+    return None
+
+
 def read_utf8(path: str) -> str:
+    chunks, size, lines = [], 0, 1
     with open_binary(path) as f:
-        try:
-            raw = f.read()
-        except (OSError, EOFError, ValueError) as e:  # truncated or corrupt compressed stream
-            raise DataError(f"{path}: cannot decompress ({e}); re-create or remove the file") from None
+        while True:
+            try:
+                chunk = f.read(1 << 20)
+            except Exception as e:  # noqa: BLE001 - what the decoder raises: a truncated or corrupt stream
+                err = decoder_error(path, e, f"line {lines}, byte offset {size}")
+                if err is None:
+                    raise
+                raise err from None
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size, lines = size + len(chunk), lines + chunk.count(b"\n")
+    raw = b"".join(chunks)
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise _utf8_error(path, raw, e) from None
 
 
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # a JSON escape of half a UTF-16 pair
+
+
+def _jsonl_record(path: str, raw: bytes, n: int, offset: int, text_key: str) -> str | None:
+    """The text of line `n` (bytes `raw` at byte offset `offset` of the decompressed file); None for a
+    blank line."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _utf8_error(path, raw, e, n, offset) from None
+    if not line.strip():
+        return None
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as e:
+        msg = e.msg.removesuffix(" at")  # "Invalid control character at"
+        raise DataError(f"{path}:{n} is not valid JSON ({msg} at column {e.colno}; the line starts at byte offset "
+                        f"{offset}); each line must be one JSON object: fix or remove line {n}") from None
+    if not isinstance(record, dict) or not isinstance(record.get(text_key), str):
+        raise DataError(f"{path}:{n}: no string field {text_key!r}; set data.text_key to the text field")
+    text = record[text_key]
+    if _SURROGATE_ESCAPE.search(raw):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise DataError(f"{path}:{n} (byte offset {offset}): field {text_key!r} holds a lone surrogate "
+                            f"{text[e.start]!r} at character {e.start} (a JSON \\u escape of half a UTF-16 pair), "
+                            "which no UTF-8 text can hold; write the character itself or its full pair of escapes, "
+                            f"or remove line {n}") from None
+    return text
+
+
 def _jsonl_documents(path: str, text_key: str) -> Iterator[str]:
+    n, offset = 0, 0
     with open_binary(path) as f:
-        for n, raw in enumerate(f, 1):
+        lines = iter(f)
+        while True:
             try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise _utf8_error(path, raw, e, n) from None
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{path}:{n} is not valid JSON ({e.msg}); each line must be one JSON object") from None
-            if not isinstance(record, dict) or not isinstance(record.get(text_key), str):
-                raise DataError(f"{path}:{n}: no string field {text_key!r}; set data.text_key to the text field")
-            yield record[text_key]
+                raw = next(lines)
+            except StopIteration:
+                return
+            except Exception as e:  # noqa: BLE001 - what the decoder raises: a truncated or corrupt stream
+                err = decoder_error(path, e, f"line {n + 1}, byte offset {offset}")
+                if err is None:
+                    raise
+                raise err from None
+            n += 1
+            text = _jsonl_record(path, raw, n, offset, text_key)
+            offset += len(raw)
+            if text is not None:
+                yield text
 
 
 def _parquet_documents(path: str, text_key: str) -> Iterator[str]:
@@ -193,13 +324,25 @@ def _parquet_documents(path: str, text_key: str) -> Iterator[str]:
         pf = pq.ParquetFile(path)
     except FileNotFoundError:
         raise DataError(f"data file not found: {path}; fix data.paths / --input") from None
-    except Exception as e:  # pyarrow.ArrowInvalid and friends
-        raise DataError(f"{path}: not a readable Parquet file ({e}); re-create or remove it") from None
+    except Exception as e:  # noqa: BLE001 - pyarrow.ArrowInvalid and friends
+        size = os.path.getsize(path)
+        raise DataError(f"{path}: not a readable Parquet file ({str(e)[:200]}; its footer, the last bytes of its "
+                        f"{size}, is read first, so a file cut short fails here): copy it again, or remove it from "
+                        "the inputs (data.paths / --input)") from None
     if text_key not in pf.schema_arrow.names:
         raise DataError(f"{path}: no column {text_key!r} (columns: {pf.schema_arrow.names}); set data.text_key "
                         "to the text column")
-    for batch in pf.iter_batches(columns=[text_key], batch_size=1024):
-        for text in batch.column(0).to_pylist():
+    batches, row = pf.iter_batches(columns=[text_key], batch_size=1024), 0
+    while True:
+        try:
+            texts = next(batches).column(0).to_pylist()
+        except StopIteration:
+            return
+        except Exception as e:  # noqa: BLE001 - a corrupt page: the footer was read, the data is damaged
+            raise DataError(f"{path}: rows from {row} on cannot be read ({str(e)[:200]}); re-create the file or "
+                            "remove it from the inputs (data.paths / --input)") from None
+        row += len(texts)
+        for text in texts:
             if text is not None:
                 yield text
 
@@ -238,3 +381,35 @@ def files_corpus(paths: str, text_key: str = "text", txt_document: str = "paragr
     if not texts:
         raise DataError(f"no non-empty documents in data.paths={paths!r}; the files are empty or whitespace only")
     return Corpus(f"data.paths={paths!r}", tuple(ids), tuple(texts))
+
+
+def stream_stdlib(val_fraction: float, shard: int = 0, shards: int = 1) -> Iterator[tuple]:
+    """(split, piece, fraction done) of every shards-th stdlib file from `shard` (what prepare reads)."""
+    corpus = stdlib_corpus()
+    for k, (doc_id, text) in enumerate(zip(corpus.ids, corpus.texts)):
+        if k % shards == shard:
+            split = "validation" if is_validation(doc_id, val_fraction) else "train"
+            for piece in pieces(text, STDLIB_PIECE_CHARS):
+                yield split, piece, (k + 1) / len(corpus.ids)
+
+
+def stream_files(paths: str, text_key: str, txt_document: str, val_fraction: float, shard: int = 0,
+                 shards: int = 1) -> Iterator[tuple]:
+    """(split, document, None) of host shard `shard` of `shards` of data.paths, streamed file by file
+    (every shards-th file when there are at least `shards` files, else every shards-th document),
+    and (None, None, fraction done) after each file (what prepare reads)."""
+    files = expand_paths(paths)
+    by_file = len(files) >= shards
+    mine = files[shard::shards] if by_file else files
+    sizes = [max(os.path.getsize(f), 1) for f in mine]
+    total, done, k = sum(sizes), 0, 0
+    for path, size in zip(mine, sizes):
+        base = os.path.basename(path)
+        for n, doc in enumerate(iter_file_documents(path, text_key, txt_document)):
+            if not doc.strip():
+                continue
+            k += 1
+            if by_file or (k - 1) % shards == shard:
+                yield ("validation" if is_validation(f"{base}:{n}", val_fraction) else "train"), doc, None
+        done += size
+        yield None, None, done / total

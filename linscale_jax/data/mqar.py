@@ -154,6 +154,10 @@ class MQARRows:
         self.tokens_read += idx.size * self.seq_len
         return {k: v[idx] for k, v in full.items()}
 
+    def one_pass(self, num_batches: int) -> list[dict]:
+        """Batches 0 .. num_batches - 1 of the split, whole (as RecordRows.one_pass)."""
+        return [self.rows(i, range(self.batch_size)) for i in range(num_batches)]
+
     def state(self, step: int) -> dict:
         return dict(kind="mqar", task="mqar", split=self.split, seed=self.seed, step=int(step))
 

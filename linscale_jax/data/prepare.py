@@ -15,100 +15,35 @@ Vocabularies (--vocab): byte | sentencepiece:<.model> | cl100k_base | hf:<tokeni
 Splits. Local files and stdlib: a document goes to validation when the hash of its id
 (<file name>:<n>) falls below --val_fraction (as data.task=files does); tfds: its own splits.
 Hosts. --shard=i/n prepares shard i of n: every n-th file when there are at least n files, else
-every n-th document; each host writes only its shard files, and the directory is complete when all
-n shards are there. Cores. Documents are tokenised by --processes worker processes in chunks and
-packed in order by the main process, so the records do not depend on the number of processes.
+every n-th document; each host writes only its shard files, and the host that finds all n shards
+there publishes the directory (data.publish: versions beside each other, dataset.json written last
+and atomically; other inputs into the same --out refuse). Cores. Documents are tokenised by
+--processes worker processes in chunks and packed in order by the main process, so the records do
+not depend on the number of processes.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import hashlib
 import json
 import multiprocessing
 import os
 import shutil
 import sys
-import tempfile
 import time
-from typing import Iterator
 
 import ml_collections
-from etils import epath
 
-from linscale_jax.data import corpora, records, tokenize
+from linscale_jax.data import corpora, publish, records, sources, tokenize
 from linscale_jax.data.errors import DataError
+from linscale_jax.run import storage
 
 CHUNK_CHARS = 1 << 20  # text per tokenisation task
 CHUNK_DOCS = 4096
 PROGRESS_EVERY_S = 5.0
-
-
-# ----------------------------------------------------------------------------- documents
-
-def _stdlib_documents(shard: int, shards: int, val_fraction: float):
-    corpus = corpora.stdlib_corpus()
-    for k, (doc_id, text) in enumerate(zip(corpus.ids, corpus.texts)):
-        if k % shards == shard:
-            split = "validation" if corpora.is_validation(doc_id, val_fraction) else "train"
-            for piece in corpora.pieces(text, corpora.STDLIB_PIECE_CHARS):
-                yield split, piece, (k + 1) / len(corpus.ids)
-
-
-def _file_documents(data_config, shard: int, shards: int):
-    files = corpora.expand_paths(data_config.paths)
-    by_file = len(files) >= shards
-    mine = files[shard::shards] if by_file else files
-    sizes = [max(os.path.getsize(f), 1) for f in mine]
-    total, done, k = sum(sizes), 0, 0
-    for path, size in zip(mine, sizes):
-        base = os.path.basename(path)
-        for n, doc in enumerate(corpora.iter_file_documents(path, data_config.text_key, data_config.txt_document)):
-            if not doc.strip():
-                continue
-            k += 1
-            if by_file or (k - 1) % shards == shard:
-                split = "validation" if corpora.is_validation(f"{base}:{n}", data_config.val_fraction) else "train"
-                yield split, doc, None
-        done += size
-        yield None, None, done / total
-
-
-def _tfds_documents(data_config, shard: int, shards: int):
-    from linscale_jax.data import tasks
-    from linscale_jax.data._tf import dataset_options, seqio
-
-    task = tasks.get_task(data_config)
-    key = tasks.text_key(data_config)
-    for split in records.SPLITS:
-        source = task.source
-        if shards > 1 and len(source.list_shards(split)) >= shards:
-            ds = source.get_dataset(split=split, shuffle=False, shard_info=seqio.ShardInfo(shard, shards))
-        else:
-            ds = source.get_dataset(split=split, shuffle=False)
-            if shards > 1:
-                ds = ds.shard(shards, shard)
-        for n, ex in enumerate(ds.map(lambda ex: ex[key]).with_options(dataset_options()).prefetch(64)
-                               .as_numpy_iterator()):
-            try:
-                yield split, ex.decode("utf-8"), None
-            except UnicodeDecodeError as e:
-                raise DataError(f"document {n} of {data_config.task}/{split} is not valid UTF-8 at byte offset "
-                                f"{e.start}; re-prepare the tfds dataset with UTF-8 text") from None
-
-
-def documents(data_config, shard: int = 0, shards: int = 1) -> Iterator[tuple]:
-    """(split, text, fraction done or None) of this shard's documents, in source order.
-    Entries with split None carry progress only."""
-    kind = data_config.task
-    if kind == "stdlib":
-        return _stdlib_documents(shard, shards, data_config.val_fraction)
-    if kind == "files":
-        return _file_documents(data_config, shard, shards)
-    if kind.startswith("tfds:"):
-        return _tfds_documents(data_config, shard, shards)
-    raise DataError(f"unknown input {kind!r}; use stdlib, files (data.paths) or tfds:<name>[:<version>]")
 
 
 # ----------------------------------------------------------------------------- tokenising workers
@@ -156,70 +91,124 @@ def _encoder(tok: tokenize.Tokenizer, processes: int, tiktoken_file: str):
 
 # ----------------------------------------------------------------------------- prepare
 
-def source_description(data_config) -> dict:
-    """The options that decide the documents (stored in dataset.json)."""
-    kind = data_config.task
-    d = dict(task=kind, val_fraction=float(data_config.val_fraction))
-    if kind == "files":
-        d.update(paths=data_config.paths, text_key=data_config.text_key, txt_document=data_config.txt_document)
-    elif kind.startswith("tfds:"):
-        d.update(tfds_data_dir=data_config.get("tfds_data_dir", ""))
-    elif kind == "stdlib":
-        d.update(piece_chars=corpora.STDLIB_PIECE_CHARS)
-    return d
-
-
 def _fmt_eta(seconds: float) -> str:
     seconds = int(seconds)
     return f"{seconds // 3600}h{seconds // 60 % 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
 
 
+def _test_fault():
+    """LINSCALE_PREPARE_FAULT (tests only): enospc@N raises a full disk at the N-th record written;
+    pause@<split> stops for a minute once the split's shard file is in place (to be killed there)."""
+    spec = os.environ.get("LINSCALE_PREPARE_FAULT", "")
+    what, _, arg = spec.partition("@")
+
+    def on_write(n: int, path: str) -> None:
+        if what == "enospc" and n == int(arg):
+            raise OSError(errno.ENOSPC, "No space left on device", path)
+
+    def pause(point: str) -> None:
+        if what == "pause" and point == arg:
+            print(f"paused after {point}", flush=True)
+            time.sleep(60)
+
+    return on_write, pause
+
+
 def prepare(data_config, seq_len: int, out: str, shard: int = 0, shards: int = 1, processes: int = 1,
-            log=print) -> dict:
-    """Write shard `shard` of `shards` of the records of `data_config`'s corpus into `out`.
-    Returns {split: {rows, tokens, documents, sha256}} of this shard."""
+            log=print, elsewhere: str = "pass another --out") -> dict:
+    """Write shard `shard` of `shards` of the records of `data_config`'s corpus into `out` (a new
+    version beside what `out` holds, published when every shard is there: data.publish).
+    Returns {split: {rows, tokens, documents, bytes, sha256}} of this shard. `elsewhere` is the
+    full-disk line's other way out."""
     if not 0 <= shard < shards:
         raise DataError(f"--shard={shard}/{shards}: the shard index must be in [0, {shards})")
     if seq_len < 2:
         raise DataError(f"--seq_len={seq_len}: rows need at least 2 tokens")
-    tiktoken_file = data_config.get("tiktoken_file", "")
-    tok = tokenize.get(data_config.vocab, tiktoken_file)
+    src = sources.of(data_config)
+    tok = tokenize.get(data_config.vocab, data_config.get("tiktoken_file", ""))
     token_dtype, segment_dtype = records.dtypes(tok.vocab_size, seq_len)
-    meta = dict(format=records.FORMAT, vocab=tok.spec, vocab_fingerprint=tok.fingerprint, vocab_size=tok.vocab_size,
-                eos_id=tok.eos_id, pad_id=tok.pad_id, seq_len=seq_len, token_dtype=token_dtype,
-                segment_dtype=segment_dtype, shards=shards, source=source_description(data_config))
+    recipe = dict(format=records.FORMAT, vocab=tok.spec, vocab_fingerprint=tok.fingerprint, vocab_size=tok.vocab_size,
+                  eos_id=tok.eos_id, pad_id=tok.pad_id, seq_len=seq_len, token_dtype=token_dtype,
+                  segment_dtype=segment_dtype, shards=shards, source=src.description(data_config))
+    inputs = hashlib.sha256(json.dumps([recipe, src.stamp(data_config)]).encode()).hexdigest()
+    version = f"v-{inputs[:16]}"
+    on_write, pause = _test_fault()
+    progress = dict(fraction=None, bytes=0)
+    t0 = time.perf_counter()
+    log(f"prepare {data_config.task} -> {out} (shard {shard}/{shards}, vocab {tok.spec}, seq_len {seq_len}, "
+        f"{processes} process{'es' if processes > 1 else ''})")
+    writer = publish.Writer(out, version, recipe, shard, shards, log, pause)
+    try:
+        with writer:
+            if writer.published:
+                log(f"  {out} already holds these records ({version}); nothing to do")
+                manifest = writer.manifest()
+                return {s: manifest["files"][s][shard] for s in records.SPLITS}
+            if writer.todo:
+                stats = _write_shard(data_config, src, tok, seq_len, shard, shards, processes, writer.stage,
+                                     on_write, progress, log)
+                writer.commit(stats)
+            else:
+                log(f"  shard {shard}/{shards} is already in {out}/{version}")
+            stats = records.read_json(records.claim_file(out, version, shard, shards))
+            if not writer.publish(inputs):
+                log(f"  shard {shard}/{shards} done; {out} is published once all {shards} shards are there")
+    except Exception as e:
+        if not storage.disk_full(e):
+            raise
+        raise DataError(_disk_full_line(out, writer, progress, elsewhere)) from e
+    dt = time.perf_counter() - t0
+    log(f"  done in {dt:.1f}s: " + ", ".join(f"{s} {stats[s]['rows']:,} rows ({publish.size_text(stats[s]['bytes'])})"
+                                             for s in records.SPLITS)
+        + (f"; published {out}/{records.MANIFEST} ({version})" if writer.published else ""))
+    old = writer.superseded()
+    if writer.published and old:
+        log(f"  the records published before stay in {', '.join(p for p, _ in old)} "
+            f"({publish.size_text(sum(b for _, b in old))}) for runs reading them; the next prepare into {out} removes "
+            "them")
+    return stats
+
+
+def _disk_full_line(out: str, writer, progress: dict, elsewhere: str) -> str:
+    where = writer.stage if writer.stage and not writer.local else out
+    probe = next((p for p in (where, os.path.dirname(where.rstrip("/"))) if os.path.isdir(p)), None)
+    free = f", {publish.size_text(shutil.disk_usage(probe).free)} free now" if probe else ""
+    old = writer.superseded()
+    older = (f"; {', '.join(p for p, _ in old)} ({publish.size_text(sum(b for _, b in old))}) hold earlier records "
+             "and can go if no run reads them") if old else ""
+    return (f"no space left on device while preparing {out} (the disk filled after "
+            f"{publish.size_text(progress['bytes'])} of records{free}; prepare removed its partial files); free "
+            f"space on the disk of {where} (df -h {probe or where}){older}, or {elsewhere}, then re-run the same "
+            "command")
+
+
+def _write_shard(data_config, src, tok, seq_len, shard, shards, processes, stage, on_write, progress, log) -> dict:
+    """Tokenise and pack this shard's documents into stage/<split>.array_record; returns the stats."""
     from array_record.python.array_record_module import ArrayRecordWriter
 
-    out_path = epath.Path(out)
-    name = records.shard_name(shard, shards)
-    local = not str(out).startswith(("gs://", "s3://"))
-    if local:  # stage next to the output (same file system: a rename), else in /tmp, then copy
-        out_path.mkdir(parents=True, exist_ok=True)
-        stage = tempfile.mkdtemp(prefix=f".{name}-", dir=str(out_path))
-    else:
-        stage = tempfile.mkdtemp(prefix="linscale-prepare-")
-    writers = {s: ArrayRecordWriter(os.path.join(stage, f"{s}.array_record"), records.WRITER_OPTIONS)
-               for s in records.SPLITS}
+    token_dtype, segment_dtype = records.dtypes(tok.vocab_size, seq_len)
+    tiktoken_file = data_config.get("tiktoken_file", "")
+    paths = {s: os.path.join(stage, f"{s}.array_record") for s in records.SPLITS}
+    writers = {s: ArrayRecordWriter(paths[s], records.WRITER_OPTIONS) for s in records.SPLITS}
     packers = {s: records.Packer(seq_len, tok.pad_id) for s in records.SPLITS}
     stats = {s: dict(rows=0, tokens=0, documents=0) for s in records.SPLITS}
-    hashes = {s: hashlib.sha256() for s in records.SPLITS}
+    count = [0]
 
     def write(split, rows):
         targets, segs = rows
         for rec in records.encode_rows(targets, segs, token_dtype, segment_dtype):
+            count[0] += 1
+            on_write(count[0], paths[split])
             writers[split].write(rec)
-            hashes[split].update(rec)
+            progress["bytes"] += len(rec)
         stats[split]["rows"] += len(targets)
         stats[split]["tokens"] += int((segs > 0).sum())
 
-    progress = dict(fraction=None)
     t0 = last = time.perf_counter()
     n_docs = n_tok = 0
-    log(f"prepare {data_config.task} -> {out} (shard {shard}/{shards}, vocab {tok.spec}, seq_len {seq_len}, "
-        f"{processes} process{'es' if processes > 1 else ''})")
     try:
         with _encoder(tok, processes, tiktoken_file) as imap:
-            for splits, docs in imap(_chunks(documents(data_config, shard, shards), progress)):
+            for splits, docs in imap(_chunks(src.documents(data_config, shard, shards), progress)):
                 for split in records.SPLITS:
                     mine = [d for s, d in zip(splits, docs) if s == split and len(d) > 1]
                     if mine:
@@ -239,24 +228,10 @@ def prepare(data_config, seq_len: int, out: str, shard: int = 0, shards: int = 1
         for w in writers.values():
             w.close()
     if n_docs == 0:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise DataError(f"shard {shard}/{shards} of {data_config.task} {source_description(data_config)} holds no "
+        raise DataError(f"shard {shard}/{shards} of {data_config.task} {src.description(data_config)} holds no "
                         "non-empty documents; check the input (files empty or whitespace only) or use fewer shards")
-    for split in records.SPLITS:
-        stats[split]["sha256"] = hashes[split].hexdigest()
-        dest = out_path / split
-        dest.mkdir(parents=True, exist_ok=True)
-        src = os.path.join(stage, f"{split}.array_record")
-        if local:
-            os.replace(src, str(dest / f"{name}.array_record"))
-        else:
-            epath.Path(src).copy(dest / f"{name}.array_record", overwrite=True)
-        (dest / f"{name}.json").write_text(json.dumps(stats[split], indent=1))
-    shutil.rmtree(stage, ignore_errors=True)
-    (out_path / "dataset.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
     dt = time.perf_counter() - t0
-    log(f"  done: {n_docs:,} docs, {n_tok:,} tokens in {dt:.1f}s ({n_tok / max(dt, 1e-9):,.0f} tokens/s); "
-        + ", ".join(f"{s} {stats[s]['rows']:,} rows" for s in records.SPLITS))
+    log(f"  {n_docs:,} docs, {n_tok:,} tokens in {dt:.1f}s ({n_tok / max(dt, 1e-9):,.0f} tokens/s)")
     return stats
 
 
@@ -266,11 +241,7 @@ def data_config_from_args(args) -> ml_collections.ConfigDict:
     from linscale_jax.config import base_config
 
     c = base_config().data
-    inp = args.input
-    if inp == "stdlib" or inp.startswith("tfds:"):
-        c.task = inp
-    else:
-        c.task, c.paths = "files", inp
+    c.task, c.paths = sources.input_task(args.input)
     c.vocab, c.text_key, c.txt_document = args.vocab, args.text_key, args.txt_document
     c.val_fraction, c.tfds_data_dir, c.tiktoken_file = args.val_fraction, args.tfds_data_dir, args.tiktoken_file
     return c
@@ -285,7 +256,7 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 
 def main(argv=None) -> int:
-    from linscale_jax import cli_errors
+    from linscale_jax.run import command
     from linscale_jax.errors import ArgumentParser
 
     parser = ArgumentParser(prog="python -m linscale_jax.data.prepare", description=__doc__,
@@ -309,7 +280,7 @@ def main(argv=None) -> int:
         print(f"train with --config.data.task=records:{args.out} --config.data.vocab={args.vocab} "
               f"--config.train.seq_len={args.seq_len}")
 
-    return cli_errors.run(run, command="prepare")
+    return command.run(run, command="prepare")
 
 
 if __name__ == "__main__":

@@ -2,9 +2,19 @@
 
 Layout of a prepared directory DIR (local or gs://), written by `python -m linscale_jax.data.prepare`:
 
-  DIR/dataset.json                                  tokenizer, seq_len, dtypes, source, shard count
-  DIR/<split>/shard-<i>-of-<n>.array_record         rows of host shard i (split: train, validation)
-  DIR/<split>/shard-<i>-of-<n>.json                 rows, tokens, documents, sha256 of its records
+  DIR/dataset.json                                   the manifest: what the records are and hold
+  DIR/<version>/<split>/shard-<i>-of-<n>.array_record  rows of host shard i (split: train, validation)
+  DIR/<version>/shard-<i>-of-<n>.json                shard i's files: rows, tokens, documents, bytes, sha256
+
+dataset.json holds the recipe (tokenizer and its file's sha256, seq_len, dtypes, source, shard
+count), the version directory it publishes, and per split and shard the file's rows, tokens,
+documents, size and sha256 (of the file's bytes: `sha256sum` checks it), then `fingerprints`: per
+split, the sha256 of the recipe and that split's file entries (`fingerprint`). A version directory
+is written whole before dataset.json names it, and is never written again once named: dataset.json
+is replaced in one atomic step (data.publish), so the rows a reader finds are the rows its
+fingerprint describes. Opening a split checks, without reading the rows, that dataset.json's
+fingerprint matches its file list and that every file has the size it lists; a run stores the
+fingerprint and refuses records whose fingerprint changed.
 
 One record is one packed row of seq_len tokens: targets [t] then segment_ids [t], little-endian, in
 the dtypes of dataset.json (uint16 when the ids fit, else uint32). Global row r of a split is row r
@@ -14,11 +24,7 @@ continues at the start of the next row as a new segment. Segment ids number the 
 from 1; 0 marks padding (only in the last row of a shard). The model's inputs are the targets
 shifted right inside each segment, with pad_id at a segment's first position.
 
-`fingerprint(split)` is a sha256 over dataset.json's content and every shard's sha256: a run
-stores it and refuses records whose content changed.
-
-`prepare` writes to a local or gs:// directory (staged locally, then copied with etils.epath);
-reading needs a file system path (a bucket mounted with gcsfuse, as MaxText reads its ArrayRecords).
+Reading needs a file system path (a bucket mounted with gcsfuse, as MaxText reads its ArrayRecords).
 Files are read with Grain's ArrayRecordDataSource (random access; the ArrayRecord files are written
 with group_size:1 as Grain needs). The training order is Grain's index shuffle of the row indices
 (`grain.MapDataset.range(rows).shuffle(seed)`): O(1) per index, a new permutation every epoch.
@@ -33,15 +39,35 @@ import json
 import numpy as np
 from etils import epath
 
+from linscale_jax.data import tokenize
 from linscale_jax.data.errors import DataError
 
-FORMAT = "linscale-records-1"
+FORMAT = "linscale-records-2"
+MANIFEST = "dataset.json"
+RECIPE = ("format", "vocab", "vocab_fingerprint", "vocab_size", "eos_id", "pad_id", "seq_len", "token_dtype",
+          "segment_dtype", "shards", "source")  # what the records are made from (dataset.json)
+FILE_FIELDS = ("rows", "tokens", "documents", "bytes", "sha256")  # one shard file's entry
 SPLITS = ("train", "validation")
 WRITER_OPTIONS = "group_size:1"  # one record per chunk: random access (Grain's requirement)
 
 
 def shard_name(i: int, n: int) -> str:
     return f"shard-{i:05d}-of-{n:05d}"
+
+
+def shard_file(root, version: str, split: str, i: int, n: int):
+    return epath.Path(root) / version / split / f"{shard_name(i, n)}.array_record"
+
+
+def claim_file(root, version: str, i: int, n: int):
+    """Shard i's entry of its files (FILE_FIELDS per split), written after them."""
+    return epath.Path(root) / version / f"{shard_name(i, n)}.json"
+
+
+def fingerprint(manifest: dict, split: str) -> str:
+    """sha256 of the recipe and the split's file entries: what the split's rows are, from their bytes."""
+    body = dict({k: manifest[k] for k in RECIPE}, files=manifest["files"][split], split=split)
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
 def dtypes(vocab_size: int, seq_len: int) -> tuple[str, str]:
@@ -124,30 +150,32 @@ class Records:
             raise DataError(f"unknown split {split!r}; use one of {SPLITS}")
         self.directory, self.split = str(directory), split
         root = epath.Path(directory)
-        if not (root / "dataset.json").exists():
-            raise DataError(f"{directory} holds no prepared records (no dataset.json); create them with "
-                            f"`python -m linscale_jax.data.prepare --input=... --out={directory}`")
-        self.meta = read_json(root / "dataset.json")
+        if not (root / MANIFEST).exists():
+            raise DataError(unpublished(root))
+        self.meta = read_json(root / MANIFEST)
         if self.meta.get("format") != FORMAT:
-            raise DataError(f"{directory}/dataset.json is format {self.meta.get('format')!r}, not {FORMAT!r}; "
-                            "prepare the corpus again with this version")
-        n = int(self.meta["shards"])
-        names = [shard_name(i, n) for i in range(n)]
-        missing = [f"--shard={i}/{n}" for i, s in enumerate(names) if not (root / split / f"{s}.json").exists()]
-        if missing:
-            raise DataError(f"{directory}: {len(missing)} of {n} shards are not prepared; run prepare with "
-                            f"{', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''} and the same flags")
-        self.shards = [read_json(root / split / f"{s}.json") for s in names]
-        self.paths = [str(root / split / f"{s}.array_record") for s, m in zip(names, self.shards) if m["rows"]]
+            raise DataError(f"{directory}/{MANIFEST} is format {self.meta.get('format')!r}, not {FORMAT!r}; remove "
+                            f"{directory} and prepare the corpus again with this version")
+        n, version = int(self.meta["shards"]), self.meta["version"]
+        self.shards = self.meta["files"][split]
+        self.fingerprint = fingerprint(self.meta, split)
+        if self.fingerprint != self.meta["fingerprints"][split]:
+            raise DataError(f"{directory}/{MANIFEST}: its {split} fingerprint does not match its own file list (the "
+                            f"file was edited); prepare {directory} again")
+        files = [shard_file(root, version, split, i, n) for i in range(n)]
+        for f, m in zip(files, self.shards):
+            size = f.stat().length if f.exists() else None
+            if size != m["bytes"]:
+                found = "is missing" if size is None else f"holds {size} bytes"
+                raise DataError(f"{f} {found}, not the {m['bytes']} bytes that {directory}/{MANIFEST} records "
+                                f"(fingerprint {self.fingerprint[:12]}): the records changed after they were "
+                                f"prepared; prepare {directory} again (python -m linscale_jax.data.prepare)")
+        self.paths = [str(f) for f, m in zip(files, self.shards) if m["rows"]]
         self.seq_len = int(self.meta["seq_len"])
         self.pad_id, self.eos_id = int(self.meta["pad_id"]), int(self.meta["eos_id"])
         self.rows = sum(int(m["rows"]) for m in self.shards)
         self.tokens = sum(int(m["tokens"]) for m in self.shards)
         self.documents = sum(int(m["documents"]) for m in self.shards)
-        h = hashlib.sha256(json.dumps(self.meta, sort_keys=True).encode())
-        for m in self.shards:
-            h.update(m["sha256"].encode())
-        self.fingerprint = h.hexdigest()
         self._tok = np.dtype(self.meta["token_dtype"]).newbyteorder("<")
         self._seg = np.dtype(self.meta["segment_dtype"]).newbyteorder("<")
 
@@ -199,6 +227,36 @@ class Records:
             raise DataError(f"{self.directory} holds rows of {self.seq_len} tokens, not train.seq_len={seq_len}; "
                             f"set --config.train.seq_len={self.seq_len} or prepare the corpus with "
                             f"--seq_len={seq_len}")
+
+
+def documents(directory: str, split: str, tiktoken_file: str = ""):
+    """The documents of a prepared split, decoded (rows in order, cut after each EOS)."""
+    recs = Records(directory, split)
+    tok = tokenize.get(recs.meta["vocab"], tiktoken_file)
+    pending = []
+    for start in range(0, len(recs), 1024):
+        targets, segs = recs.read(range(start, min(start + 1024, len(recs))))
+        tokens = targets[segs > 0]
+        cuts = np.flatnonzero(tokens == recs.eos_id) + 1
+        pieces = np.split(tokens, cuts)
+        for piece in pieces[:-1]:
+            yield tok.decode(np.concatenate(pending + [piece[:-1]]).tolist())
+            pending = []
+        pending.append(pieces[-1])
+
+
+def unpublished(root) -> str:
+    """What a directory without dataset.json holds, and what to run."""
+    claims = sorted(root.glob("v-*/shard-*-of-*.json")) if root.is_dir() else []
+    if not claims:
+        return (f"{root} holds no prepared records (no {MANIFEST}); create them with "
+                f"`python -m linscale_jax.data.prepare --input=... --out={root}`")
+    version = claims[-1].parent.name
+    n = int(claims[-1].stem.rsplit("-of-", 1)[1])
+    done = {int(c.stem.split("-")[1]) for c in claims if c.parent.name == version}
+    missing = [f"--shard={i}/{n}" for i in range(n) if i not in done]
+    return (f"{root}: {len(missing)} of {n} shards are not prepared (version {version}); run prepare with "
+            f"{', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''} and the same flags")
 
 
 def order(num_rows: int, seed: int):

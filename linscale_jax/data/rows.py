@@ -16,22 +16,17 @@ prepares under a file lock while the others wait, then all read the same directo
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import hashlib
 import json
 import logging
 import os
-import shutil
-import sys
-import sysconfig
 
 import numpy as np
 
-from linscale_jax.data import corpora, records, tokenize
+from linscale_jax.data import publish, records, sources, tokenize
 from linscale_jax.data.errors import DataError, DataRefusal
 
-TASK_FORMS = ("stdlib | files | tfds:<name>[:<version>] | records:<prepared dir> | mqar")
 AUTO_PARALLEL_BYTES = 32 << 20  # inputs above this are tokenised by several processes
 
 
@@ -40,68 +35,43 @@ def cache_root() -> str:
                                                                  "records")
 
 
-def _input_stamp(data_config):
-    """What identifies the inputs' content cheaply: paths, sizes and mtimes; the stdlib's location."""
-    kind = data_config.task
-    if kind == "files":
-        files = corpora.expand_paths(data_config.paths)
-        return [(os.path.abspath(f), os.path.getsize(f), os.stat(f).st_mtime_ns) for f in files]
-    if kind == "stdlib":
-        return [sysconfig.get_paths()["stdlib"], sys.version]
-    return []
-
-
 def records_dir(config) -> str:
     """The prepared directory of config.data (prepared into the cache on first use)."""
     from linscale_jax.data import prepare
 
     d, seq_len = config.data, int(config.train.seq_len)
-    kind = d.task
-    if kind.startswith("records:"):
-        if not kind[8:]:
-            raise DataError("data.task='records:' needs a directory: records:<dir written by prepare>")
-        return kind[8:]
-    if kind not in ("stdlib", "files") and not (kind.startswith("tfds:") and kind[5:]):
-        raise DataError(f"unknown data.task={kind!r}; use one of: {TASK_FORMS}")
+    src = sources.of(d)
+    if src.prepared:
+        return src.argument(d)
+    if src.documents_fn is None:
+        raise DataError(f"data.task={d.task!r} has no records: its rows are synthetic (data.train_rows reads them)")
     tok = tokenize.get(d.vocab, d.get("tiktoken_file", ""))
-    source = prepare.source_description(d)
-    ident = json.dumps(dict(format=records.FORMAT, source=source, vocab=tok.spec, vocab_sha256=tok.fingerprint,
-                            seq_len=seq_len, inputs=_input_stamp(d)), sort_keys=True)
+    ident = json.dumps(dict(format=records.FORMAT, source=src.description(d), vocab=tok.spec,
+                            vocab_sha256=tok.fingerprint, seq_len=seq_len, inputs=src.stamp(d)), sort_keys=True)
     key = hashlib.sha256(ident.encode()).hexdigest()[:16]
-    tag = "".join(c if c.isalnum() else "_" for c in kind)[:24]
+    tag = "".join(c if c.isalnum() else "_" for c in d.task)[:24]
     vtag = tok.spec if tok.spec in ("byte", "cl100k_base") else f"{tok.spec.split(':')[0]}_{tok.fingerprint[:8]}"
     root = cache_root()
     out = os.path.join(root, f"{tag}-{vtag}-t{seq_len}-{key}")
     if _complete(out):
         return out
     os.makedirs(root, exist_ok=True)
-    with _locked(out + ".lock"):
+    with publish.flock(out + ".lock", fcntl.LOCK_EX):
         if _complete(out):  # another process prepared it meanwhile
             return out
-        tmp = f"{out}.tmp-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        size = sum(s for _, s, _ in _input_stamp(d)) if kind == "files" else 0
-        processes = min(os.cpu_count() or 1, 8) if (kind.startswith("tfds:") or size > AUTO_PARALLEL_BYTES) else 1
-        print(f"Preparing data.task={kind} (vocab {tok.spec}, seq_len {seq_len}) once into {out}; for large "
+        many = src.parallel or src.input_bytes(d) > AUTO_PARALLEL_BYTES
+        processes = min(os.cpu_count() or 1, 8) if many else 1
+        print(f"Preparing data.task={d.task} (vocab {tok.spec}, seq_len {seq_len}) once into {out}; for large "
               "corpora on many hosts run `python -m linscale_jax.data.prepare` and use data.task=records:<dir>.",
               flush=True)
-        prepare.prepare(d, seq_len, tmp, processes=processes, log=lambda m: print(m, flush=True))
-        os.rename(tmp, out)
+        prepare.prepare(d, seq_len, out, processes=processes, log=lambda m: print(m, flush=True),
+                        elsewhere=f"set $LINSCALE_DATA_CACHE to a directory on a larger disk (the corpora prepared "
+                        f"under {root} can be deleted)")
     return out
 
 
 def _complete(directory: str) -> bool:
-    return os.path.isfile(os.path.join(directory, "dataset.json"))
-
-
-@contextlib.contextmanager
-def _locked(path: str):
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    return os.path.isfile(os.path.join(directory, records.MANIFEST))
 
 
 def check_model_vocab(config, vocab_size: int) -> None:
@@ -215,19 +185,3 @@ class StepIterator:
     def set_state(self, state: dict) -> None:
         self.source.check_state(state)
         self.step = int(state.get("step", state.get("batches", 0)))
-
-
-def record_documents(data_config, split: str):
-    """Documents decoded from a prepared directory (rows in order, cut after each EOS)."""
-    recs = records.Records(data_config.task[8:], split)
-    tok = tokenize.get(recs.meta["vocab"], data_config.get("tiktoken_file", ""))
-    pending = []
-    for start in range(0, len(recs), 1024):
-        targets, segs = recs.read(range(start, min(start + 1024, len(recs))))
-        tokens = targets[segs > 0]
-        cuts = np.flatnonzero(tokens == recs.eos_id) + 1
-        pieces = np.split(tokens, cuts)
-        for piece in pieces[:-1]:
-            yield tok.decode(np.concatenate(pending + [piece[:-1]]).tolist())
-            pending = []
-        pending.append(pieces[-1])

@@ -22,10 +22,11 @@ from linscale_jax.config import base_config
 def sentences(corpus: str, max_bytes: int, text_key: str = "text"):
     """Non-empty lines of the corpus' train split, up to max_bytes of text."""
     from linscale_jax import data  # TensorFlow import: keep `--help` fast
+    from linscale_jax.data import sources
 
     cfg = base_config().data
-    if corpus != "stdlib":
-        cfg.task, cfg.paths, cfg.text_key = "files", corpus, text_key
+    cfg.task, cfg.paths = sources.input_task(corpus)
+    cfg.text_key = text_key
     total = 0
     for doc in data.corpus_documents(cfg, "train"):
         for line in doc.split("\n"):
@@ -65,7 +66,7 @@ def train(corpus: str, vocab_size: int, out: str, *, max_bytes: int = 50_000_000
 
 def main(argv=None) -> None:
     parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--corpus", default="stdlib", help="stdlib, or comma-separated .txt/.jsonl files/dirs/globs")
+    parser.add_argument("--corpus", default="stdlib", help="stdlib, tfds:<name>, or comma-separated files/dirs/globs")
     parser.add_argument("--vocab_size", type=int, required=True, help="pieces incl. 259 special+byte pieces")
     parser.add_argument("--out", required=True, help="output FILE.model (FILE.vocab is written next to it)")
     parser.add_argument("--model_type", default="bpe", choices=["bpe", "unigram"])

@@ -8,32 +8,16 @@
     distributed.first_problem(text)     # the first process's non-None text, on every process
     distributed.preemption_service()    # True when JAX's preemption sync service runs
 
-Launch. Arguments win over the environment variables LINSCALE_COORDINATOR_ADDRESS,
-LINSCALE_NUM_PROCESSES and LINSCALE_PROCESS_ID (JAX_COORDINATOR_ADDRESS is accepted as the address
-too). With none of them, `jax.distributed.initialize()` runs without arguments (JAX's cluster
-auto-detection) when the environment describes several processes: a multi-host TPU VM slice, SLURM
-with several tasks, Open MPI; a single process initialises nothing.
-
-TPU VMs. A host is a Cloud TPU VM when a TPU variable is set (TPU_WORKER_HOSTNAMES,
-TPU_PROCESS_ADDRESSES, TPU_WORKER_ID, TPU_ACCELERATOR_TYPE, MEGASCALE_*) or TPU chips are attached
-(/dev/accel*, or Google TPU devices on the PCI bus). Its slice has several hosts when
-TPU_PROCESS_ADDRESSES / TPU_WORKER_HOSTNAMES (GKE) list several, MEGASCALE_NUM_SLICES > 1, or
-the GCE metadata server's instance/attributes/worker-network-endpoints (GCE TPU VMs, where the
-worker list lives; $GCE_METADATA_IP chooses the server) names several workers. The metadata
-server is asked only on a TPU VM without those variables, with a 2 s timeout; no answer (Colab, a
-single-host VM without it) means one host.
-
-Preemption. jax.distributed starts JAX's preemption sync service: SIGTERM to any process is
-propagated through the coordinator, and `multihost_utils.reached_preemption_sync_point(step)`
-turns True on every process at the same step (the step loop asks it once per step: a host-side
-call, no device collective).
-
-CPU. With several processes on the CPU platform (tests, laptops, CPU clusters), cross-process
-collectives go through gloo over TCP. Its transport binds to the address of this host's name by
-default; when the coordinator is on a loopback address (local processes) the transport is pinned to
-127.0.0.1, and LINSCALE_GLOO_HOSTNAME / LINSCALE_GLOO_INTERFACE choose it explicitly elsewhere.
-The number of simulated CPU devices per process comes from
-XLA_FLAGS=--xla_force_host_platform_device_count=N as usual.
+Launch: arguments win over LINSCALE_COORDINATOR_ADDRESS, LINSCALE_NUM_PROCESSES and
+LINSCALE_PROCESS_ID (JAX_COORDINATOR_ADDRESS is accepted as the address too). With none of them,
+`jax.distributed.initialize()` runs without arguments (JAX's cluster auto-detection) when the
+environment describes several processes (a multi-host TPU VM slice, SLURM, Open MPI); a single
+process initialises nothing. A TPU VM is recognised offline (TPU_* / MEGASCALE_* variables,
+/dev/accel*, TPU chips on the PCI bus); its hosts come from those variables or, on GCE, from the
+metadata server (2 s timeout; no answer means one host). With several CPU processes, collectives
+go through gloo, its transport pinned to 127.0.0.1 when the coordinator is on loopback
+(LINSCALE_GLOO_HOSTNAME / LINSCALE_GLOO_INTERFACE choose otherwise). jax.distributed also starts
+JAX's preemption sync service. Commands and behaviour: docs/training.md, "Running on several hosts".
 """
 
 from __future__ import annotations

@@ -1,18 +1,14 @@
 """Huge pages for XLA:CPU's per-step buffers: an entry point re-executes itself once with glibc's
 `glibc.malloc.hugetlb=1` tunable.
 
-Why (measured on a 2-core CPU VM; `python bench/huge_pages.py` times both settings):
-XLA:CPU allocates an executable's temporaries as one block per call, from a worker thread. For the
-HGRN2 d256 train step that block is 527 MB. glibc serves a block this large with a fresh `mmap`
-and returns it with `munmap` after the call (a thread arena always does, whatever M_MMAP_MAX
-says). So every step touches about 130,000 new 4 KiB pages, each a fault in which the kernel
-zeroes it: 195-290 ms of system time per 715-775 ms step.
-
-With the tunable set, glibc asks for transparent huge pages (`madvise(MADV_HUGEPAGE)`) on the
-blocks it maps. The step then takes 400-960 faults instead, and every architecture's d256 step
-is 1.14-1.19x faster (`python bench/huge_pages.py`). The tunable needs glibc 2.35 or
-later and THP in `madvise` or `always` mode. glibc reads tunables only when a process starts,
-hence the re-exec. Children (study workers, multi-process runs) inherit the variable.
+XLA:CPU allocates an executable's temporaries as one block per call (hundreds of MB at d256),
+which glibc maps fresh and unmaps after every call; with 4 KiB pages each step then faults in
+every page anew. With the tunable set, glibc asks for transparent huge pages
+(`madvise(MADV_HUGEPAGE)`) on the blocks it maps. Fault counts and step times:
+docs/results.md, "CPU train-step choices" (`python bench/huge_pages.py` times both settings).
+The tunable needs glibc 2.35 or later and THP in `madvise` or `always` mode; glibc reads tunables
+only when a process starts, hence the re-exec. Children (study workers, multi-process runs)
+inherit the variable.
 
 Nothing happens when:
 - GLIBC_TUNABLES already names `glibc.malloc.hugetlb` (set it to 0 to opt out);

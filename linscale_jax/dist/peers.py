@@ -2,6 +2,7 @@
 
     kwargs = peers.initialize_kwargs(timeout_s=None)   # for jax.distributed.initialize
     line = peers.explain(native_log_text, process_id, num_processes, coordinator_address)
+    peers.peer_failure(exc)   # an exception that says a peer went away
 
 The bound is T = --peer_timeout, else $LINSCALE_PEER_TIMEOUT, else 60 seconds:
   - a process that died (kill -9, a crash, a host that went down) stops sending heartbeats; the
@@ -21,7 +22,7 @@ import os
 import re
 import time
 
-from linscale_jax.errors import UserError
+from linscale_jax.errors import UserError, chain
 
 DEFAULT_TIMEOUT_S = 60
 TIMEOUT_ENV = "LINSCALE_PEER_TIMEOUT"
@@ -58,6 +59,16 @@ def initialize_kwargs(value=None) -> dict:
     left = int(t - REPORT_S - (time.time() - launched))
     return dict(initialization_timeout=max(3, left), heartbeat_timeout_seconds=heartbeat_timeout_s(t),
                 shutdown_timeout_seconds=t)
+
+
+_PEER_TEXT = ("Gloo ", "Connection reset by peer", "Connection closed by peer",
+              "coordination service", "Socket closed")
+
+
+def peer_failure(e: BaseException) -> bool:
+    """True when e's chain says another process of a multi-process run went away (a collective
+    failed on a closed connection, the coordination service is unreachable)."""
+    return any(any(t in str(x) for t in _PEER_TEXT) for x in chain(e))
 
 
 _UNHEALTHY = re.compile(r"stopped sending heartbeats\)?:?\s*((?:[\d/:a-z_]+[\s,]*)+)", re.I)

@@ -32,13 +32,14 @@ import socket
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 
-from linscale_jax import cli_errors, contract
+from linscale_jax import console, contract
 from linscale_jax.dist import peers
 
 SUPERVISED_ENV = "LINSCALE_SUPERVISED"  # set in the child: its log file
-PEER_LOST_RC = 75  # the child gave up waiting on a lost peer (cli_errors)
+PEER_LOST_RC = 75  # the child gave up waiting on a lost peer (await_peer_verdict)
 
 
 def _flag(argv: list[str], name: str) -> str | None:
@@ -78,7 +79,7 @@ def maybe_supervise(command: str, argv: list[str] | None = None) -> None:
     otherwise become the supervisor and exit with the child's status. Single process: nothing."""
     argv = list(sys.argv if argv is None else argv)
     found = launch(argv)
-    if found is None or cli_errors.CONSOLE["stream"] is not None:  # single process, or routed
+    if found is None or console.CONSOLE["stream"] is not None:  # single process, or routed
         return
     n, pid, addr = found
     if os.environ.get(SUPERVISED_ENV):
@@ -87,7 +88,7 @@ def maybe_supervise(command: str, argv: list[str] | None = None) -> None:
     try:
         t = peers.timeout_s(_flag(argv, "peer_timeout"))
     except peers.PeerTimeoutError as e:
-        cli_errors.print_error(str(e))
+        console.print_error(str(e))
         sys.exit(2)
     sys.exit(_supervise(command, argv, n, pid, addr, t))
 
@@ -100,13 +101,13 @@ def _route_console(pid: int, log: str) -> None:
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
-    console = os.fdopen(err, "w", buffering=1)
+    terminal = os.fdopen(err, "w", buffering=1)
     if pid == 0:
-        sys.stdout, sys.stderr = os.fdopen(out, "w", buffering=1), _Console(console)
+        sys.stdout, sys.stderr = os.fdopen(out, "w", buffering=1), _Console(terminal)
     else:
         os.close(out)
         sys.stdout = sys.stderr = os.fdopen(os.dup(1), "w", buffering=1)
-    cli_errors.CONSOLE.update(stream=console, prefix=f"[process {pid}] ")
+    console.CONSOLE.update(stream=terminal, prefix=f"[process {pid}] ")
 
 
 class _Console:
@@ -123,6 +124,20 @@ class _Console:
         return getattr(self._stream, name)
 
 
+def await_peer_verdict(e: BaseException) -> None:
+    """In a supervised child whose failure says a peer went away (a collective failed because
+    another process died): the traceback goes to this process's log, and the process waits for
+    JAX's coordination service to name the lost process and abort it (within its heartbeat
+    timeout); the supervisor turns that into the line. Bounded: exit PEER_LOST_RC after the peer
+    timeout. Otherwise (not supervised, another failure) this returns."""
+    if not os.environ.get(SUPERVISED_ENV) or not peers.peer_failure(e):
+        return
+    sys.stderr.flush()
+    os.write(2, "".join(traceback.format_exception(type(e), e, e.__traceback__)).encode())
+    time.sleep(float(os.environ.get(peers.TIMEOUT_ENV) or peers.DEFAULT_TIMEOUT_S))
+    os._exit(PEER_LOST_RC)
+
+
 def _die_with_parent() -> None:
     try:
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG (Linux)
@@ -131,7 +146,7 @@ def _die_with_parent() -> None:
 
 
 def _supervise(command, argv, n, pid, addr, t) -> int:
-    logs = cli_errors.fallback_log_dir()
+    logs = console.fallback_log_dir()
     logs.mkdir(parents=True, exist_ok=True)
     native = logs / f"{command}-{time.strftime('%Y%m%d-%H%M%S')}-p{pid}-{os.getpid()}.log"
     env = dict(os.environ, **{SUPERVISED_ENV: str(native), peers.TIMEOUT_ENV: str(t),
@@ -152,8 +167,8 @@ def _supervise(command, argv, n, pid, addr, t) -> int:
     _release_lock(workdir, child.pid)
     log = _keep_log(native, workdir)
     line = explain(text, rc, pid, n, addr, t, _resume(workdir, argv, command))
-    cli_errors.CONSOLE["prefix"] = f"[process {pid}] "
-    cli_errors.print_error(f"{line} [log: {log}]")
+    console.CONSOLE["prefix"] = f"[process {pid}] "
+    console.print_error(f"{line} [log: {log}]")
     return 1
 
 

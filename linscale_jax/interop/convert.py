@@ -81,15 +81,17 @@ def main(argv=None) -> int:
     if os.path.exists(out) and not os.path.isdir(out):
         print(f"ERROR: {flag}={out} is a file; pass a new or empty directory.", file=sys.stderr)
         return 1
-    from linscale_jax import cli_errors
+    from linscale_jax.run import command
+    from linscale_jax.run import lock
 
-    def convert():  # errors: one line, traceback in a log; a failed conversion leaves no directory
-        if args.src_format:
-            import_checkpoint(args.src_format, args.src, args.workdir)
-        else:
-            export_llama(args.workdir, args.out, args.step)
+    def convert():  # errors: one line, traceback in a log; a failed conversion into a directory
+        with lock.claim(out):  # it created leaves none (lock.claim)
+            if args.src_format:
+                import_checkpoint(args.src_format, args.src, args.workdir)
+            else:
+                export_llama(args.workdir, args.out, args.step)
 
-    return cli_errors.run(convert, workdir=out, command="convert")
+    return command.run(convert, workdir=out, command="convert")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
     section, model = load("hgrn2-fla", "/path/to/hf_snapshot")
     section, model = convert("hgrn2-fla", hf_config_dict, state_dict)   # arrays already in memory
-    config = experiment_config(section, source=...)                      # full base_config()
+    config = experiment_config(section)                                  # full base_config()
 """
 
 from __future__ import annotations

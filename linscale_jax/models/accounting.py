@@ -1,44 +1,17 @@
 """Parameter and FLOP accounting: one source of truth for MFU, the paper's compute and the fits.
 
-Legend: l layers, d width, h heads, e = d/h head dim, g GLU width, v vocab, n sequence length,
-C chunk length of the chunked linear attention, D tokens.
+    param_counts(cfg)                    {"total", "embedding", "non_embedding"} from the real tree
+    paper_params(cfg)                    the paper's N (Table 1: embeddings and subleading terms out)
+    paper_flops_per_token(cfg, n)        the paper's C/D (softmax without causal halving, g = 8d/3)
+    flops_per_token_exact(cfg, n)        training FLOPs per token of the real model (3 x forward,
+                                         matmuls only, actual g, embeddings and LM head, causal
+                                         halving, the chunked linear attention's own cost)
+    summary(cfg, n)                      all of them for one config (`describe`)
 
-Two definitions, kept separate on purpose:
-
-* paper (notes §5, Table 1) -- embeddings and subleading terms excluded, softmax attention counted
-  without causal halving, g taken as 8d/3:
-      N:  llama 12ld² | tnl 12ld² + 2ld²/h | hgrn2 12ld² + ld | cosformer2 12ld² + 2ld²/h + d²/h
-      C/D = 72·l·d²·(1 + x) with x = llama n/(6d) + 5/(18d) | tnl 1/(2h) + 5/(18d)
-            | hgrn2 1/(3h) + 29/(72d) | cosformer2 3/(4h) + 23/(72d)
-  `paper_params`, `paper_flops_per_token`; C in PFLOP/s-days is C / PF_DAY. Each architecture's
-  terms (N beyond 12ld², x) come from its registry entry (linscale_jax.models.registry).
-
-* exact -- `flops_per_token_exact`: training FLOPs per token of the real model = 3 × forward
-  (backward = 2 × forward), 2 FLOPs per multiply-add, matmuls only (norms, activations, decays,
-  softmax exponentials and other elementwise work are not counted). Forward per token:
-      per layer   projections  2·4d²  (q, k, v, o; HGRN2: q, f, i, o)
-                  GLU          2·3dg  (actual g)
-                  gate         2·2d·e (tnl, cosformer2: low-rank output gate, rank e)
-                  mixer        llama: causal softmax, QKᵀ and PV over the (n+1)/2 keys a token sees
-                                      on average: 2·2·d·(n+1)/2
-                               linear (chunked, chunk c = min(C, n)), per head with key dim k and
-                                      value dim e: intra-chunk QKᵀ and PV over the full c×c block
-                                      2c(k + e), inter-chunk read q S 2ke and state update kᵀv 2ke;
-                                      k = e (tnl, hgrn2), k = 2e (cosformer2, LRPE doubles it)
-      once        LM head 2dv (the tied embedding lookup is free)
-                  cosformer2 TPE (model.tpe): lightnet 2·2de (up- and down-projection; the
-                                      per-channel recurrence is elementwise), the paper's 4nde;
-                                      xmixers: the linear recurrence with k = e plus 2de
-  The shared terms (projections, GLU, LM head) are counted here; each architecture's own terms
-  (mixer, gate, GQA, TPE) come from its registry entry (`layer_flops`, `once_flops`) in its module.
-  The tied embedding (and an untied `lm_head`, model.tie_embeddings=False) counts as "embedding" in
-  `param_counts`, everything else as non-embedding. The released-checkpoint switches are counted too:
-  grouped-query llama (k, v projections d·n_kv_heads·e), tnl_gate=linear (2d² instead of 2·2de),
-  tnl_lrpe (key dim 2e).
-  Checked against XLA's cost analysis of the compiled forward (tests/models/test_accounting.py): within a
-  few % for llama (adding the query-block × key-prefix pairs XLA evaluates), tnl and cosformer2; the
-  `xla` form of HGRN2 does ~15% more work than counted here (secondary chunking of the
-  data-dependent decay) -- the count is the algorithm's, not one implementation's.
+cfg: a ModelConfig (or a config's model section); n: sequence length. C in PFLOP/s-days is
+C / PF_DAY. The shared terms (projections, GLU, LM head) are counted here; each architecture's own
+terms (mixer, gate, GQA, TPE, the paper's N and x) come from its registry entry. The formulas and
+how they are checked: docs/models.md, "The two FLOP counts".
 """
 
 from __future__ import annotations

@@ -45,17 +45,10 @@ class Linear(nnx.Module):
 
 @jax.custom_vjp
 def dense(x, w):
-    """y = x @ w: x [..., d_in], w [d_in, *out] (e.g. [d_in, d_out], or stacked kernels
-    [d_in, n, d_out]) -> [..., *out]; equal to `jnp.tensordot(x, w, 1)`, values and gradients
-    (tests/models/test_models_arch.py), with the weight gradient formed as xᵀ dy (contracting the
-    leading axes of x and dy), not as autodiff's (dyᵀ x)ᵀ: on the CPU the latter copies the
-    transposed cotangent [out, b·t] (e.g. [1376, 2048] for the GLU) for the matmul and transposes
-    its [out, d_in] result, where this form copies only the narrower xᵀ [d_in, b·t] and writes dW
-    in place (`python bench/train_step.py --sizes=d256`). For a kernel wider at its input
-    (d_in > d_out, the GLU's W_down [g, d]) dW is (dyᵀ x)ᵀ instead: the copied operand is then
-    dyᵀ [d, b·t], narrower than xᵀ [g, b·t], and the transpose of the small [d, g] result is cheap
-    (GLU fwd+bwd 1.12x on a 2-core CPU). The kernel keeps its axes (no reshape of a stacked
-    kernel), so the sharding of its output axes propagates unchanged."""
+    """y = x @ w: x [..., d_in], w [d_in, *out] ([d_in, d_out], or stacked [d_in, n, d_out]) ->
+    [..., *out]; `jnp.tensordot(x, w, 1)` in values and gradients, with dW formed from the narrower
+    transposed operand (docs/results.md, "CPU train-step choices"). The kernel keeps its axes, so
+    the sharding of its output axes propagates unchanged."""
     return jnp.tensordot(x, w, 1)
 
 
@@ -88,8 +81,7 @@ def stacked_dense(x, linears):
 
     With at least STACK_MIN_ROWS rows, ONE matmul: the kernels are stacked [d_in, n, d_out] at
     compute time (the parameters stay separate, so checkpoints, converters and parameter shardings
-    are unchanged); one [bt, d_in] x [d_in, n·d_out] matmul (and one for each gradient) runs closer
-    to the CPU's matmul peak than n narrow ones (`python bench/train_step.py`). With
+    are unchanged): one wide matmul runs closer to the CPU's matmul peak than n narrow ones. With
     fewer rows (a decode step) the stacking copy would dominate, so n matmuls, stacked after."""
     ws = [lin.kernel[...].astype(x.dtype) for lin in linears]
     if math.prod(x.shape[:-1]) < STACK_MIN_ROWS:

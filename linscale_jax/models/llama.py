@@ -52,8 +52,8 @@ def softmax_attention(q, k, v, mask):
 
 def query_block(t: int) -> int:
     """causal_attention's default block of queries for length t: 8 blocks, but none under 64
-    queries, whose dots are too thin to pay for their own ops (study step of llama-d32 at t = 128
-    on one core: block 16 15.2 ms, 32 13.3, 64 11.5; at t = 256, d256, 32 and 64 are on par)."""
+    queries, whose dots are too thin to pay for their own ops (docs/results.md, "CPU train-step
+    choices")."""
     return min(max(-(-t // 8), 64), t)
 
 

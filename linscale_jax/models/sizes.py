@@ -2,18 +2,15 @@
 
     paper_model(arch, size)   -> dict for config.model     (size: 70m 160m 410m 1b 3b 7b, or an
                                  aspect-ratio variant "1b-d1792l24" / "1b-d2048l18" / "1b-d3072l8")
-    ladder_model(arch, name)  -> dict for config.model     (name: d32 d40 d48 d64 d80 d96 ... d512)
+    ladder_model(arch, name)  -> dict for config.model     (name: a key of LADDER, d32 ... d512)
     parse_name("tnl-410m")    -> ("tnl", "410m")
 
 Paper rule: h = d/128, g = 256·ceil(int(8d/3)/256), vocab 100,280, context 8192; 410M has 25 layers
 for tnl and cosformer2 (26 otherwise; an architecture's registry entry sets such overrides,
 ArchSpec.paper_layers). Aspect-ratio variants keep h = d/128 and the g rule.
-Ladder (CPU miniature studies; the reasons are in configs/ladder.py): one head dim, 8, at every
-size (h = d/8: 4 heads at d32 up to 64 at d512, the paper's 4..32 range), so the output gate keeps
-rank d/h = 8 (low rank) and Table 1's head terms stay small; g = 8·ceil(int(8d/3)/8) (the paper rule
-at an 8 granularity: 256 is coarser than d itself here); at least 3 layers, so the one undecayed
-TNL layer (the last) is a minority; byte vocabulary 259 padded to 264, context 2048;
-(d, l) = (32,3) (40,3) (48,3) (64,3) (80,3) (96,3) (128,4) (192,4) (256,6) (384,6) (512,8).
+Ladder rule (CPU miniature studies; why: docs/models.md, "The CPU ladder"): head dim
+LADDER_HEAD_DIM at every size (h = d/16), g = 8·ceil(int(8d/3)/8), byte vocabulary 259 padded to
+264, context 2048, (l, d) from LADDER.
 """
 
 from __future__ import annotations
@@ -42,7 +39,8 @@ LADDER_VOCAB = 264
 LADDER_CONTEXT = 2048
 LADDER_HEAD_DIM = 16
 LADDER_FFN_MULTIPLE = 8
-LADDER = {"d16l2": (2, 16), "d16": (4, 16), "d32l2": (2, 32), "d32": (4, 32), "d48": (4, 48), "d64": (4, 64), "d80": (4, 80), "d96": (4, 96),
+LADDER = {"d16l2": (2, 16), "d16": (4, 16), "d32l2": (2, 32), "d32": (4, 32), "d48": (4, 48),
+          "d64": (4, 64), "d80": (4, 80), "d96": (4, 96),
           "d128": (4, 128), "d192": (4, 192), "d256": (6, 256), "d384": (6, 384), "d512": (8, 512)}
 
 

@@ -1,49 +1,18 @@
 """cosFormer2's Toeplitz positional encoding (TPE), applied once to the embedding output.
 
-Legend: b batch, t sequence, d width, h heads, e = d/h head dim.
+    tpe = make_tpe(cfg, keys)                          # None for model.tpe = "none"
+    y, cache = tpe(x, segment_ids, cache)              # x, y [b, t, d]; cache None or the decode state
 
-model.tpe = "lightnet" (default; the TPE of LightNet, arXiv 2405.21022, as the scaling-law paper
-counts it: a projection d -> e, a recurrence, the projection back, d²/h = d·e parameters in
-Table 1):
-
-    u_t = SimpleRMSNorm(x_t) W                        W [d, e]
-    s_t = λ ⊙ s_{t-1} + (1 - λ) ⊙ u_t                 per channel c: λ_c = exp(-exp(a_c)), s [b, e]
-    y_t = x_t + s_t Wᵀ                                the same W, transposed
-
-  i.e. y = x + Wᵀ-projection of (T W x̄) with T a causal Toeplitz matrix per channel,
-  T_{ts} = (1 - λ) λ^(t-s) (rows sum to < 1: an exponential moving average):
-  a learnable, data-independent relative position bias mixed into the residual stream once.
-  Choices where LightNet and the paper are silent (documented here):
-  * one d×e matrix serves both directions (tied, like the tied input/output embeddings), so the
-    module has Table 1's d·e parameters (plus the e rates): the TPE smooths the residual stream's
-    projection onto an e-dimensional subspace along the sequence and adds it back in that subspace;
-  * the recurrence is diagonal (one decay per channel of the e-dimensional state), with input gain
-    1 - λ so every channel is an average of comparable size whatever its memory (with gain 1 the
-    slow channels sum ~256 inputs and the TPE output swamped the embedding at init: +0.1 nats
-    val loss at 300 steps on the cpu setup); its rates
-    are initialised like ALiBi slopes over the e channels, a_c = log(2^(-8(c+1)/e)), so memories
-    1/(1-λ) span ~2 .. 256 tokens;
-  * the input is normalised (SimpleRMSNorm, no parameter) because the raw tied embedding is tiny
-    (std init_std) and would leave W without gradient; the output is added to the embedding (a
-    residual), so the token identity is not squeezed through the e-dimensional state;
-  * the segment resets of packed documents zero the state at each new document (segment id
-    change); decoding carries s [b, e] in float32.
-  Parameters: W (d·e) and a (e); the exact count (accounting.param_counts) reads the real tree.
-  Forward FLOPs per token 4·d·e (the two projections; the elementwise recurrence is not counted),
-  the paper's 4nde per sequence.
-  impl: model.impl = "reference" runs the recurrence as a sequential lax.scan; any other value a
-  parallel associative scan (the same numbers to float32 rounding, tests/models/test_tpe.py).
-
-model.tpe = "lightnet_untied": the same with separate W_up [d, e] and W_down [e, d] (2·d·e + e
-parameters, twice Table 1's count).
-
-model.tpe = "xmixers" (the module of a later rewrite, Doraemonzzz/xmixers `pes/tpe.py`): per head
-i, learnable vectors q_i, k_i ∈ R^e and a decay λ_i = sigmoid(a_i):
-    S_t = λ_i S_{t-1} + k_iᵀ x_{t,i},  u_{t,i} = q_i S_t,  then a per-head SimpleRMSNorm and a
-    per-head (block-diagonal) projection back; the result replaces the embedding. The per-head
-    norm cancels the gain q_i·k_i, so q and k get (almost) no gradient: kept for comparison only.
-
-model.tpe = "none": no TPE.
+model.tpe selects it (legend: b batch, t sequence, d width, e = d/h head dim):
+  "lightnet"         (default) LightNet's TPE as the paper counts it: y_t = x_t + s_t Wᵀ with
+                     s_t = λ ⊙ s_{t-1} + (1 - λ) ⊙ SimpleRMSNorm(x_t) W, one tied W [d, e] and e
+                     rates: Table 1's d·e parameters;
+  "lightnet_untied"  separate W_up [d, e] and W_down [e, d] (2·d·e + e parameters);
+  "xmixers"          the per-head module of Doraemonzzz/xmixers `pes/tpe.py`, for comparison;
+  "none"             no TPE.
+The recurrence runs as a sequential lax.scan under model.impl="reference", else as a parallel
+associative scan; packed documents reset it. The choices where LightNet and the paper are silent,
+and the FLOPs: docs/models.md, "cosFormer2's TPE".
 """
 
 from __future__ import annotations

@@ -6,13 +6,13 @@
     pending.wait(step)           # before the next save: the same, waiting for the write
 
 Orbax raises a background write's error only at the next save or wait; `check` collects it at the
-first step after the write ended (never waiting on a write in progress), and names the checkpoint with the storage line (linscale_jax.cli_errors:
+first step after the write ended (never waiting on a write in progress), and names the checkpoint with the storage line (linscale_jax.run.storage:
 full disk, quota, file size limit, read-only file system, permissions) and its fix.
 """
 
 from __future__ import annotations
 
-from linscale_jax import cli_errors
+from linscale_jax.run import storage
 from linscale_jax.errors import UserError
 
 
@@ -47,7 +47,7 @@ class Pending:
 
 
 def failed(e: BaseException, step: int, now: int, workdir) -> SaveFailedError:
-    why = cli_errors.storage_line(e, workdir) or (
+    why = storage.storage_line(e, workdir) or (
         f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}; the log "
         "has the traceback, then re-run the same command: it resumes from the last complete "
         "checkpoint.")

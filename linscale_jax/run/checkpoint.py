@@ -39,6 +39,7 @@ from flax import nnx
 
 from linscale_jax import contract
 from linscale_jax.run import checksums
+from linscale_jax.run import signals
 
 log = logging.getLogger(__name__)
 
@@ -175,11 +176,17 @@ def restore(mngr, workdir, abstract_params, abstract_opt_state=None, step=None, 
     """Restore the newest readable checkpoint (or `step`) -> dict or None when there is none.
 
     Keys: step, params, opt_state (None when absent), data (None when absent), metadata. With
-    step=None a checkpoint that fails to restore is moved aside and the previous one is tried.
+    step=None a checkpoint that fails to restore is moved aside and the previous one is tried. A
+    signal stops the command after the restore, never inside it (linscale_jax.run.signals).
     shared=True: every process restores its shards of the same arrays (the trainer); each verifies
     the checksums of its share and all agree. False: this process reads every array and verifies
     every file (eval, load_model).
     """
+    with signals.postponed():  # a restore cut short would read as a damaged checkpoint
+        return _restore(mngr, workdir, abstract_params, abstract_opt_state, step, shared)
+
+
+def _restore(mngr, workdir, abstract_params, abstract_opt_state, step, shared):
     from linscale_jax.dist import distributed
 
     share = (jax.process_index(), jax.process_count()) if shared else None

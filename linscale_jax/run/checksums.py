@@ -8,27 +8,17 @@ checks only its share.
     plan = scan(workdir)                 # read-only: which step dirs are usable, which are not
     apply(workdir, plan)                 # move the unusable ones to checkpoints_corrupt/ (one line each)
 
-Ownership. Orbax writes each process's array chunks under `<item>/ocdbt.process_<k>/` (and
-`<item>/array_metadatas/process_<k>`); process 0 writes everything else (manifests, metadata, the
-data-iterator state). Process k records the sha256 of the files it owns in
-step_dir/checksums-p<k>.json = {"algorithm": "sha256", "process": k, "processes": n,
-"files": {relative path: hex digest}, "bytes": total}. Hashing starts once Orbax has finalised the
-step and runs in a thread beside training (hashlib releases the GIL); the step loop never waits
-for it, and the run waits for the last one when it ends.
-
-Verification. `verify(step_dir, share=(j, m))` checks the records of the owners k with k % m == j:
-in a restore by m processes, process j checks the files that the process of its index wrote, which
-under an unchanged topology are the shards it reads itself. Every byte is checked by exactly one
-process, each reads 1/m of the checkpoint, and the callers agree on the outcome across processes
-(`distributed.first_problem`). share=None (a reader restoring every array: eval, load_model)
-checks all records. A restore hashes VERIFY_THREADS files at a time (hashlib releases the GIL);
-the background record uses RECORD_THREADS, leaving the other cores to the step loop. A file listed by no record is a problem once every writer's record exists.
-
-A step without records (a kill -9 between Orbax's finalisation and the hash, or a checkpoint from
-before this module) is accepted as is. A legacy step_dir/checksums.json (one record of every file)
-is checked by share 0. A step directory that is empty, has unreadable metadata, a missing or
-changed file is unusable: the trainer moves it aside and resumes from the newest usable one, so
-nothing blocks a rerun (Orbax refuses to save a step whose directory exists).
+Process k records the sha256 of the files it owns (under `ocdbt.process_<k>/`, `process_<k>`;
+process 0 everything else) in step_dir/checksums-p<k>.json = {"algorithm": "sha256", "process": k,
+"processes": n, "files": {relative path: hex digest}, "bytes": total}, once Orbax has finalised the
+step, in a thread beside training. `verify(step_dir, share=(j, m))` checks the records of the
+owners k with k % m == j, so in a restore by m processes every byte is checked by one process;
+share=None (eval, load_model) checks all records. A file listed by no record is a problem once
+every writer's record exists. A step without records (a kill -9 between Orbax's finalisation and
+the hash) is accepted as is. An empty step directory, unreadable metadata, a missing or changed
+file make a step unusable: the trainer moves it aside and resumes from the newest usable one
+(docs/training.md, "Run integrity"; timings: docs/results.md, "Step loop and checkpoint integrity
+at scale").
 """
 
 from __future__ import annotations
@@ -50,7 +40,6 @@ from linscale_jax.errors import UserError
 
 log = logging.getLogger(__name__)
 
-LEGACY = "checksums.json"
 VERIFY_THREADS = min(8, os.cpu_count() or 1)  # a restore hashes files in parallel (GIL released)
 RECORD_THREADS = 1  # the background record stays on one core beside the step loop
 _RECORD = re.compile(r"^checksums-p(\d+)\.json$")
@@ -66,7 +55,7 @@ def record_name(process: int) -> str:
 
 
 def _is_record(name: str) -> bool:
-    return name == LEGACY or bool(_RECORD.match(name)) or name.endswith(".json.tmp")
+    return bool(_RECORD.match(name)) or name.endswith(".json.tmp")
 
 
 def owner(rel: str) -> int:
@@ -166,7 +155,7 @@ def _records(step_dir: epath.Path) -> dict[int, epath.Path]:
 
 def has_record(step_dir) -> bool:
     step_dir = epath.Path(step_dir)
-    return (step_dir / LEGACY).is_file() or bool(_records(step_dir))
+    return bool(_records(step_dir))
 
 
 def structural_problem(step_dir) -> str | None:
@@ -226,8 +215,6 @@ def _load(path: epath.Path) -> dict | None:
 def _verify_files(step_dir, files, recs, share) -> str | None:
     index, count = share or (0, 1)
     mine = {k: p for k, p in recs.items() if share is None or k % count == index}
-    if (step_dir / LEGACY).is_file() and index == 0:
-        mine[-1] = step_dir / LEGACY
     loaded, expected = {}, {}
     for k, path in sorted(mine.items()):
         rec = _load(path)
@@ -243,7 +230,7 @@ def _verify_files(step_dir, files, recs, share) -> str | None:
         if digest != expected[rel]:
             return f"checksum mismatch in {rel}"
     # every file named by some record, once every writer recorded (share 0 looks; a listing only)
-    if index == 0 and recs and -1 not in mine:
+    if index == 0 and recs:
         first = loaded.get(0) or _load(recs[min(recs)]) or {}
         writers = int(first.get("processes", 1))
         if set(range(writers)) <= set(recs):
@@ -257,10 +244,6 @@ def _verify_files(step_dir, files, recs, share) -> str | None:
             extra = sorted(e for e in extra if not e.startswith("_CHECKPOINT_METADATA"))
             if extra:  # (Orbax's step metadata may be written after the hash)
                 return f"unrecorded file {extra[0]}"
-    elif -1 in mine:
-        extra = {str(p.relative_to(step_dir)) for p in files} - set(loaded[-1]["files"])
-        if any(not e.startswith("_CHECKPOINT_METADATA") for e in extra):
-            return f"unrecorded file {sorted(extra)[0]}"
     return None
 
 

@@ -7,8 +7,9 @@ Every checkpoint's metadata carries `fingerprint`. On resume the trainer compare
 newest checkpoint with the command's config. Fields that may change on resume (RESUMABLE below):
 
   train.steps                                   extend or shorten a run
-  train.log_every, train.eval_every, train.eval_batches, train.peak_flops, train.profile_steps
-                                                logging / evaluation cadence, MFU reference, profiling
+  train.log_every, train.eval_every, train.eval_batches, train.peak_flops, train.profile_steps,
+  train.wandb, train.wandb_group                logging / evaluation cadence, MFU reference, profiling,
+                                                Weights & Biases project and group
   checkpoint.*                                  checkpoint schedule, retention, async writes
   mesh.*                                        device mesh (elastic resume on other slices)
   name                                          the run's label
@@ -27,7 +28,8 @@ import json
 from linscale_jax.errors import Refusal
 
 RESUMABLE = ("name", "train.steps", "train.log_every", "train.eval_every", "train.eval_batches",
-             "train.peak_flops", "train.profile_steps", "checkpoint.", "mesh.")
+             "train.peak_flops", "train.profile_steps", "train.wandb", "train.wandb_group",
+             "checkpoint.", "mesh.")
 SHAPE_FIELDS = tuple(f"model.{k}" for k in ("arch", "n_layers", "d_model", "n_heads", "ffn_dim",
                                             "vocab_size", "n_kv_heads", "tie_embeddings",
                                             "scan_layers", "norm_scale", "tnl_gate", "tnl_lrpe"))

@@ -5,11 +5,13 @@
 
 Order (all refusals happen before anything in the workdir changes, and the lock file is removed
 again, so a refused command leaves the workdir byte-identical):
-  1. take the workdir lock (linscale_jax.run.lock; a second trainer is refused naming the holder)
+  1. claim the workdir: create it if missing, take its lock (linscale_jax.run.lock; a second
+     trainer is refused naming the holder); a failure in a workdir this process created, before
+     its first checkpoint, removes that workdir again
   2. scan the step dirs read-only (linscale_jax.run.checksums: empty, unreadable, checksum mismatch;
      each process verifies its share of the newest checkpoint and all agree)
   3. refuse --init_from when the workdir already has checkpoints (re-running resumes)
-  4. refuse --resume_step=N when N is not a usable checkpoint
+  4. refuse --resume_step=N when N is not a usable checkpoint (0 starts over)
   5. compare the config with the checkpoint to resume (linscale_jax.run.identity)
   6. move unusable step dirs to checkpoints_corrupt/ (one line each) and, with --resume_step=N, the
      later checkpoints to checkpoints_discarded/<time>/
@@ -29,6 +31,7 @@ import jax
 from linscale_jax import contract
 from linscale_jax.run import checksums
 from linscale_jax.run import identity
+from linscale_jax.run import signals
 from linscale_jax.run import lock as workdir_lock
 from linscale_jax.run import checkpoint as ckpt
 from linscale_jax.errors import Refusal
@@ -62,11 +65,12 @@ def _check(config, workdir: epath.Path, init_from, resume_step, allow_change):
             f"{usable[-1]}); re-run without --init_from to resume this run, or pass a new "
             "--workdir to start from those parameters.")
     target = plan.good
-    if resume_step is not None and resume_step > 0:
+    if resume_step is not None and resume_step != 0:
         if resume_step not in usable:
             raise RunRefusedError(
                 f"--resume_step={resume_step}: no usable checkpoint at that step in "
-                f"{ckpt.ckpt_dir(workdir)} (usable steps: {usable or 'none'}); pick one of those.")
+                f"{ckpt.ckpt_dir(workdir)} (usable steps: {usable or 'none'}); pick one of those, "
+                "or 0 to start over.")
         problem = agree(checksums.verify(ckpt.ckpt_dir(workdir) / str(resume_step), share))
         if problem:
             raise RunRefusedError(f"--resume_step={resume_step}: that checkpoint is unusable "
@@ -100,13 +104,13 @@ def _repair(workdir: epath.Path, plan, target, resume_step) -> None:
 def guard(config, workdir, init_from=None, resume_step=None, allow_change=False):
     workdir = ckpt.as_path(workdir)
     lead = jax.process_index() == 0
-    if lead:
-        workdir.mkdir(parents=True, exist_ok=True)
-    with workdir_lock.hold(workdir, enabled=lead):
-        plan, target, meta, accepted = _check(config, workdir, init_from, resume_step, allow_change)
-        if lead:
-            _repair(workdir, plan, target, resume_step)
-        _sync("linscale_integrity_repaired")
+    with workdir_lock.claim(workdir, enabled=lead):
+        with signals.postponed():  # a repair cut short would leave checkpoints half moved
+            plan, target, meta, accepted = _check(config, workdir, init_from, resume_step,
+                                                  allow_change)
+            if lead:
+                _repair(workdir, plan, target, resume_step)
+            _sync("linscale_integrity_repaired")
         if accepted:
             print(f"--allow_config_change: continuing {workdir} with "
                   f"{identity._fmt(accepted)} (recorded in checkpoint metadata).", flush=True)

@@ -1,7 +1,7 @@
 """One writer per workdir: an exclusive lock file DIR/train.lock holding the writer's host and pid.
 
-    with workdir_lock.hold(workdir):      # raises WorkdirLockedError naming the holder
-        ...train...
+    with workdir_lock.claim(workdir):     # creates DIR if missing; raises WorkdirLockedError
+        ...train...                       #   naming the holder
 
 The lock is an fcntl.flock on DIR/train.lock (released by the kernel when the process dies, so a
 kill -9 never leaves a lock behind on a local disk) whose content names the holder:
@@ -12,6 +12,12 @@ the content decides: a lock from a live process on this host, or from another ho
 pid on this host, or with an old heartbeat, is stale and taken over with one line saying so.
 Readers (eval, generate) never take the lock, so they may run beside a trainer. In multi-process
 runs only process 0 takes it.
+
+`claim` also owns the workdir's removal: a block that fails in a workdir this process created
+(its own mkdir, on the path resolved through `..`, symlinks and mounts) removes that workdir again
+while still holding the lock, unless a checkpoint was written. Nothing else removes a workdir: a
+refused claim, or one whose workdir existed, touches nothing. On an object store (gs://, where
+creating is not atomic) a workdir is never removed.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
 import socket
 import threading
 import time
@@ -136,7 +143,91 @@ def hold(workdir, enabled: bool = True):
     finally:
         stop.set()
         with contextlib.suppress(OSError):
-            if read_holder(workdir) == me or read_holder(workdir) is None:
+            if fd is not None:  # the file this process locked (not one a later trainer made)
+                a, b = os.stat(path), os.fstat(fd)
+                if (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino):
+                    path.unlink()
+            elif read_holder(workdir) in (me, None):
                 path.unlink()
         if fd is not None:
             os.close(fd)
+
+
+def resolved(workdir):
+    """The workdir as the place it is: local paths through `..` and symlinks (os.path.realpath);
+    gs://... kept as they are."""
+    return epath.Path(workdir) if _remote(workdir) else epath.Path(os.path.realpath(workdir))
+
+
+def has_checkpoints(workdir) -> bool:
+    d = epath.Path(workdir) / contract.CHECKPOINTS
+    return d.is_dir() and any(p.name.isdigit() for p in d.iterdir())
+
+
+_TEST_PAUSE = "LINSCALE_TEST_PAUSE_AFTER_MKDIR"  # the creation race of tests/train/test_nothing_lost.py
+
+
+def _create(path) -> tuple[int, int] | None:
+    """mkdir path (its parents as needed): (st_dev, st_ino) of the directory when this call made
+    it, None when it existed (or is remote)."""
+    if _remote(path):
+        path.mkdir(parents=True, exist_ok=True)
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        return None
+    st = os.stat(path)
+    hook = os.environ.get(_TEST_PAUSE)
+    if hook:  # tests: pause between creating and locking until the file `hook` has content
+        deadline = time.time() + 120
+        while not (os.path.exists(hook) and os.path.getsize(hook)) and time.time() < deadline:
+            time.sleep(0.05)
+    return st.st_dev, st.st_ino
+
+
+def _remove(path, made: tuple[int, int]) -> None:
+    """Remove the directory this process made, if `path` still is that directory (device and inode
+    compared): renamed aside first (atomic), so a trainer starting now finds no directory, not a
+    half-removed one."""
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return
+    if (st.st_dev, st.st_ino) != made:
+        return
+    aside = path.parent / f".{path.name}.removing-{os.getpid()}"
+    try:
+        os.rename(path, aside)
+    except OSError:
+        return
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def claim(workdir, enabled: bool = True):
+    """Create `workdir` if it does not exist and hold its lock for the block; yields the resolved
+    path. A block that raises in a workdir this call created, and that holds no checkpoint, leaves
+    no workdir (removed while the lock is still held). enabled=False (multi-process runs:
+    processes other than 0) only resolves the path."""
+    path = resolved(workdir)
+    if not enabled:
+        yield path
+        return
+    held = contextlib.ExitStack()
+    for attempt in (0, 1):
+        made = _create(path)
+        try:
+            held.enter_context(hold(path))
+            break
+        except FileNotFoundError:  # its creator removed it between our mkdir and our lock
+            if attempt:
+                raise
+    with held:
+        try:
+            yield path
+        except BaseException:
+            if made is not None and not has_checkpoints(path):
+                _remove(path, made)
+            raise

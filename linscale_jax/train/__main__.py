@@ -8,6 +8,10 @@ from linscale_jax.dist import supervise  # noqa: E402
 
 supervise.maybe_supervise("train")  # several processes: one console, one line for a lost peer
 
+from linscale_jax.run import signals  # noqa: E402
+
+signals.install()  # from here any number of SIGTERM / Ctrl-C is one stop (before the heavy imports)
+
 from linscale_jax.train import cli  # noqa: E402
 
 cli.run()

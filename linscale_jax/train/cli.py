@@ -10,9 +10,9 @@
   --allow_config_change         accept a config that differs from the run's beyond the fields that
                                 may change on resume (linscale_jax.run.identity); recorded in metadata.
 Re-running the same command resumes from DIR's newest verified checkpoint, with the same batches.
-One trainer per DIR (DIR/train.lock); eval may run beside it. SIGTERM or Ctrl-C saves a checkpoint
-and exits 0. A NaN/inf or exploding loss exits 1 naming the last good checkpoint and the command
-that resumes from it. Errors are one line; tracebacks go to DIR/logs/.
+One trainer per DIR (DIR/train.lock); eval may run beside it. SIGTERM or Ctrl-C (any number of
+them) saves a checkpoint and exits 0 with one line. A NaN/inf or exploding loss exits 1 naming the
+last good checkpoint and the command that resumes from it. Errors are one line; tracebacks go to DIR/logs/.
 Multi-host: run the same command on every host (TPU pod slices and SLURM are detected);
 elsewhere add --coordinator_address=HOST:PORT --num_processes=N --process_id=I (or the variables
 LINSCALE_COORDINATOR_ADDRESS, LINSCALE_NUM_PROCESSES, LINSCALE_PROCESS_ID). SIGTERM to any one
@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import sys
 
-from linscale_jax import cli_errors  # noqa: F401  (before any library that logs at start-up)
+from linscale_jax import console
 
 from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
 from linscale_jax.dist import distributed, supervise
+from linscale_jax.run import command
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file, optionally with an argument: configs/tiny.py:tnl-d64.")
@@ -59,10 +60,8 @@ def _train() -> int:
         argv = sys.argv + rule.pinned_flags(config)  # a lower lr must not be replaced by the rule's
         e.args = (f"{e} Command: {divergence.resume_command(argv, e.last_good, e.lr)}",)
         raise
-    if distributed.is_primary():
-        print(f"Done at step {summary['step']}"
-              f"{' (stopped by ' + summary['stopped'] + ')' if summary['stopped'] else ''}; "
-              f"outputs in {_WORKDIR.value}.", flush=True)
+    if distributed.is_primary() and not summary["stopped"]:  # a stop printed its own line
+        print(f"Done at step {summary['step']}; outputs in {_WORKDIR.value}.", flush=True)
     return 0
 
 
@@ -71,7 +70,7 @@ def main(argv) -> None:
         raise app.UsageError(f"unexpected arguments {argv[1:]}")
     if not flags.FLAGS["verbosity"].present:  # keep Orbax's per-save INFO lines out of the way
         logging.set_verbosity(logging.WARNING)
-    sys.exit(cli_errors.run(_train, workdir=_WORKDIR.value, command="train", native_to_log=True))
+    sys.exit(command.run(_train, workdir=_WORKDIR.value, command="train", native_to_log=True))
 
 
 def _parse_flags(argv):
@@ -83,7 +82,7 @@ def _parse_flags(argv):
         if "Traceback" in text:  # a config file's own error: its last line names it
             text = text.strip().splitlines()[-1]
         text = " ".join(text.replace("'", "").split()).rstrip(".")
-        cli_errors.print_error(f"bad command line: {text}; see --helpfull for the flags and the "
+        console.print_error(f"bad command line: {text}; see --helpfull for the flags and the "
                                "config file for its fields.")
         sys.exit(2)
 

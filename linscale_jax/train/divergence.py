@@ -9,7 +9,8 @@ finite, non-exploding losses). The row logged at step s holds the loss of update
 of the parameters after step s-1; so checkpoint s is good when the loss computed on its parameters
 (the loss of step s+1) is finite and within FACTOR of the running loss, and its parameters are
 finite. Checkpoints saved before this process started are judged by the loss and running loss stored in
-their metadata. The trainer waits for pending async saves, then names the newest good checkpoint
+their metadata; one without a loss (params only, written by `checkpoint.save_model`) is a starting
+point and counts as good. The trainer waits for pending async saves, then names the newest good checkpoint
 and the exact command that resumes from it (`--resume_step=N`) with a lower learning rate;
 `--resume_step` moves the later (diverged) checkpoints aside, so the rerun cannot pick them up.
 """
@@ -77,7 +78,7 @@ class Monitor:
         m = metadata or {}
         loss, run = m.get("loss"), m.get("running_loss")
         if loss is None:
-            return True  # checkpoints from before loss tracking: trust what the run passed through
+            return True  # params only (save_model: converted or initial weights): a starting point
         return math.isfinite(loss) and (run is None or loss <= FACTOR * run)
 
 

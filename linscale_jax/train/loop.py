@@ -36,16 +36,19 @@ from jax.sharding import NamedSharding, PartitionSpec
 from linscale_jax.run import async_save
 from linscale_jax.run import checkpoint as ckpt
 from linscale_jax.run import checksums
+from linscale_jax.run import signals
 from linscale_jax.train import divergence
 from linscale_jax.train import overlap
 from linscale_jax.train.batches import BATCH_KEYS, GlobalBatches
 from linscale_jax.train.preemption import Preemption
 from linscale_jax.train import metrics as metrics_lib
+from linscale_jax.train import tracking
 from linscale_jax.dist import distributed
 from linscale_jax.train import optim
 from linscale_jax.run import integrity
 from linscale_jax.dist import sharding
 from linscale_jax.models import ModelConfig
+from linscale_jax.errors import Stopped
 
 PREFETCH = 2  # batches read and put on the devices ahead of the running step
 
@@ -218,9 +221,14 @@ def train(config, workdir, init_from: str | None = None, devices=None,
 
     The workdir is locked, checked and repaired first (linscale_jax.run.integrity): a config that
     changes the run is refused unless allow_config_change; resume_step=N resumes from checkpoint N
-    and moves later ones aside (0: start over)."""
-    with integrity.guard(config, workdir, init_from, resume_step, allow_config_change) as g:
-        return _train(config, workdir, init_from, devices, g)
+    and moves later ones aside (0: start over). A signal (linscale_jax.run.signals) during the step
+    loop saves a checkpoint and returns with `stopped` set; one before it raises Stopped."""
+    try:
+        with integrity.guard(config, workdir, init_from, resume_step, allow_config_change) as g:
+            return _train(config, workdir, init_from, devices, g)
+    except signals.Interrupted as e:  # before the step loop: nothing to save
+        raise Stopped(f"{e}: stopped before the first step, nothing to save; re-run the same "
+                      "command to continue.") from None
 
 
 def _train(config, workdir, init_from, devices, guard) -> dict:
@@ -296,7 +304,9 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
     schedule = optim.make_schedule(config.optim, total)
     save_at = ckpt.save_steps(config.checkpoint, total)
     log_every = max(int(tr.log_every), 1)
-    logger = metrics_lib.MetricsLogger(workdir, total, step)
+    with signals.postponed():  # it rewrites metrics.jsonl without the rows after `step`
+        logger = metrics_lib.MetricsLogger(workdir, total, step,
+                                           tracker=tracking.wandb_writer(config, workdir))
     profile = metrics_lib.Profile(tr.get("profile_steps", ""), workdir)
     recorder = checksums.Recorder(jax.process_index(), jax.process_count())
     losses, pending, stopped, unrecorded = {}, [], None, []
@@ -337,20 +347,20 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
             recorder.submit(ckpt.ckpt_dir(workdir) / str(s))
         unrecorded.clear()
 
-    try:
-        if step < total:  # host rows of steps step..total-1, read and put on the devices ahead
-            host_rows = (batches.local(s) for s in range(step, total))
-            feed = overlap.Prefetcher(host_rows, batches.put, PREFETCH)
-        t_compile = time.perf_counter()
-        if feed is not None:  # compile before the clock starts: the first progress row is a rate
-            batch0 = feed.next()
-            step_fn.lower(params, opt_state, rest, batch0[0]).compile()
-            print(f"Compiled the train step in {time.perf_counter() - t_compile:.1f}s; training "
-                  f"steps {step + 1}..{total}.", flush=True)
-        t_ref, n_ref, t_start = None, step, time.perf_counter()
-        idle_ref = feed.idle_s if feed is not None else 0.0
-        logger.t0 = t_start
-        with Preemption() as preemption:
+    with Preemption() as preemption:  # from here a signal is a stop at the next step
+        try:
+            if step < total:  # host rows of steps step..total-1, read and put on the devices ahead
+                host_rows = (batches.local(s) for s in range(step, total))
+                feed = overlap.Prefetcher(host_rows, batches.put, PREFETCH)
+            t_compile = time.perf_counter()
+            if feed is not None:  # compile before the clock starts: the first progress row is a rate
+                batch0 = feed.next()
+                step_fn.lower(params, opt_state, rest, batch0[0]).compile()
+                print(f"Compiled the train step in {time.perf_counter() - t_compile:.1f}s; training "
+                      f"steps {step + 1}..{total}.", flush=True)
+            t_ref, n_ref, t_start = None, step, time.perf_counter()
+            idle_ref = feed.idle_s if feed is not None else 0.0
+            logger.t0 = t_start
             last = None  # the last dispatched step's loss: busy until the devices finished it
             while step < total:
                 (batch, _), batch0 = (batch0 or feed.next(busy=last)), None
@@ -390,14 +400,14 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
                     _say(f"{stopped}: saved checkpoint at step {step}; re-run the same command to "
                          "resume.")
                     break
-    finally:
-        if feed is not None:
-            feed.close()
-        profile.close()
-        try:
-            finish_saves()
         finally:
-            recorder.close()  # the last checkpoint's hashes (off the step loop)
-            mngr.close()
-            logger.close()
+            if feed is not None:
+                feed.close()
+            profile.close()
+            try:
+                finish_saves()
+            finally:
+                recorder.close()  # the last checkpoint's hashes (off the step loop)
+                mngr.close()
+                logger.close()
     return dict(step=step, losses=losses, stopped=stopped, params=params)

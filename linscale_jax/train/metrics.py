@@ -1,4 +1,5 @@
-"""Training metrics: DIR/metrics.jsonl, TensorBoard event files (DIR/tensorboard), a progress line.
+"""Training metrics: DIR/metrics.jsonl, TensorBoard event files (DIR/tensorboard), a progress line,
+and Weights & Biases with train.wandb (a `tracker`, linscale_jax.train.tracking).
 
 metrics.jsonl has one JSON object per logged step: step, loss, lr, grad_norm, tokens,
 tokens_per_sec, mfu, flops (paper C so far), mem_gb and mem_peak_gb (device memory in use and its
@@ -12,8 +13,8 @@ every CHUNK_S seconds, at checkpoints and at the end (`read_rows` reads either l
 `gsutil cat DIR/metrics.jsonl.*` gives the rows in order). Local files are appended to row by row.
 `Profile` writes a jax.profiler trace of train.profile_steps=A,B under DIR/profile/.
 MFU = accounting.flops_per_token_exact * tokens/s / (peak FLOP/s per device * devices); the peak
-is train.peak_flops, else $LINSCALE_PEAK_FLOPS, else a known accelerator's dense bf16 peak, else
-(CPU) a jitted float32 matmul measured at start-up.
+is train.peak_flops, else $LINSCALE_PEAK_FLOPS, else a known accelerator's dense bf16 peak (TPUs:
+kernels_pallas.tpu), else (CPU) a jitted float32 matmul measured at start-up.
 """
 
 from __future__ import annotations
@@ -29,24 +30,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from etils import epath
-from linscale_jax import cli_errors, contract
+from kernels_pallas import tpu
+from linscale_jax import console, contract
 
 CHUNK_S = 60.0  # object stores: seconds between chunk files of metrics rows
 _CHUNK = re.compile(re.escape(contract.METRICS) + r"\.(\d+)$")
 
-# Dense bf16 peak FLOP/s per device (vendor figures), matched on jax's device_kind.
-KNOWN_PEAKS = {
-    "TPU v4": 275e12,
-    "TPU v5 lite": 197e12,
-    "TPU v5e": 197e12,
-    "TPU v5p": 459e12,
-    "TPU v5": 459e12,
-    "TPU v6 lite": 918e12,
-    "TPU v6e": 918e12,
-    "H100": 989e12,
-    "H200": 989e12,
-    "A100": 312e12,
-}
+# Dense bf16 peak FLOP/s per GPU (vendor figures), matched on jax's device_kind; TPU peaks come
+# from kernels_pallas.tpu, the table the kernels' blocks and the roofline read.
+GPU_PEAKS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
 
 
 @functools.lru_cache(maxsize=None)
@@ -69,7 +61,10 @@ def peak_flops_per_device(config=None) -> float:
     if os.environ.get("LINSCALE_PEAK_FLOPS"):
         return float(os.environ["LINSCALE_PEAK_FLOPS"])
     kind = jax.devices()[0].device_kind
-    for name, peak in KNOWN_PEAKS.items():
+    gen = tpu.generation(kind)
+    if gen is not None:
+        return gen.peak_bf16_flops
+    for name, peak in GPU_PEAKS.items():
         if name.lower() in kind.lower():
             return peak
     return measure_matmul_peak()
@@ -118,12 +113,12 @@ class MetricsLogger:
     progress bar with tokens/s and ETA."""
 
     def __init__(self, workdir, total_steps: int, start_step: int, tensorboard: bool = True,
-                 stream=sys.stdout):
+                 stream=sys.stdout, tracker=None):
         self.workdir = epath.Path(workdir)
         self.path = self.workdir / contract.METRICS
         self.total, self.start = total_steps, start_step
         self.stream, self.t0, self._first = stream, time.perf_counter(), None
-        self._tb = None
+        self._tb, self._tracker = None, tracker  # tracker: row -> None (linscale_jax.train.tracking)
         self._append = appendable(self.path)
         self._buffer: list[str] = []
         self._next_chunk, self._chunk_t = 0, time.perf_counter()
@@ -162,6 +157,8 @@ class MetricsLogger:
                 self.flush()
         if self._tb is not None:
             self._tb(row)
+        if self._tracker is not None:
+            self._tracker(row)
 
     def flush(self) -> None:
         """Object stores: write the buffered rows as the next chunk file (each written once)."""
@@ -202,6 +199,8 @@ class MetricsLogger:
         self.flush()
         if self._tb is not None:
             self._tb(None)
+        if self._tracker is not None:
+            self._tracker(None)
 
 
 def _gb(x: float) -> str:
@@ -279,7 +278,7 @@ class Profile:
 def _tensorboard_writer(logdir: epath.Path):
     """A function row -> None writing scalars with tf.summary (None flushes); None if TF is absent."""
     try:
-        with cli_errors.quiet_native_stderr():  # oneDNN / cudart / absl start-up lines: to the log
+        with console.quiet_native_stderr():  # oneDNN / cudart / absl start-up lines: to the log
             import tensorflow as tf
     except ImportError:
         print("TensorBoard event files disabled: tensorflow is not installed.", file=sys.stderr)

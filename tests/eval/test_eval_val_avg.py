@@ -5,7 +5,7 @@ import jax
 import numpy as np
 import pytest
 from flax import nnx
-from train_helpers import tiny_config
+from helpers.train import tiny_config
 
 from eval import val_loss as vl
 from linscale_jax.run import checkpoint as ckpt

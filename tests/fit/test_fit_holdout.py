@@ -1,5 +1,6 @@
-"""Held-out prediction on planted laws: the interval covers the truth, a wrong law is flagged, the
-library call (fit.fit_table) works without argparse, and the files are written."""
+"""Held-out prediction and lack of fit on planted laws: the interval covers the truth, a wrong law is
+flagged (outside the interval, a small lack-of-fit p), two sizes are held out from five on, the seed
+sd widens the interval, the bounded fit never fails on a flat size, and the files are written."""
 
 import csv
 import json
@@ -9,58 +10,76 @@ import pytest
 
 import fit
 from fit import holdout
+from fit.bootstrap import SeedSd
 from fit.synthetic import Law, planted_table
 from fit.table import FitError, from_columns
 
 SIZES = np.geomspace(1e6, 1e8, 5)
+COLS = ("arch", "run", "step", "n_params", "tokens", "flops")
 
 
 def test_interval_covers_the_planted_truth():
     law = Law()
     inside = []
-    for seed in range(4):
-        p = holdout.predict(planted_table(law, sizes=SIZES, noise=0.01, seed=seed), n_boot=40, seed=seed)
-        truth = law.loss(p.n_params, p.tokens)
-        assert p.n_params == SIZES[-1] and p.n_runs_fit == 4
-        assert np.all(p.ci_low < p.predicted) and np.all(p.predicted < p.ci_high)
-        inside.append(np.mean((truth >= p.ci_low) & (truth <= p.ci_high)))
-        assert p.final()["inside"] in (True, False)
-        assert abs(p.predicted[-1] / truth[-1] - 1) < 0.03
+    for seed in range(3):
+        preds = holdout.predict(planted_table(law, sizes=SIZES, noise=0.01, seed=seed), n_boot=40, seed=seed)
+        assert [p.n_params for p in preds] == list(SIZES[-2:])  # 5 sizes: the two largest held out
+        for p in preds:
+            truth = law.loss(p.n_params, p.tokens)
+            assert p.n_sizes_fit == 3 and p.failed <= 0.1
+            assert np.all(p.ci_low < p.predicted) and np.all(p.predicted < p.ci_high)
+            inside.append(np.mean((truth >= p.ci_low) & (truth <= p.ci_high)))
+            assert abs(p.predicted[-1] / truth[-1] - 1) < 0.05  # two sizes beyond the fitted ones
     assert np.mean(inside) >= 0.9  # the truth's curve lies inside the 95% band
 
 
-def test_wrong_law_is_flagged():
+def test_wrong_law_is_flagged_and_lacks_fit():
     # The largest size does not follow the law of the smaller ones: its loss is 8% higher.
-    t = planted_table(Law(), sizes=SIZES, noise=0.003, seed=0)
-    big = t.n_params == SIZES[-1]
-    cols = {c: getattr(t, c) for c in ("arch", "run", "step", "n_params", "tokens", "flops")}
-    bad = from_columns("broken", **cols, loss=np.where(big, t.loss * 1.08, t.loss))
-    p = holdout.predict(bad, n_boot=40)
+    t = planted_table(Law(), sizes=SIZES[:4], noise=0.003, seed=0)
+    big = t.n_params == SIZES[3]
+    bad = from_columns("broken", **{c: getattr(t, c) for c in COLS}, loss=np.where(big, t.loss * 1.08, t.loss))
+    (p,) = holdout.predict(bad, n_boot=40)
     assert not p.final()["inside"] and p.actual[-1] > p.ci_high[-1]
     assert np.mean(p.inside) < 0.2
-    good = holdout.predict(t, n_boot=40)
+    (good,) = holdout.predict(t, n_boot=40)
     assert good.final()["inside"]
+    sd = SeedSd(0.01, 8, "measured")
+    five = planted_table(Law(), sizes=SIZES, noise=0.003, seed=0)
+    mid = five.n_params == SIZES[2]
+    kinked = from_columns("kinked", **{c: getattr(five, c) for c in COLS},
+                          loss=np.where(mid, five.loss * 1.05, five.loss))
+    assert holdout.full_law(kinked, sd)["lack_of_fit"]["p"] < 0.01
+    assert holdout.full_law(five, sd)["lack_of_fit"]["p"] > 0.05
 
 
-def test_extra_noise_widens_the_interval():
-    t = planted_table(Law(), sizes=SIZES, noise=0.003, seed=3)
-    a = holdout.predict(t, n_boot=20)
-    b = holdout.predict(t, n_boot=20, extra_sd=0.05)
-    assert np.all(b.ci_high - b.ci_low > 2 * (a.ci_high - a.ci_low))
+def test_the_seed_sd_widens_the_interval():
+    t = planted_table(Law(), sizes=SIZES[:4], noise=0.003, seed=3)
+    (a,) = holdout.predict(t, n_boot=20)
+    (b,) = holdout.predict(t, n_boot=20, seed_sd=SeedSd(0.05, np.inf, "assumed"))
+    (c,) = holdout.predict(t, n_boot=20, seed_sd=SeedSd(0.05, 1, "measured"))
+    width = [float(np.mean(x.ci_high - x.ci_low)) for x in (a, b, c)]
+    assert width[1] > 2 * width[0] and width[2] > 1.5 * width[1]  # 1 df: the sd itself is uncertain
+    assert c.seed_sd["df"] == 1 and b.seed_sd["df"] is None
 
 
-def test_single_size_is_a_clear_error():
-    t = planted_table(Law(), sizes=[1e6], seed=0)
-    with pytest.raises(FitError, match="same size"):
-        holdout.predict(t, n_boot=0)
+def test_a_step_between_sizes_stays_bounded_and_too_few_sizes_are_an_error():
+    law = Law()
+    t = planted_table(law, sizes=SIZES[:4], noise=0.003, seed=4)
+    # the loss drops from the smallest size to the next and not beyond: a step, alpha -> infinity
+    step = np.where(t.n_params == SIZES[0], law.loss(SIZES[0], t.tokens), law.loss(SIZES[1], t.tokens))
+    (p,) = holdout.predict(from_columns("step", **{c: getattr(t, c) for c in COLS}, loss=step), n_boot=20)
+    assert p.law["alpha"] == holdout.ALPHA_BOUNDS[1] and p.law["at_bound"] == ["alpha"] and p.failed <= 0.1
+    assert np.all(np.isfinite(p.ci_low)) and holdout.predict(t, n_boot=0)[0].law["at_bound"] == []
+    with pytest.raises(FitError, match="2 smaller sizes"):
+        holdout.predict(planted_table(Law(), sizes=SIZES[:2], seed=0), n_boot=0)
 
 
 def test_files_and_library_fit(tmp_path):
-    t = planted_table(Law(), sizes=SIZES, noise=0.003, seed=1)
-    preds = [holdout.predict(t, n_boot=10)]
+    t = planted_table(Law(), sizes=SIZES[:4], noise=0.003, seed=1)
+    preds = holdout.predict(t, n_boot=10)
     holdout.write_csv(preds, tmp_path / "holdout.csv")
     holdout.write_curves_csv(preds, tmp_path / "curves.csv")
-    holdout.plot(preds, {"planted": t}, tmp_path / "holdout.png")
+    holdout.plot(tmp_path / "curves.csv", t, tmp_path / "holdout.png")
     rows = list(csv.DictReader(open(tmp_path / "holdout.csv")))
     assert list(rows[0]) == list(holdout.CSV_COLUMNS) and len(rows) == 1
     assert float(rows[0]["ci_low"]) <= float(rows[0]["predicted"]) <= float(rows[0]["ci_high"])

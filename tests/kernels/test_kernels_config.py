@@ -27,21 +27,12 @@ def test_default_chunk_size_per_backend():
 
 
 @pytest.mark.parametrize("key_dim,chunk", [(4, 16), (64, 64)])
-def test_chunk_size_none_is_the_backend_default(key_dim, chunk, monkeypatch):
+def test_chunk_size_none_is_the_backend_default(key_dim, chunk, xla_chunk_sizes):
     """chunk_size=None on CPU runs the xla form with the chunk written here (16 at k = 4, 64 at
     k = 64): the chunk the form receives is recorded, its output is bit-equal to an explicit call
     with that chunk, and a call with another chunk (32) rounds differently, so a wrong default
     would show in the output as well as in the recorded chunk."""
-    from kernels_pallas.linear_attention import xla
-
-    used = []
-
-    def spy(*args, chunk_size, **kw):
-        used.append(chunk_size)
-        return real(*args, chunk_size=chunk_size, **kw)
-
-    real = xla.linear_attention_xla
-    monkeypatch.setattr(xla, "linear_attention_xla", spy)
+    used = xla_chunk_sizes
     rng = np.random.default_rng(0)
     q, k = (jnp.asarray(0.3 * rng.standard_normal((1, 150, 2, key_dim)), jnp.float32) for _ in range(2))
     v = jnp.asarray(rng.standard_normal((1, 150, 2, 4)), jnp.float32)

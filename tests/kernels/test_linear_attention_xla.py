@@ -125,21 +125,11 @@ def test_xla_matches_reference_fp32(kind, regime):
 
 
 @pytest.mark.parametrize("kind", ["none", "head", "data"])
-def test_xla_without_initial_state_default_chunk(kind, monkeypatch):
+def test_xla_without_initial_state_default_chunk(kind, xla_chunk_sizes):
     """chunk_size=None (the CPU default at k = 8 is a chunk of 16): t = 100 is six full chunks and
     a padded one; values and gradients match the reference, and the xla form ran with chunk 16."""
-    from kernels_pallas.linear_attention import xla
-
-    used = []
-
-    def spy(*args, chunk_size, **kw):
-        used.append(chunk_size)
-        return real(*args, chunk_size=chunk_size, **kw)
-
-    real = xla.linear_attention_xla
-    monkeypatch.setattr(xla, "linear_attention_xla", spy)
     _check(1, kind, "random", with_state=False, t=100, chunk_size=None)
-    assert used and set(used) == {16}, used
+    assert xla_chunk_sizes and set(xla_chunk_sizes) == {16}, xla_chunk_sizes
 
 
 @pytest.mark.parametrize("chunk_size", [5, 12, 27])

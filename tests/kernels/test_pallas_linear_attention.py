@@ -4,6 +4,7 @@ The kernels run in Pallas TPU interpret mode on CPU (out-of-bounds reads raise, 
 NaN), so these tests execute the real kernel code. Shapes are tiny: interpret mode is slow.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -144,7 +145,7 @@ def test_kernels_lower_to_mosaic_for_tpu():
     matmul takes bf16 operands with f32 accumulation except the data decay's log-decay range sums
     (a 0/1 [C, C] or [s*s, s] mask times float32 log decays, at fp32 contract precision). The
     Mosaic compiler itself (libtpu) is not available here."""
-    from mosaic_payload import is_bf16, tpu_kernels
+    from helpers.mosaic_payload import is_bf16, tpu_kernels
 
     b, t, h, d = 1, 256, 2, 128
     chunk, sub = 128, 16
@@ -184,12 +185,16 @@ def test_kernels_lower_to_mosaic_for_tpu():
                                 jnp.zeros((1, 32, 2, 64)), interpret=False)
 
 
-def test_pallas_inside_shard_map_8_devices():
-    """Batch x head sharded shard_map over 8 simulated CPU devices equals the unsharded kernel."""
-    script = os.path.join(_ROOT, "tests", "pallas_shard_map_check.py")
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=_ROOT,
+def test_pallas_inside_shard_map_8_devices(tmp_path):
+    """Batch x head sharded shard_map over 8 simulated CPU devices equals the unsharded kernel:
+    outputs, final state and every gradient (helpers.pallas_shard_map_check measures them)."""
+    out = tmp_path / "errors.json"
+    env = dict(os.environ, JAX_PLATFORMS="cpu",
+               PYTHONPATH=os.pathsep.join([_ROOT, os.path.join(_ROOT, "tests")]),
                XLA_FLAGS=os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8")
-    res = subprocess.run([sys.executable, script], env=env, capture_output=True, text=True,
-                         timeout=300)
+    res = subprocess.run([sys.executable, "-m", "helpers.pallas_shard_map_check", str(out)],
+                         env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "OK" in res.stdout
+    errors = json.loads(out.read_text())
+    assert sorted(errors) == sorted(("o", "state", "dq", "dk", "dv", "dlog_decay", "ds0"))
+    assert all(e < 1e-5 for e in errors.values()), errors

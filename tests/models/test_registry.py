@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from train_helpers import tiny_config
+from helpers.train import tiny_config
 
 from eval import runner
 from fit import paper

@@ -22,8 +22,9 @@ def _result(eq_archs: dict):
     return out
 
 
-def _row(d, lo, hi, v):
-    return dict(diff=d, ci_low=lo, ci_high=hi, verdict=v)
+def _row(d, lo, hi, v, **kw):
+    return dict(diff=d, ci_low=lo, ci_high=hi, verdict=v, failed=0.0, mde=0.12, halfwidth90=0.04,
+                measured=dict(diff=d, ci_low=lo and lo - 0.1, ci_high=hi and hi + 0.1, verdict="not_resolved"), **kw)
 
 
 def test_section_states_each_finding_from_the_verdicts():
@@ -31,10 +32,14 @@ def test_section_states_each_finding_from_the_verdicts():
     lines, verdicts = findings.section(res)
     assert verdicts["equal_compute"] == "not reproduced"
     text = "\n".join(lines)
-    assert "| tnl | +0.200 [+0.050, +0.350]: worse | **worse** |" in text
-    assert "equivalent" in text and "**not resolved**" in text
+    assert ("| tnl | val_loss | +0.200 [+0.050, +0.350] | +0.200 [-0.050, +0.450] not_resolved | 0.120 | 0.040 "
+            "| 0% | worse |") in text
+    assert "tnl **worse**" in text and "hgrn2 **equivalent**" in text and "**not resolved**" in text
     res = _result({"tnl": _row(-0.2, -0.3, -0.1, "better"), "hgrn2": _row(0.0, -0.2, 0.2, "not_resolved")})
     assert findings.section(res)[1]["equal_compute"] == "not resolved"  # never "reproduced"
+    res = _result({"tnl": _row(None, None, None, "not_resolved", reason="fit unstable", note="rests on the fit")})
+    text = "\n".join(findings.section(res)[0])
+    assert "not_resolved (fit unstable)" in text and "rests on the fit" in text
 
 
 def test_retrieval_from_recall_cells():

@@ -15,7 +15,7 @@ def _study(d, best="llama", resolved=False, power="reproduced"):
     (d / "findings.json").write_text(json.dumps(dict(
         findings=dict(power_laws=power, equal_compute="reproduced", retrieval="reproduced"),
         common_compute=common, law_at_common_compute=common,
-        checkpoint_sd={"llama": {"sd": 0.01, "rise": 0.1}, "tnl": {"sd": float("nan"), "rise": float("nan")}},
+        checkpoint_sd={"llama": {"sd": 0.01, "rise": 0.1}, "tnl": {"sd": None, "rise": None}},
         checkpoint_sd_raw={"llama": {"sd": 0.05, "rise": 0.3}}, seed_sd=0.05)))
     law = {"L_C": {"exponent": -0.08, "ci95": {"exponent": [-0.1, -0.06]}}}
     (d / "fit" / "fits.json").write_text(json.dumps({"llama": law, "tnl": law}))

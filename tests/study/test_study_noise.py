@@ -5,7 +5,7 @@ import json
 
 import numpy as np
 import pytest
-from train_helpers import tiny_config
+from helpers.train import tiny_config
 
 from linscale_jax.run import checkpoint as ckpt
 from linscale_jax.train import loop as trainer

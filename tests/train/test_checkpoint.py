@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from train_helpers import tiny_config
+from helpers.train import tiny_config
 
 from linscale_jax.run import checkpoint as ckpt
 from linscale_jax import data

@@ -3,7 +3,6 @@ processes checks share j of m (the files the process of index j wrote), every by
 process; a bit flip is found by the share that owns it. A two-writer step dir is laid out as Orbax
 lays it out (ocdbt.process_<k>/, array_metadatas/process_<k>) without running two processes."""
 
-import hashlib
 import json
 import threading
 
@@ -66,16 +65,6 @@ def test_missing_unrecorded_and_unrecorded_writers(tmp_path):
     (d / "params/ocdbt.process_1/d/98").unlink()
     (d / "params/ocdbt.process_0/d/00").unlink()
     assert checksums.verify(d, (0, 2)) == "file params/ocdbt.process_0/d/00 is missing"
-
-
-def test_legacy_single_record_is_still_verified(tmp_path):
-    d = step_dir(tmp_path, writers=1)
-    files = sorted(p for p in d.rglob("*") if p.is_file())
-    rec = {str(p.relative_to(d)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
-    (d / checksums.LEGACY).write_text(json.dumps(dict(algorithm="sha256", files=rec)))
-    assert checksums.verify(d, (0, 1)) is None
-    flip(d / "params/ocdbt.process_0/d/00", offset=100)
-    assert checksums.verify(d, (0, 1)) == "checksum mismatch in params/ocdbt.process_0/d/00"
 
 
 def test_recorder_hashes_in_the_background(tmp_path, monkeypatch):

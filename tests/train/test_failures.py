@@ -21,13 +21,13 @@ import sys
 import time
 
 import pytest
-from train_helpers import ROOT, cli_overrides, tiny_config
+from helpers.train import ROOT, cli_overrides, tiny_config
 
 from linscale_jax.dist import distributed
 
 pytestmark = pytest.mark.slow  # real processes: over 30 s on 2 CPU cores
 
-WORKER = str(ROOT / "tests" / "multihost_worker.py")
+WORKER = str(ROOT / "tests" / "helpers" / "multihost_worker.py")
 PEER_TIMEOUT = 10
 SLACK = 20  # seconds on top of the bound: a loaded 2-core CI machine
 NATIVE = ("[Gloo]", "Check failure", "Fatal Python error", "Thread 0x", "Traceback")

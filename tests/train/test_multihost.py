@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 import pytest
-from train_helpers import ROOT, cli_overrides, tiny_config
+from helpers.train import ROOT, cli_overrides, tiny_config
 
 from linscale_jax.run import checkpoint as ckpt
 from linscale_jax.dist import distributed
@@ -33,7 +33,7 @@ from linscale_jax.dist import distributed
 pytestmark = pytest.mark.slow  # over 30 s on 2 CPU cores: deselect with -m "not slow"
 
 STEPS = 8
-WORKER = str(ROOT / "tests" / "multihost_worker.py")
+WORKER = str(ROOT / "tests" / "helpers" / "multihost_worker.py")
 TIMEOUT = 240
 
 

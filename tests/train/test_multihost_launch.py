@@ -175,7 +175,7 @@ def test_no_tpu_no_metadata_query(monkeypatch, tmp_path):
 
 
 def test_gs_workdir_of_the_error_log_stays_gs():
-    from linscale_jax import cli_errors
+    from linscale_jax.run import command
 
-    d = cli_errors.as_dir("gs://bucket/runs/a")
+    d = command.as_dir("gs://bucket/runs/a")
     assert str(d) == "gs://bucket/runs/a" and str(d / "logs") == "gs://bucket/runs/a/logs"

@@ -7,7 +7,6 @@ and metadata, a missing file, an empty step dir, a full disk (writes fail), dive
 --init_from on a run with checkpoints, convert into a run, a failed start."""
 
 import errno
-import hashlib
 import json
 import os
 import shutil
@@ -18,10 +17,10 @@ import time
 
 import orbax.checkpoint as ocp
 import pytest
-from train_helpers import ROOT, cli_overrides, tiny_config
+from helpers.train import ROOT, cli_overrides, snapshot, tiny_config
 
 from linscale_jax.run import checkpoint as ckpt
-from linscale_jax import cli_errors
+from linscale_jax.run import command
 from linscale_jax.train import divergence
 from linscale_jax.run import identity
 from linscale_jax.run import integrity
@@ -42,12 +41,6 @@ def logged_losses(workdir, steps=STEPS):
     rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == list(range(1, steps + 1))
     return [r["loss"] for r in rows]
-
-
-def snapshot(workdir):
-    """{relative path: sha256} of every file (the byte-identity of a refused command)."""
-    return {str(p.relative_to(workdir)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(workdir.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture(scope="module")
@@ -227,7 +220,7 @@ def test_full_disk_fails_in_one_line_and_resume_is_exact(run, reference, monkeyp
         return save(self, step, *a, **k)
 
     monkeypatch.setattr(ocp.CheckpointManager, "save", failing_save)
-    rc = cli_errors.run(lambda: trainer.train(config(), run), workdir=run, command="train")
+    rc = command.run(lambda: trainer.train(config(), run), workdir=run, command="train")
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 1 and len(err) == 1 and "no space left on device" in err[0]
     log = err[0].split("[traceback: ")[1].rstrip("]")
@@ -275,7 +268,7 @@ def test_divergence_names_a_really_good_checkpoint_and_the_advice_works(referenc
 
 _DIVERGENCE_CLI = """
 import sys, types
-from linscale_jax import cli_errors
+from linscale_jax.run import command
 from linscale_jax.train import divergence
 from linscale_jax.train import loop as trainer
 from linscale_jax.train import cli as train
@@ -286,7 +279,7 @@ for name in ("_CONFIG", "_WORKDIR", "_INIT_FROM", "_RESUME_STEP", "_ALLOW_CHANGE
 train._INITIALIZE = lambda: None  # no launch flags parsed here
 trainer.train = boom
 sys.argv = ["linscale_jax/train/cli.py", "--workdir=" + sys.argv[1]]
-sys.exit(cli_errors.run(train._train, workdir=sys.argv[1].split("=", 1)[1], command="train"))
+sys.exit(command.run(train._train, workdir=sys.argv[1].split("=", 1)[1], command="train"))
 """
 
 
@@ -318,7 +311,7 @@ def test_ctrl_c_saves_like_sigterm_and_resume_is_exact(reference, tmp_path, monk
     trainer.train(config(), workdir)
     assert logged_losses(workdir) == reference[1]
     # compilation is announced with its time; the first row after the resume has a real rate
-    # (it said 0 tok/s: the rate was taken over zero steps)
+    # (taken over the steps since the resume, not over zero steps)
     assert capsys.readouterr().out.count("Compiled the train step in") == 2
     rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
     assert rows[2]["step"] == 3 and rows[2]["tokens_per_sec"] > 0
@@ -343,7 +336,7 @@ def test_failed_start_leaves_no_workdir_and_one_line(tmp_path, capsys):
     workdir = tmp_path / "new"
     c = config()
     c.train.seq_len = 10_000  # > model.max_seq_len
-    rc = cli_errors.run(lambda: trainer.train(c, workdir), workdir=workdir, command="train")
+    rc = command.run(lambda: trainer.train(c, workdir), workdir=workdir, command="train")
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 1 and len(err) == 1 and "max_seq_len" in err[0]
     assert not workdir.exists()

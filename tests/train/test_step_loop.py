@@ -12,7 +12,7 @@ import jax
 import numpy as np
 import pytest
 from etils import epath
-from train_helpers import tiny_config
+from helpers.train import tiny_config
 
 from linscale_jax.train import loop as trainer
 from linscale_jax.train import metrics as metrics_lib
@@ -227,3 +227,12 @@ def test_metrics_on_a_store_without_append(tmp_path, monkeypatch):
     rows = metrics_lib.read_rows(tmp_path)
     assert [r["step"] for r in rows] == [1, 2, 3, 4, 5] and rows[-1]["loss"] == 2.0
     assert json.loads((tmp_path / "metrics.jsonl.00001").read_text())["step"] == 5
+
+
+@pytest.mark.parametrize("kind,peak", [("TPU v5 lite", 197e12), ("TPU v5p", 459e12),
+                                       ("NVIDIA H100 80GB HBM3", 989e12)])
+def test_mfu_peak_of_a_known_accelerator(monkeypatch, kind, peak):
+    """TPU peaks are kernels_pallas.tpu's figures (one table), GPU peaks metrics' own."""
+    monkeypatch.delenv("LINSCALE_PEAK_FLOPS", raising=False)
+    monkeypatch.setattr(jax, "devices", lambda: [types.SimpleNamespace(device_kind=kind)])
+    assert metrics_lib.peak_flops_per_device() == peak

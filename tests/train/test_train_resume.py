@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from train_helpers import ROOT, cli_overrides, tiny_config
+from helpers.train import ROOT, cli_overrides, tiny_config
 
 from linscale_jax.run import checkpoint as ckpt
 from linscale_jax.train import metrics as metrics_lib

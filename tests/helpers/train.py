@@ -1,9 +1,11 @@
-"""Shared tiny configurations for the trainer tests (not a test module)."""
+"""Tiny trainer configurations shared by the tests, the flags that give them on a command line, and a
+workdir's byte snapshot."""
 
+import hashlib
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "configs"))
 
 import tiny  # noqa: E402
@@ -27,3 +29,9 @@ def cli_overrides(c):
         for k, v in c[section].items():
             flags.append(f"--config.{section}.{k}={v}")
     return flags
+
+
+def snapshot(workdir):
+    """{relative path: sha256} of every file (the byte-identity of a refused command)."""
+    return {str(p.relative_to(workdir)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(workdir.rglob("*")) if p.is_file()}

@@ -1,6 +1,6 @@
-"""`python -m linscale_jax.train` with a test hook, for tests/train/test_multihost.py (not a test module).
+"""`python -m linscale_jax.train` with a test hook, for the multi-process tests in tests/train/.
 
-    python tests/multihost_worker.py HOOK [train flags...]
+    python tests/helpers/multihost_worker.py HOOK [train flags...]
 
 HOOK is "none", "sleep_after=S" (every process logs step S, drops DIR/.at-S-<process>, then sleeps
 until killed: the test kill -9s them), "wait_after=S" (as sleep_after, but the processes keep
@@ -66,7 +66,7 @@ def wait_for_preemption_sync(timeout=120):
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     hook, argv = sys.argv[1], [sys.argv[0]] + sys.argv[2:]
     from linscale_jax.dist import supervise
 

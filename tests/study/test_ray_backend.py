@@ -1,0 +1,251 @@
+"""study.ray_backend on a real Ray cluster of this machine, loopback only: a head node (no CPUs)
+and a 2-CPU worker node started once for the module (ray.cluster_utils.Cluster, every node on
+127.0.0.1), the driver attached to it.
+
+- no socket of the cluster's processes is bound to, or connected to, an address outside 127.0.0.0/8;
+- a miniature quick study (tnl at 3 sizes, 24 steps) on Ray, compiling its own programs,, one of whose runs is killed with
+  SIGKILL after its first checkpoint, gives the local pool's (study.workers) table.csv (timing
+  aside) and fit/fits.json: the killed run was retried, resumed from its checkpoint and equals the
+  uninterrupted run;
+- the node running a run is removed mid-run and replaced: the run completes on the new node;
+- an application error is not retried, is one line naming the run and its log, and the other run
+  finishes; a run whose checkpoints hold another config is refused at submission;
+- a gang: one run over 2 host tasks x 2 simulated devices (jax.distributed over loopback); one host
+  task killed after the first checkpoint makes the whole gang resubmitted, and it resumes.
+The kills and the node loss are made deterministic by test-only `process` wrappers (pickled by
+value to the workers) around runner.process_run.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import ipaddress
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from study import ray_backend
+
+os.environ.update(ray_backend.LOCAL_ENV)  # read when ray is imported: loopback node addresses
+
+import psutil  # noqa: E402
+import ray  # noqa: E402
+from ray import cloudpickle  # noqa: E402
+from ray.cluster_utils import Cluster  # noqa: E402
+
+from linscale_jax.run import checkpoint as ckpt  # noqa: E402
+from study import plan, runner, workers  # noqa: E402
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the wrappers below reach the workers
+ROOT = Path(__file__).resolve().parents[2]
+NODE = dict(node_ip_address="127.0.0.1", num_cpus=2, object_store_memory=80 * 2**20)
+FINALS = {f"tnl-{s}": False for s in ("d32", "d48", "d64")}  # val_loss only
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = Cluster(initialize_head=True, head_node_args=dict(
+        node_ip_address="127.0.0.1", num_cpus=0, include_dashboard=False, temp_dir=ray_backend.TEMP_DIR,
+        object_store_memory=80 * 2**20))
+    c.node = c.add_node(**NODE)
+    ray.init(address=c.address, log_to_driver=False, logging_level=logging.WARNING)
+    yield c
+    ray.shutdown()
+    c.shutdown()
+
+
+def mini_study(**changes):
+    """The quick preset, smaller: tnl at its 3 sizes (the fewest a law is fitted to), 24 steps,
+    val_loss at every checkpoint."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_quick", ROOT / "configs" / "study" / "quick.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    s = mod.get_config()
+    s.update(dict(archs="tnl", sizes="d32,d48,d64", tokens=24 * 8 * 128.0, checkpoints=3,
+                  estimators="val_loss"))
+    s.replicates.seeds = 0
+    s.overrides.optim.warmup_steps = 4
+    s.fit.bootstrap = 8
+    s.update(changes)
+    return s
+
+
+def after_first_checkpoint(victim: str, then: str, study, run, log, final, host=0):
+    """runner.process_run, except that the first attempt of run `victim` (no checkpoint yet) does
+    `then` right after its first checkpoint is written: "kill" (SIGKILL to its own process, on
+    host `host` of a gang) or "pause" (writes DIR/paused and sleeps: the test removes its node)."""
+    from linscale_jax import contract
+    from linscale_jax.dist import distributed
+    from linscale_jax.run import checkpoint as ck
+    from study import runner as rn
+
+    import jax
+
+    if run.name == victim and not ck.list_steps(run.workdir):
+        save = ck.save
+
+        def save_then(mngr, *args, **kwargs):
+            save(mngr, *args, **kwargs)
+            mngr.wait_until_finished()
+            distributed.barrier("test_saved")
+            if jax.process_index() == host:
+                if then == "kill":
+                    os.kill(os.getpid(), signal.SIGKILL)
+                Path(contract.workdir_file(run.workdir, "paused")).write_text(str(os.getpid()))
+                time.sleep(600)
+
+        ck.save = save_then
+    rn.process_run(study, run, log=log, final=final)
+
+
+def _rows(path, drop=("eval_seconds",)):
+    return [{k: v for k, v in r.items() if k not in drop} for r in csv.DictReader(open(path))]
+
+
+def _is_loopback(ip: str) -> bool:
+    a = ipaddress.ip_address(ip.split("%")[0])
+    mapped = getattr(a, "ipv4_mapped", None)
+    return a.is_loopback or bool(mapped and mapped.is_loopback)
+
+
+def test_every_socket_of_the_local_cluster_is_on_loopback(cluster):
+    ray.get(ray.remote(lambda: os.getpid()).options(num_cpus=1).remote())  # a worker too
+    procs = psutil.Process().children(recursive=True)  # the cluster's GCS, raylets, agents, workers
+    assert any("raylet" in p.name() for p in procs)
+    seen = 0
+    for p in procs:
+        try:
+            conns = p.net_connections(kind="inet")
+        except psutil.Error:
+            continue
+        for c in conns:
+            seen += 1
+            assert _is_loopback(c.laddr.ip), (p.name(), c)
+            assert not c.raddr or _is_loopback(c.raddr.ip), (p.name(), c)
+    assert seen > 5  # GCS, raylets and workers were looked at
+    assert {n["NodeManagerAddress"] for n in ray.nodes()} == {"127.0.0.1"}
+
+
+@pytest.mark.slow  # trains runs in Ray workers
+def test_ray_study_with_a_killed_run_equals_the_local_pool(cluster, tmp_path, monkeypatch):
+    study = mini_study()
+    local, wd = str(tmp_path / "local"), str(tmp_path / "ray")
+    t0 = time.time()
+    out = workers.run_parallel(study, plan.build_plan(study, local), FINALS, 2, runner.process_run,
+                               log=lambda m: None)
+    assert out["failed"] == {} and not out["stopped"]
+    t1 = time.time()
+    monkeypatch.setenv("LINSCALE_COMPILATION_CACHE", str(tmp_path / "xla_ray"))  # Ray compiles its own
+    lines = []
+    runs = plan.build_plan(study, wd)
+    victim = max(runs, key=lambda r: r.flops_exact).name  # the first submitted: tnl-d64
+    process = functools.partial(after_first_checkpoint, victim, "kill")
+    out = ray_backend.run(study, runs, FINALS, process, wd, cluster.address, log=lines.append,
+                          eta=runner.eta_seconds)
+    print(f"\nlocal pool {t1 - t0:.1f}s, Ray with one kill {time.time() - t1:.1f}s")
+    print("\n".join(lines))
+    text = "\n".join(lines)
+    assert out["failed"] == {} and out["stopped"] == [] and out["signal"] is None, text
+    assert f"{victim} lost on 127.0.0.1 (attempt 1: WorkerCrashedError" in text, text
+    assert f"{victim} done in" in text and "(attempt 2)" in text and "finished 3/3" in text
+    killed = next(r for r in runs if r.name == victim)
+    status = json.loads(Path(killed.workdir, "status.json").read_text())
+    assert status["state"] == "done" and status["attempt"] == 2
+    assert [h["outcome"] for h in status["history"]] == ["lost", "done"]
+    log = Path(killed.workdir, "study.log").read_text()
+    first = min(ckpt.save_steps(killed.config.checkpoint, killed.steps))
+    assert f"Resuming from {killed.workdir}/checkpoints/{first} (step {first})" in log  # not restarted
+    assert "Removed the lock of the lost attempt 1 (pid" in log  # not left to the lock's liveness checks
+    others = [json.loads(Path(r.workdir, "status.json").read_text()) for r in runs if r is not killed]
+    assert all(s["state"] == "done" and s["attempt"] == 1 for s in others)
+    # joined as runner.run_study joins: the same table (timing aside) and fits as the local pool
+    for d in (local, wd):
+        runner.join(study, plan.build_plan(study, d), d, 1, log=lambda m: None)
+    assert _rows(Path(wd, "table.csv")) == _rows(Path(local, "table.csv"))
+    a, b = (json.loads(Path(d, "fit", "fits.json").read_text()) for d in (wd, local))
+    assert a == b and set(a) == {"tnl"}
+
+
+@pytest.mark.slow  # trains runs in Ray workers
+def test_a_lost_node_moves_the_run_to_a_new_node(cluster, tmp_path):
+    study = mini_study(archs="llama", sizes="d32")
+    wd = str(tmp_path)
+    runs = plan.build_plan(study, wd)
+    old, lines, result = cluster.node, [], []
+    driver = threading.Thread(target=lambda: result.append(ray_backend.run(
+        study, runs, {runs[0].name: False}, functools.partial(after_first_checkpoint, runs[0].name, "pause"),
+        wd, cluster.address, log=lines.append)), daemon=True)
+    driver.start()  # Ray starts nodes from the main thread only
+    deadline = time.time() + 300
+    while time.time() < deadline and not Path(runs[0].workdir, "paused").exists():
+        time.sleep(0.2)
+    cluster.remove_node(old)
+    cluster.node = cluster.add_node(**NODE)
+    driver.join(timeout=300)
+    text = "\n".join(lines)
+    print(f"\n{text}")
+    assert result and result[0]["failed"] == {}, text
+    assert "llama-d32 lost on" in text and "retry 1/3" in text, text
+    status = json.loads(Path(runs[0].workdir, "status.json").read_text())
+    assert status["state"] == "done" and status["attempt"] == 2
+    assert [h["node"] for h in status["history"]] == [old.node_id, cluster.node.node_id]
+    assert "Resuming from" in Path(runs[0].workdir, "study.log").read_text()
+
+
+@pytest.mark.slow  # trains runs in Ray workers
+def test_an_application_error_is_not_retried_and_the_other_run_finishes(cluster, tmp_path):
+    study = mini_study(archs="llama", sizes="d32,d48", tokens=8 * 8 * 128.0)
+    wd = str(tmp_path / "s")
+    runs = plan.build_plan(study, wd)
+    bad = runs[1]  # llama-d48's workdir is held by a live trainer (this process)
+    Path(bad.workdir).mkdir(parents=True)
+    Path(bad.workdir, "train.lock").write_text(json.dumps(dict(
+        host=os.uname().nodename, pid=os.getpid(), started="now", heartbeat=time.time())))
+    with pytest.raises(workers.RunsFailed) as e:
+        runner.run_study(study, wd, backend="ray", ray_address=cluster.address, log=lambda m: None)
+    msg = str(e.value)
+    assert "\n" not in msg and "1 run(s) failed" in msg and f"{bad.name}: " in msg
+    assert "is being trained by" in msg and f"(log: {bad.workdir}/study.log)" in msg
+    status = json.loads(Path(bad.workdir, "status.json").read_text())
+    assert status["state"] == "failed" and status["attempt"] == 1  # not retried
+    assert runner.trained(runs[0])
+    # the finished run's config changed: refused at submission, nothing submitted
+    study.overrides.optim.lr = 1e-3
+    Path(bad.workdir, "train.lock").unlink()
+    lines = []
+    out = ray_backend.run(study, plan.build_plan(study, wd)[:1], {runs[0].name: False},
+                          runner.process_run, wd, cluster.address, log=lines.append)
+    assert "config differs from the run" in out["failed"][runs[0].name]
+    assert "optim.lr 0.003 -> 0.001" in out["failed"][runs[0].name]
+
+
+@pytest.mark.slow  # trains runs in Ray workers
+def test_a_gang_of_two_hosts_is_resubmitted_whole_and_resumes(cluster, tmp_path):
+    study = mini_study(archs="llama", sizes="d32")
+    study.cluster.update(hosts=2, devices_per_host=2)
+    wd = str(tmp_path)
+    runs = plan.build_plan(study, wd)
+    lines = []
+    out = ray_backend.run(study, runs, {runs[0].name: False},
+                          functools.partial(after_first_checkpoint, runs[0].name, "kill", host=1),
+                          wd, cluster.address, log=lines.append)
+    text = "\n".join(lines)
+    assert out["failed"] == {}, text
+    assert "2 simulated CPU device(s), 1 CPU(s) per host, 2 hosts (a gang)" in text
+    assert "llama-d32 lost on" in text and "retry 1/3" in text, text
+    status = json.loads(Path(runs[0].workdir, "status.json").read_text())
+    assert status["state"] == "done" and [h["outcome"] for h in status["history"]] == ["lost", "done"]
+    log = Path(runs[0].workdir, "study.log").read_text()
+    assert "host 1/2" in log and "Resuming from" in log
+    assert "host 2/2" in Path(runs[0].workdir, "study.host1.log").read_text()
+    assert runner.trained(runs[0])

@@ -1,0 +1,176 @@
+"""study.results, study.report and study.calibrate on a study directory with planted losses: the
+results are written once as data (findings.json, bracketing.csv, holdout files, no NaN anywhere),
+the report renders them without recomputing, a second protocol's study is read by path, and the
+calibration runs the same verdict code on simulations of the study's design."""
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from linscale_jax import contract
+from study import plan
+
+ROOT = Path(__file__).resolve().parents[2]
+OFFSET = {"llama": 0.0, "tnl": 0.25, "hgrn2": 0.0, "cosformer2": -0.25}
+
+
+def preset(name="cpu"):
+    import importlib.util
+
+    path = ROOT / "configs" / "study" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"_r_{path.stem}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.get_config()
+
+
+def _rows(runs, steps, seed, shift=0.0, offsets=OFFSET):
+    """Table rows of every run at `steps`: L = 1 + 25/N^0.34 + 29/D^0.28 + the arch's offset + a seed
+    offset + checkpoint noise."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for r in runs:
+        frac = np.asarray(steps, float) / r.steps
+        d = r.tokens * frac
+        loss = 1 + 25 / r.n_params**0.34 + 29 / d**0.28 + offsets[r.arch] + shift + rng.normal(0, 0.01) \
+            + rng.normal(0, 0.005, len(d))
+        out += [dict(arch=r.arch, run=r.name, step=int(s), n_params=r.n_params, tokens=float(t),
+                     flops=float(r.flops * f), loss=float(x), seed=r.seed) for s, t, f, x in zip(steps, d, frac, loss)]
+    return out
+
+
+def make_study(wd: Path, seed=0, shift=0.0, offsets=OFFSET):
+    study = preset()
+    study.fit.bootstrap = 40
+    runs = plan.build_plan(study, str(wd))
+    fit_dir = wd / contract.STUDY_FIT
+    fit_dir.mkdir(parents=True)
+    steps = list(range(128, 1537, 128))
+    contract.write_table_csv(_rows(runs, steps, seed, shift, offsets), fit_dir / "table.csv")
+    contract.write_table_csv(_rows(runs, [422, 845, 1690], seed + 1, shift - 0.05, offsets),
+                             fit_dir / "table_cooldown.csv")
+    return study, runs
+
+
+def _no_nan(text: str):
+    def bad(c):
+        raise AssertionError(f"{c} in JSON")
+
+    return json.loads(text, parse_constant=bad)
+
+
+def other_protocol(d: Path) -> str:
+    """A finished study of the other learning-rate protocol, as its findings.json: tnl better there."""
+    d.mkdir()
+    (d / contract.FINDINGS_JSON).write_text(json.dumps(dict(design=dict(protocol="paper"), findings=dict(
+        power_laws=dict(verdict="not resolved", archs={}),
+        equal_compute=dict(verdict="not reproduced", archs={"tnl": {"verdict": "better"},
+                                                            "cosformer2": {"verdict": "better"}}),
+        retrieval=dict(verdict="not measured here", archs={})))))
+    return str(d)
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    from study import report, results
+
+    wd = tmp_path_factory.mktemp("study")
+    study, runs = make_study(wd)
+    study.fit.bootstrap = 20
+    study.protocol_from = other_protocol(tmp_path_factory.mktemp("other") / "paper")
+    found = results.write(study, runs, str(wd), wall=dict(runs_s=60.0, workers=2, t0=0.0))
+    return wd, study, runs, found, report.write_report(str(wd))
+
+
+def test_results_are_written_once_as_data(written):
+    wd, _, runs, found, _ = written
+    on_disk = _no_nan((wd / contract.FINDINGS_JSON).read_text())
+    assert on_disk == json.loads(json.dumps(found))
+    eq = on_disk["findings"]["equal_compute"]["archs"]
+    assert eq["tnl"]["own_verdict"] == "worse" and eq["cosformer2"]["verdict"] == "better"
+    for r in (eq["tnl"], eq["cosformer2"]):
+        m = r["measured"]
+        assert r["failed"] == 0 and r["mde"] > 0 and m["ci_low"] < m["diff"] < m["ci_high"]
+    sd = on_disk["by_estimator"]["val_loss"]["seed_sd"]["llama"]
+    assert sd["df"] == 1 and sd["ci95"][0] < sd["sd"] < sd["ci95"][1]
+    assert on_disk["by_estimator"]["val_loss"]["seed_sd_pooled"]["df"] == 4
+    with open(wd / "fit" / "bracketing.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == ["arch", "estimator", "interior", "smallest", "largest", "one_size"]
+    assert {(r["arch"], r["estimator"]) for r in rows} == {(a, e) for a in OFFSET for e in ("val_loss", "cooldown")}
+    for r in rows:
+        shares = [float(r[k]) for k in ("interior", "smallest", "largest", "one_size")]
+        assert all(0 <= x <= 1 for x in shares) and math.isclose(sum(shares), 1, abs_tol=1e-3)
+    hold = list(csv.DictReader(open(wd / contract.HOLDOUT_CSV)))
+    assert {r["arch"] for r in hold} == set(OFFSET) and all(r["ci_low"] and r["ci_high"] for r in hold)
+    assert "nan" not in (wd / contract.HOLDOUT_CSV).read_text().lower()
+    law = on_disk["laws_nd"]["val_loss"]["llama"]
+    assert 0.01 <= law["law"]["alpha"] <= 2.5 and law["lack_of_fit"]["df1"] == 1
+    counts = {r["name"]: r for r in on_disk["runs"]}
+    assert counts["llama-d32"]["total"] > counts["llama-d32"]["n_params"] > 0 and counts["llama-d32"]["paper"] > 0
+    assert len(on_disk["runs"]) == len(runs)
+
+
+def test_report_renders_the_files_without_recomputing(written, monkeypatch):
+    from study import report, verdicts
+
+    wd, *_, path = written
+    text = Path(path).read_text()
+    for needle in ("## Noise", "pooled (the draws')", "How well the envelope brackets the optimum",
+                   "The measured optimum", "Porian et al.", "Chinchilla", "MDE", "measured at C*",
+                   "Held-out prediction of the largest size", "Lowest loss at the largest common compute",
+                   "lack of fit", "## Wall time", "worker process(es)"):
+        assert needle in text, needle
+    assert "nan" not in text.lower()
+
+    def refuse(*a, **k):
+        raise AssertionError("the report recomputed a verdict")
+
+    monkeypatch.setattr(verdicts, "judge", refuse)
+    monkeypatch.setattr(verdicts, "judge_all", refuse)
+    assert Path(report.write_report(str(wd))).read_text() == text
+
+
+def test_verdicts_under_both_protocols(written, tmp_path):
+    from study import results
+
+    wd, study, _, found, path = written
+    eq = found["findings"]["equal_compute"]
+    assert eq["archs"]["tnl"]["verdict"] == "depends on the learning-rate protocol"
+    assert eq["archs"]["tnl"]["by_protocol"] == {"this study": "worse", "paper": "better"}
+    assert eq["archs"]["cosformer2"]["verdict"] == "better"  # both protocols agree
+    assert found["findings"]["retrieval"]["verdict"].startswith("not measured")
+    assert found["protocols"]["labels"] == ["this study", "paper"]
+    assert "depends on the learning-rate protocol" in Path(path).read_text()
+    study = study.copy_and_resolve_references()
+    study.protocol_from = str(tmp_path / "missing")
+    with pytest.raises(FileNotFoundError, match="protocol_from"):
+        results.protocol_sources(study)
+
+
+def test_calibration_on_the_study_design(written):
+    from study import calibrate
+
+    wd, *_ = written
+    cal = calibrate.calibrate(str(wd), seeds=4, effect=0.3, n_boot=40)
+    by = {c["case"]: c for c in cal["cases"]}
+    assert list(by) == list(calibrate.CASES)
+    for c in cal["cases"]:
+        assert math.isclose(sum(c[o] for o in ("better", "worse", "equivalent", "not_resolved")), 1)
+        assert c["n"] == 4 * 3 * 2  # seeds x linear archs x estimators
+    assert by["one arch lower"]["better"] >= 0.8 and by["one arch higher"]["worse"] >= 0.8
+    assert by["null-equal"]["better"] + by["null-equal"]["worse"] <= 0.25
+    saved = _no_nan((wd / "calibration.json").read_text())["designs"]
+    assert [d["design"] for d in saved] == ["the study's own design"] and saved[0]["cases"][0]["case"] == "null-equal"
+    more = calibrate.calibrate(str(wd), seeds=2, effect=0.3, n_boot=40, replicates=(["smallest", "largest"], 2))
+    assert more["runs"] == 4 * (4 + 4)  # 4 archs x (4 sizes + 2 seeds of 2 sizes)
+    saved = json.loads((wd / "calibration.json").read_text())["designs"]
+    assert len(saved) == 2 and saved[1]["design"].startswith("replicates: 2 more seed(s) of smallest,largest")
+    from study import report
+
+    text = Path(report.write_report(str(wd))).read_text()
+    assert "## Calibration of the verdicts on this study's design" in text and "null-crossing-at-C*" in text
