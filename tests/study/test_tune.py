@@ -156,6 +156,16 @@ def test_tune_preset_dry_run(tmp_path, capsys):
     assert "later stages depend" in text
 
 
+def test_cells_of_every_batch_are_scored_on_the_same_validation_rows(tmp_path):
+    from study import runner
+
+    study = preset()  # val_batches 32 of the preset's batch 8: 256 rows for every cell
+    runs = [tune.make_run(study, Cell("llama", "d16", 0, b, 0.99), str(tmp_path), i)
+            for i, b in enumerate((4, 8, 16, 64))]
+    assert [r.config.train.batch_size for r in runs] == [4, 8, 16, 64]
+    assert [runner.val_batches(study, r) for r in runs] == [64, 32, 16, 4]
+
+
 @pytest.mark.slow  # a real miniature grid: about a minute on 2 cores
 def test_miniature_tuning_end_to_end(tmp_path):
     study = preset()
