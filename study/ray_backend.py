@@ -32,9 +32,9 @@ cluster.max_retries times, and resumes from its newest checkpoint as any resumed
 is resubmitted whole: when one host task ends badly the others are cancelled first. The
 train.lock of the lost attempt (its host and pid are in the run's status file) is removed by the
 next attempt, so a lock whose holder died with its node does not wait out run.lock's stale time.
-An error of the run itself (divergence, bad data, a refused config) is not retried: the run is
-named with its log in one line, and the other runs finish. A run whose checkpoints were trained
-with another config (linscale_jax.run.identity) is refused at submission with the trainer's line.
+An error of the run itself (divergence, bad data, checkpoints trained with another config, which
+runner.process_run refuses with the trainer's line) is not retried: the run is named with its log
+in one line, and the other runs finish.
 DIR/runs/<run>/status.json keeps the run's state (queued, running, retrying, done, failed,
 stopped), attempt, node, host, pid, times and every attempt's outcome.
 
@@ -446,24 +446,6 @@ def connect(address: str | None, log=print):
     return ray, address is None
 
 
-def refused_configs(runs) -> dict:
-    """{run: the trainer's refusal line} for runs whose newest checkpoint holds another config."""
-    from linscale_jax.run import checkpoint as ckpt
-    from linscale_jax.run import identity
-
-    out = {}
-    for r in runs:
-        steps = ckpt.list_steps(r.workdir)
-        if not steps:
-            continue
-        meta = ckpt.load_metadata(r.workdir, steps[-1])
-        try:
-            identity.check_resume(meta.get("config", {}), r.config, r.workdir, steps[-1])
-        except identity.RunIdentityError as e:
-            out[r.name] = str(e)
-    return out
-
-
 def _slots(ray, p: Placement) -> int:
     """How many runs of placement `p` the cluster holds at once."""
     total = ray.cluster_resources()
@@ -551,10 +533,8 @@ def _drive(ray, study, runs, finals, process, workdir, log, eta, local: bool) ->
     places = {r.name: placement(r, cluster) for r in runs}
     if not local:
         check_storage(ray, workdir)
-    failed = refused_configs(runs)
-    for name, line in failed.items():
-        log(f"[study] {name}: refused: {line}")
-    order = [r for r in sorted(runs, key=lambda r: -r.flops_exact) if r.name not in failed]
+    failed = {}
+    order = sorted(runs, key=lambda r: -r.flops_exact)
     task = ray.remote(max_calls=1, max_retries=0)(host_task)
     control = ray.remote(Control).options(
         num_cpus=0, resources={"node:__internal_head__": 0.001}).remote()

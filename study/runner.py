@@ -57,6 +57,18 @@ def trained(run) -> bool:
     return bool(steps) and steps[-1] >= run.steps
 
 
+def check_config(run) -> None:
+    """Refuse (identity.RunIdentityError, the trainer's own line) a run whose newest checkpoint
+    holds another config: a finished run is not trained again, so the trainer's check on resume
+    never sees it."""
+    from linscale_jax.run import checkpoint as ckpt
+    from linscale_jax.run import identity
+
+    step = ckpt.list_steps(run.workdir)[-1]
+    meta = ckpt.load_metadata(run.workdir, step)
+    identity.check_resume(meta.get("config", {}), run.config, run.workdir, step)
+
+
 def eval_context(study, run=None) -> dict:
     """The eval tasks' settings. study.eval.val_batches counts batches of the preset's
     overrides.train.batch_size sequences: a run with another batch (a learning-rate rule's) gets as
@@ -157,7 +169,9 @@ def _compile_clock() -> float:
 def process_run(study, run, log=_print, final: bool = True) -> None:
     """Train (or resume) one run, evaluate every checkpoint (val_loss) and, when `final`, run the
     final-checkpoint tasks (NIAH, the corpus probe). Appends this invocation's wall time (train,
-    eval, and the compile share of each) to <run>/timing.jsonl."""
+    eval, and the compile share of each) to <run>/timing.jsonl. A run whose checkpoints hold
+    another config is refused, finished or not, with the trainer's line (identity.RunIdentityError;
+    an application error on every backend: never retried)."""
     from eval.runner import evaluate
     from linscale_jax.train import loop as trainer
 
@@ -169,6 +183,7 @@ def process_run(study, run, log=_print, final: bool = True) -> None:
             raise Stopped(f"[study] stopped by {summary['stopped']}: {run.name} saved its checkpoint at "
                           f"step {summary['step']}; re-run the same command to resume.")
     else:
+        check_config(run)
         log(f"[study] {run.name}: trained already ({run.steps} steps), skipping training")
     c1, t1 = _compile_clock(), time.time()
     ctx = eval_context(study, run)

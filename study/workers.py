@@ -18,8 +18,9 @@ evaluation stops between rows); this process waits for every worker, then return
 and the signal (runner.run_study turns that into one line and exit status 0); re-running the study
 resumes every run. Every process takes one stop only (linscale_jax.run.signals): later signals
 change nothing.
-A run that fails (divergence, bad data) does not stop the others: its error is returned, named with
-its log file, and the study stops before joining.
+A run that fails (divergence, bad data, a config its checkpoints refuse) does not stop the others:
+its error is returned (a user error as its own line, as the trainer prints it), named with its log
+file, and the study stops before joining.
 Only for a single-process launch: a multi-host study trains one run at a time over every host.
 """
 
@@ -107,7 +108,12 @@ def _take_runs(index, runs, finals, study, process, todo, events) -> None:
             except Exception as e:  # noqa: BLE001 (reported to the parent with the run's log file)
                 if signals.raised():  # a library's failure around the stop's interruption
                     raise signals.Interrupted(signals.received()) from None
-                events.put(("failed", index, name, f"{type(e).__name__}: {e} (log: {log_path})"))
+                from linscale_jax.run import command
+
+                # the command's own line for a user error (a refused config: the trainer's line)
+                line = command.one_line(e, run.workdir, "study") if isinstance(e, UserError) else \
+                    f"{type(e).__name__}: {e}"
+                events.put(("failed", index, name, f"{line} (log: {log_path})"))
             name = None  # a stop while waiting for the next run stops no run
     except (KeyboardInterrupt, Stopped) as e:  # the trainer saved a checkpoint (or none was under way)
         if name is not None:

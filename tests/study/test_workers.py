@@ -1,6 +1,7 @@
 """study.workers: runs of a study in pinned worker processes (longest first, failures isolated,
-SIGTERM forwarded). The real trainer under workers is covered by the quick study's resume
-(tests/study/test_study.py, slow), whose preset has workers = 2."""
+SIGTERM forwarded, a finished run whose config changed refused with train's line). The real
+trainer under workers is covered by the quick study's resume (tests/study/test_study.py, slow),
+whose preset has workers = 2."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ class FakeRun:
     flops_exact: float
     n_params: int = 1000
     steps: int = 10
+    config: object = None
 
 
 def record(study, run, log, final):
@@ -123,6 +125,33 @@ def test_a_run_stopped_by_its_trainer_is_stopped_not_failed_and_ends_the_worker(
     out = workers.run_parallel({}, runs, {r.name: False for r in runs}, 2, stop_like_the_trainer,
                                log=lambda m: None)
     assert not out["failed"] and 1 <= len(out["stopped"]) <= 2  # no worker took a second run
+
+
+def test_a_finished_run_whose_config_changed_is_refused_with_the_trainers_line(tmp_path):
+    """runner.process_run in the pool: a run trained to its last step with another config is not
+    skipped as trained but refused with train's own line (identity.RunIdentityError), named with
+    its log; the Ray backend runs the same process_run (tests/study/test_ray_backend.py)."""
+    from flax import nnx
+    from helpers.train import tiny_config
+
+    from linscale_jax.models import ModelConfig, build_model
+    from linscale_jax.run import checkpoint as ckpt
+    from linscale_jax.run.identity import RunIdentityError
+    from linscale_jax.train import loop as trainer
+    from study import runner
+
+    old = tiny_config(steps=4)
+    run = FakeRun("llama-d64", str(tmp_path / "run"), 1.0, steps=4, config=old.copy_and_resolve_references())
+    ckpt.save_model(run.workdir, build_model(ModelConfig.from_config(old.model), rngs=nnx.Rngs(0)),
+                    old, step=4)
+    run.config.optim.lr = 3e-3
+    with pytest.raises(RunIdentityError) as train_refused:  # what `python -m linscale_jax.train` says
+        trainer.train(run.config, run.workdir)
+    assert "optim.lr 0.01 -> 0.003" in str(train_refused.value)
+    out = workers.run_parallel({}, [run], {run.name: False}, 1, runner.process_run, log=lambda m: None)
+    assert out["stopped"] == [] and out["signal"] is None
+    assert out["failed"] == {run.name: f"{train_refused.value} (log: {run.workdir}/study.log)"}
+    assert "trained already" not in Path(run.workdir, "study.log").read_text()
 
 
 def test_workers_for_rules():
