@@ -458,8 +458,11 @@ def rule_file(study, loss: dict, fitted: dict, sigma: float, pairs: int, rows: l
                            "batch": archs[ref_arch]["batch"], "beta2": archs[ref_arch]["beta2"], "check": ch}
         else:
             archs[arch] = {"same_as": ref_arch, "check": ch}
+    for arch, entry in archs.items():  # the sizes each arch was tuned or checked at
+        ns = list(fitted[arch]["n"]) if arch in fitted else [v["n_params"] for v in entry["check"]["sizes"].values()]
+        entry["range"] = {"n_min": min(ns), "n_max": max(ns)}
     cfg = cell_config(study, Cell(ref_arch, sizes_of(study)[0], 0, int(t.batch), float(t.beta2)))
-    ns = [n for f in fitted.values() for n in f["n"]]
+    ns = [n for entry in archs.values() for n in entry["range"].values()]
     return {
         "what": ("AdamW peak learning rate, batch (sequences) and beta2 per arch and size, tuned on a "
                  "grid at a fixed token budget and selected by the loss under the cooldown estimator; "

@@ -15,7 +15,8 @@ A path to a JSON rule file works like `tuned` with that file.
 
 Applied where a run config is built: the train command (linscale_jax.train.cli) and a study's
 run configs (study.plan.run_config); train.loop.train takes the config as it is.
-A rule holds only inside what it was fitted on: N within its range, the same vocabulary and
+A rule holds only inside what it was fitted on: N within its range (an arch's own `range` where the
+file gives one: the sizes it was tuned or checked at), the same vocabulary and
 sequence length (the batch is counted in sequences). Outside, resolve() refuses in one line that
 names the range and the fix (optim.rule=paper, or a rule fitted at that scale), so a rule fitted on
 byte-level miniatures (N ~ 1e4-1e6) is never extrapolated to the paper's 70M-7B.
@@ -86,7 +87,8 @@ def settings(rule: dict, arch: str, n_params: float, seq_len: int, vocab: str,
              source: str = "optim.rule=tuned") -> dict:
     """{lr, batch_size, b2, warmup_steps} of a run with `n_params` non-embedding parameters;
     RuleError outside the fitted range, vocabulary or sequence length."""
-    lo, hi = float(rule["range"]["n_min"]), float(rule["range"]["n_max"])
+    rng = rule["archs"].get(arch, {}).get("range", rule["range"])  # the sizes this arch was tuned or checked at
+    lo, hi = float(rng["n_min"]), float(rng["n_max"])
     data = rule["data"]
     fitted = (f"{source} was fitted on N = {lo:.3g}-{hi:.3g} non-embedding parameters, "
               f"{data['vocab']} vocabulary, sequences of {data['seq_len']}")

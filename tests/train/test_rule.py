@@ -81,6 +81,17 @@ def test_rule_refuses_outside_its_range_in_one_line(tmp_path):
     cfg.train.seq_len, cfg.optim.rule = 256, str(path)  # the batch is counted in 128-token sequences
     with pytest.raises(rule.RuleError, match="sequences of 256.*optim.rule=paper"):
         rule.resolve(cfg)
+    doc = json.loads(path.read_text())
+    doc["archs"]["tnl"]["range"] = {"n_min": 1e4, "n_max": 4e5}  # an arch checked at larger sizes
+    path.write_text(json.dumps(doc))
+    for arch, refused in (("llama", True), ("tnl", False)):
+        cfg = load_config("configs/ladder.py", f"{arch}-d80")
+        cfg.train.seq_len, cfg.optim.rule = 128, str(path)
+        if refused:
+            with pytest.raises(rule.RuleError, match="N = 1e\\+04-1e\\+05"):
+                rule.resolve(cfg)
+        else:
+            assert rule.resolve(cfg).optim.lr == pytest.approx(2.0 * n_of(cfg) ** -0.5, rel=1e-3)
     cfg.optim.rule = "fast"
     with pytest.raises(rule.RuleError, match="not one of"):
         rule.resolve(cfg)
@@ -95,7 +106,7 @@ def test_shipped_rule_refuses_the_paper_scale():
     assert doc["cells"] and all("loss" in c for c in doc["cells"])
     cfg = load_config("configs/paper.py", "tnl-70m")
     cfg.optim.rule = "tuned"
-    with pytest.raises(rule.RuleError, match=r"N = 2\.1e\+07, outside that range; set optim.rule=paper"):
+    with pytest.raises(rule.RuleError, match=r"this tnl has N = 2\.1\d*e\+07, outside that range; set optim.rule=paper"):
         rule.resolve(cfg)
 
 
