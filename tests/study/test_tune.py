@@ -186,6 +186,8 @@ def test_miniature_tuning_end_to_end(tmp_path):
     doc = json.loads((d / "rule.json").read_text())
     from linscale_jax.train import rule
 
+    ns = sorted(tune.n_params_of(study, "llama", size) for size in ("d16l2", "d16"))
+    assert doc["archs"]["llama"]["range"] == {"n_min": ns[0], "n_max": ns[1]}  # its fitted sizes
     s = rule.settings(doc, "llama", doc["range"]["n_min"], 128, "byte")
     assert s["batch_size"] in (4, 8, 16, 32) and s["b2"] == 0.99 and s["lr"] > 0
     assert (d / "lr.png").stat().st_size > 0 and "| llama | d16 |" in (d / "cells.md").read_text()
