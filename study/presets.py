@@ -16,9 +16,22 @@ replicates), fit (how laws are fitted), cluster (what each run asks of a Ray clu
 --backend=ray: study.ray_backend).
 """
 
+import importlib.util
+import os
+
 import ml_collections
 
 from linscale_jax.models import registry
+
+CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "study")
+
+
+def preset(name: str) -> ml_collections.ConfigDict:
+    """configs/study/<name>.py's study config: a preset built on another (cpu_paper, tpe on cpu)."""
+    spec = importlib.util.spec_from_file_location(f"_preset_{name}", os.path.join(CONFIGS, f"{name}.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.get_config()
 
 
 def study_defaults() -> ml_collections.ConfigDict:

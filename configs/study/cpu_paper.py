@@ -7,16 +7,11 @@ study and the main job's.
 Costs about as much as the main job (figures: docs/results.md "The main job").
 """
 
-import importlib.util
-import os
+from study.presets import preset
 
 
 def get_config():
-    path = os.path.join(os.path.dirname(__file__), "cpu.py")
-    spec = importlib.util.spec_from_file_location("_cpu_preset", path)
-    cpu = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cpu)
-    c = cpu.get_config()
+    c = preset("cpu")
     c.overrides.optim.update(rule="paper", lr=3e-3, warmup_steps=64, b2=0.95)
     c.overrides.train.batch_size = 8
     return c
