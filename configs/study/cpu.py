@@ -1,14 +1,19 @@
-"""The main job: the miniature scaling study of the README, 4 archs × 5 sizes on 2 CPU cores.
+r"""The main job: the paper's scaling study (Shen et al. 2024) in miniature, 4 archs x 5 sizes on 2 CPU cores.
 
-    python -m study --config=configs/study/cpu.py --workdir=/tmp/study
-llama, tnl, hgrn2, cosformer2 at d16l2 d16 d32l2 d32 d48 (configs/ladder.py; non-embedding N
-6.7e3 .. 1.1e5; below d32 one head or two layers), each on 3,145,728 byte tokens with 12
-checkpoints, a constant rate after a warmup of N tokens, learning rate, batch and β2 per arch and
-size from the tuned rule (optim.rule=tuned: linscale_jax/train/tuned_rule.json, fitted by
-configs/study/tune.py), val_loss and cooldown estimators, one replicate seed of the smallest size.
-The paper's protocol (one rate for every size) on the same runs: configs/study/cpu_paper.py.
-Costs about 20 minutes on 2 idle cores (two runs at a time); figures and the report's verdicts:
-docs/results.md "The main job".
+llama, tnl, hgrn2 and cosformer2 at d16l2 d16 d32l2 d32 d48 of configs/ladder.py (non-embedding N
+6.7e3 .. 1.2e5; below d32 one head or two layers, head dim 16), each on 3,145,728 byte tokens of
+the embedded corpus with 12 checkpoints and one replicate seed of d16l2 per arch. Learning rate,
+batch and AdamW β2 per arch and size from the tuned rule (optim.rule=tuned:
+linscale_jax/train/tuned_rule.json, fitted by configs/study/tune.py): batch 4 x 128 (6,144 steps),
+peak lr 8.5e-3 at d16l2 to 2.1e-3 at d48, β2 0.999, constant after a warmup of N tokens. Losses
+under val_loss and cooldown; laws, envelope bracketing, held-out check and the paper's findings
+in DIR/report.md. configs/study/cpu_paper.py trains the same runs at one rate (the paper's
+protocol); passing its workdir judges every finding under both protocols.
+
+Run it, which takes about 20 minutes on 2 idle cores (figures: docs/results.md "The main job"):
+
+python -m study --config=configs/study/cpu.py --workdir=/tmp/study \
+    --config.protocol_from=/tmp/study_paper
 """
 
 from study.presets import study_defaults

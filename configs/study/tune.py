@@ -1,12 +1,12 @@
 """The tuning grid: peak learning rate, batch and AdamW β2 per ladder size (Porian et al. 2024).
 
     python -m study --config=configs/study/tune.py --workdir=DIR
-llama at d16 d32 d48 d64 d80 on the cpu preset's budget (1,572,864 byte tokens per run), a constant
-rate after a warmup of N tokens, judged by the loss after a 10 % cooldown; the grid is pruned in
-stages (study.tune: a coarse lr sweep, β2 and batch around its optimum, lr re-tuned ±1 step), then
-tnl, hgrn2 and cosformer2 are checked against llama's rule at d32 and d64. Writes DIR/tune/ (the
-rule file linscale_jax.train.rule reads, cells.csv/md, lr.png). Costs about 2.5 CPU-hours, two runs
-at a time (figures: docs/results.md "Tuning").
+llama at d16l2 d16 d32l2 d32 d48 on the cpu preset's token budget per cell (1,572,864 byte tokens),
+a constant rate after a warmup of N tokens, judged by the loss after a 10 % cooldown; the grid is
+pruned in stages (study.tune: a coarse lr sweep, β2 and batch around its optimum, lr re-tuned ±1
+step), then tnl, hgrn2 and cosformer2 are checked against llama's rule at d16l2 and d48. Writes
+DIR/tune/ (the rule file linscale_jax.train.rule reads, cells.csv/md, lr.png). Costs about 100
+CPU-minutes, two runs at a time (figures: docs/results.md "The tuning grid").
 """
 
 from study.presets import study_defaults
