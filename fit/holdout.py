@@ -5,27 +5,13 @@
     law = full_law(table, seed_sd)          # approach 3 on every size, with its lack of fit
     write_csv(preds, path); write_curves_csv(preds, path)
 
-The law is approach 3, ``L(N, D) = E + A/N^alpha + B/D^beta`` (fit.approach3), fitted with alpha and
-beta bounded to [0.01, 2.5] and E between 5e-5 and the lowest loss (so a resample's fit cannot run
-off to a step function) on the replicate-mean curves of every size except the largest (the two largest from
-5 sizes on: `held_out_sizes`); it predicts each held-out size's loss at each of its checkpoints.
-The 95% interval is for the *observed* value, so it combines
-
-  - the fit's uncertainty: refits on draws of the fitted sizes with the sizes fixed
-    (fit.bootstrap.draw_curves: each size's law plus its mean offset, the residuals around that
-    resampled in blocks, and a seed offset whose sd is drawn from the measured seed sd's scaled
-    inverse-χ²), each refit starting from the point fit;
-  - observation noise of the held-out run: its seed offset (the same drawn sd, over the square root
-    of its replicates) and the sd of the fitted sizes' residuals around the law.
-
-More than 10% failed refits: no interval (ci None, `failed` says how many). An actual value outside
-the interval flags the law (or the held-out run) as not predictive.
-
-Lack of fit (`lack_of_fit`): per size, the mean residual ū_i of the law over that size's points
-(approach 3: the second half of its checkpoints; the L(C) envelope law: the grid points it wins),
-against the noise of such a mean, the seed sd s (measured on late means, ν df) over √r_i:
-F = Σ r_i ū_i² / ((m − p) s²), F(m − p, ν)-distributed when the law holds (p: the law's parameters
-that set the sizes' levels: 3 for L(N, D), 2 for L(C)).
+Approach 3 (`L(N, D) = E + A/N^alpha + B/D^beta`, bounded) is fitted to every size but the held-out
+ones (`held_out_sizes`: the largest, the two largest from 5 sizes on) and predicts each held-out
+checkpoint. The 95% interval is for the observed value: refits on draws with the sizes fixed
+(fit.bootstrap.draw_curves) plus the held-out run's own noise (the drawn seed sd over the root of
+its replicates, and the fitted sizes' residual sd). More than 10% failed refits: no interval
+(`failed` says how many). `lack_of_fit` is the F statistic of the laws' per-size mean residuals
+against the seed sd. Method: docs/study.md "Held-out prediction" and "Estimators and verdicts".
 """
 
 from __future__ import annotations

@@ -3,30 +3,14 @@
     python -m study.calibrate --workdir=DIR [--seeds=N] [--effect=0.1] [--bootstrap=B] [--json]
                               [--replicate_sizes=smallest,largest --replicate_seeds=N]
 
-DIR is a finished study (findings.json and fit/table*.csv, as `python -m study` writes them). Each
-simulated study has the study's sizes, checkpoints, tokens, replicate runs and loss estimators (the
-baseline's design for every arch, so that equal laws give equal L(C)), and per estimator:
-  mean      the baseline's fitted L(N, D) (findings.json laws_nd: approach 3 on every size), changed
-            per case for each linear arch:
-              null-equal           the same law
-              null-crossing-at-C*  the law + effect·(ln C* − ln C)/(ln C* − ln C_min): worse below
-                                   C*, better above, equal at C* (a slope change)
-              one arch lower       the law − effect (every linear arch, each judged against the baseline)
-              one arch higher      the law + effect
-  residuals each arch's own: the within-run residuals of its table around its fitted L(N, D) (each
-            run's mean removed), simulated as an AR(1) with their sd and lag-1 autocorrelation
-  seeds     a per-run seed effect at 1× or 3× the arch's measured seed sd, as an offset or as a slope
-            change (half its variance on a tilt across the run, so that its sd at the run's end is
-            the same): the four scenarios take turns over the simulated studies
-and is judged by the same code (study.verdicts.judge, the study's margin and draws). Prints one JSON
-object per case (`case`, the shares of better / worse / equivalent / not_resolved over every linear
-arch and estimator, `n`, the target, `by_scenario`); writes DIR/calibration.json (one entry per
-simulated design) and renders DIR/report.md again with its calibration section. Targets: better +
-worse <= 10% in both nulls (every scenario); the correct direction >= 80% at the effect with the
-measured seed sd (the 1× scenarios; the 3× ones show how power falls if the sd was underestimated).
---replicate_sizes and --replicate_seeds simulate another replicate design (as study.replicates)
-and give its CPU time from the study's own runs' timing: which design change reaches the power, at
-what cost.
+DIR is a finished study (findings.json and fit/table*.csv). Each simulated study has DIR's sizes,
+checkpoints, tokens, replicates and estimators; its losses are the baseline's fitted L(N, D),
+changed per case (null-equal, null-crossing-at-C*, one arch lower, one arch higher), plus each
+arch's own AR(1) residuals and seed effects at 1x and 3x its measured sd (offset or slope). The
+study's own judge (study.verdicts.judge) decides each. Prints one JSON object per case (`case`,
+the four shares, `n`, `target`, `by_scenario`); writes DIR/calibration.json and renders
+DIR/report.md again. --replicate_sizes/--replicate_seeds simulate another replicate design and
+give its cost. Method and targets: docs/study.md "Estimators and verdicts".
 """
 
 from __future__ import annotations

@@ -5,36 +5,19 @@
 
 FILE is a table in the contract's columns (linscale_jax.contract.TABLE_COLUMNS, as `eval.export`
 writes; a `seed` column may be present): one row per (run, checkpoint), `loss` the estimator
-judged. Several --table flags judge several loss estimators of the same runs (e.g.
-val_loss=fit/table.csv cooldown=fit/table_cooldown.csv); every finding is then stated per
-estimator, and where they disagree its verdict is "depends on the estimator". The study's
-DIR/findings.json comes from `judge_all` below (study.results).
+judged. Several --table flags judge several loss estimators of the same runs; where they disagree
+a finding's verdict is "depends on the estimator". The study's DIR/findings.json comes from
+`judge_all` (study.results).
 
-Intervals come from B paired draws of the whole study with its sizes fixed (fit.bootstrap.draw_curves:
-each size's trend + its checkpoint residuals in moving blocks, shared by every arch, + a seed offset
-whose sd is drawn from the measured seed sd's scaled inverse-χ²). The seed sd is measured from the
-replicate runs (sd over seeds of each replicate's late-checkpoint mean) per arch and pooled over
-the archs (df summed); the pooled one enters the draws. Without replicates anywhere, `seed_sd`
-given is assumed known ("assumed"). Each draw refits each arch's approach-1 law L(C) (the paper's:
-the envelope's power law; fit.approach1_draws).
-
-Four outcomes per linear arch (finding 2; arch − baseline of the fitted L(C) at the largest common
-compute C*):
-  equivalent    the 90% interval lies inside (−margin, +margin) (TOST, Schuirmann 1987);
-  better        otherwise, the 95% interval lies below 0;  worse: above 0;
-  not_resolved  everything else; "not_resolved (fit unstable)" when more than 10% of the draws
-                could not be fitted (the failed share is given beside every interval).
-Beside it: the measured (envelope) difference at C* from the same draws, the minimal detectable
-effect (the smallest true difference whose 95% interval excludes 0 in 80% of studies like this one)
-and the 90% half-width against the margin. Finding 2 is reproduced when every linear arch is
-better or equivalent; not reproduced when any is worse; not resolved otherwise.
-Finding 1 per arch: the L(C) exponent's 95% interval lies below 0 and the law fitted without the
-largest size (the two largest where there are 5 or more sizes) predicts each held-out size's final
-loss within ±tolerance (90% interval of actual − predicted inside it): holds; the exponent interval
-above 0, or an error's 95% interval outside ±tolerance: fails; else not_resolved (also when fewer
-than 3 smaller sizes leave no held-out check). Beside it, the L(C) law's lack of fit
-(fit.holdout.lack_of_fit).
-Finding 3 (retrieval) comes from a recall study's recall.csv (study.findings.retrieval).
+Intervals come from B paired draws of the whole study with its sizes fixed
+(fit.bootstrap.draw_curves), the seed sd measured from the replicates (per arch, pooled for the
+draws, its uncertainty drawn from its scaled inverse-chi-squared), each draw refitting every
+arch's approach-1 L(C) (fit.approach1_draws). Four outcomes per linear arch (finding 2, at the
+largest common compute C*): equivalent (90% interval inside +-margin), better / worse (95%
+interval below / above 0), not_resolved (also "fit unstable" above 10% failed draws); beside it
+the measured difference, the minimal detectable effect and the 90% half-width. Finding 1: the
+L(C) exponent and the held-out sizes' errors within +-tolerance. Finding 3 reads a recall study's
+recall.csv (study.findings.retrieval). The rules in full: docs/study.md "Estimators and verdicts".
 """
 
 from __future__ import annotations

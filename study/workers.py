@@ -30,7 +30,6 @@ import multiprocessing as mp
 import os
 import queue as queue_lib
 import signal
-import sys
 import time
 import traceback
 
@@ -38,15 +37,7 @@ from linscale_jax import contract
 from linscale_jax.run import signals
 from linscale_jax.train.metrics import fmt_time
 from linscale_jax.errors import Stopped, UserError
-
-_SINGLE_THREAD = "--xla_cpu_multi_thread_eigen=false"
-# glibc malloc: keep freed memory instead of unmapping it. XLA:CPU allocates each step's buffers
-# afresh; with the defaults, buffers over the mmap threshold are mapped and unmapped every step and
-# every touched page faults again (llama-d48 single-core, `perf stat -e page-faults` over
-# bench/train_step.py --archs=llama --sizes=d48 --seq=128 --steps=40: 564k faults, 156k with these). Inherited by the spawned workers;
-# a value already set in the environment wins.
-MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "1000000000", "MALLOC_TRIM_THRESHOLD_": "1000000000",
-              "MALLOC_TOP_PAD_": "536870912"}
+from study.backends import MALLOC_ENV, SINGLE_THREAD, progress, redirect
 
 
 def core_sets(workers: int, cores: list[int] | None = None) -> list[list[int]]:
@@ -60,13 +51,6 @@ def core_sets(workers: int, cores: list[int] | None = None) -> list[list[int]]:
 
 class RunsFailed(UserError, RuntimeError):
     """Some runs of a parallel study failed; the others finished (message: each run and its log)."""
-
-
-def _redirect(out: int, err: int | None = None) -> None:
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.dup2(out, 1)
-    os.dup2(out if err is None else err, 2)
 
 
 def _worker(index: int, cores: list[int], study, runs: dict, finals: dict, process, todo,
@@ -92,7 +76,7 @@ def _take_runs(index, runs, finals, study, process, todo, events) -> None:
             log_path = os.path.join(run.workdir, contract.STUDY_LOG)
             try:
                 with open(log_path, "a", buffering=1) as f:
-                    _redirect(f.fileno())  # file descriptors: progress bars, absl and XLA too
+                    redirect(f.fileno())  # file descriptors: progress bars, absl and XLA too
                     try:
                         process(study, run, log=lambda m: print(m, flush=True), final=finals[name])
                     except Stopped:
@@ -101,7 +85,7 @@ def _take_runs(index, runs, finals, study, process, todo, events) -> None:
                         traceback.print_exc()
                         raise
                     finally:
-                        _redirect(*saved)
+                        redirect(*saved)
                 events.put(("done", index, name, time.time()))
             except Stopped:
                 raise
@@ -126,7 +110,7 @@ def _start(procs: list, ctx, cores, args) -> None:
     traceback) until each takes its signals (signals.install); a SIGTERM forwarded meanwhile ends
     a worker before it takes a run, and one that starts later reads `stopping`."""
     saved = {k: os.environ.get(k) for k in ("XLA_FLAGS", *MALLOC_ENV)}
-    os.environ["XLA_FLAGS"] = f"{saved['XLA_FLAGS'] or ''} {_SINGLE_THREAD}".strip()
+    os.environ["XLA_FLAGS"] = f"{saved['XLA_FLAGS'] or ''} {SINGLE_THREAD}".strip()
     for k, v in MALLOC_ENV.items():  # the spawned workers inherit the environment at start
         os.environ.setdefault(k, v)
     try:
@@ -203,14 +187,8 @@ def run_parallel(study, runs: list, finals: dict, workers: int, process, log=pri
                 if stop.name:  # stopping: one line at the end (runner.run_study), none per run
                     continue
                 finished = set(done) | set(failed) | set(stopped)
-                rest = ""
-                if eta is not None and timed:
-                    left = [r.flops_exact for r in runs if r.name not in started]
-                    running = [r.flops_exact / 2 for r in runs  # under way: half left, on average
-                               if r.name in started and r.name not in finished]
-                    rest = f" | ETA {fmt_time(eta(timed, left + running) / workers)}"
-                log(f"[study] worker {w}: {name} {what} | finished {len(finished)}/{len(runs)} | "
-                    f"elapsed {fmt_time(time.time() - t0)}{rest}")
+                log(f"[study] worker {w}: {name} {what}"
+                    f"{progress(runs, started, finished, timed, eta, workers, t0)}")
         finally:
             for p in procs:
                 p.join()

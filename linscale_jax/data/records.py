@@ -2,32 +2,14 @@
 
 Layout of a prepared directory DIR (local or gs://), written by `python -m linscale_jax.data.prepare`:
 
-  DIR/dataset.json                                   the manifest: what the records are and hold
+  DIR/dataset.json                                   the manifest: recipe, version, files, fingerprints
   DIR/<version>/<split>/shard-<i>-of-<n>.array_record  rows of host shard i (split: train, validation)
   DIR/<version>/shard-<i>-of-<n>.json                shard i's files: rows, tokens, documents, bytes, sha256
 
-dataset.json holds the recipe (tokenizer and its file's sha256, seq_len, dtypes, source, shard
-count), the version directory it publishes, and per split and shard the file's rows, tokens,
-documents, size and sha256 (of the file's bytes: `sha256sum` checks it), then `fingerprints`: per
-split, the sha256 of the recipe and that split's file entries (`fingerprint`). A version directory
-is written whole before dataset.json names it, and is never written again once named: dataset.json
-is replaced in one atomic step (data.publish), so the rows a reader finds are the rows its
-fingerprint describes. Opening a split checks, without reading the rows, that dataset.json's
-fingerprint matches its file list and that every file has the size it lists; a run stores the
-fingerprint and refuses records whose fingerprint changed.
-
 One record is one packed row of seq_len tokens: targets [t] then segment_ids [t], little-endian, in
-the dtypes of dataset.json (uint16 when the ids fit, else uint32). Global row r of a split is row r
-of the shards concatenated in shard order. Rows are packed as a stream: documents (tokens + EOS)
-are concatenated in source order and cut every seq_len tokens; a document that does not fit
-continues at the start of the next row as a new segment. Segment ids number the pieces of a row
-from 1; 0 marks padding (only in the last row of a shard). The model's inputs are the targets
-shifted right inside each segment, with pad_id at a segment's first position.
-
-Reading needs a file system path (a bucket mounted with gcsfuse, as MaxText reads its ArrayRecords).
-Files are read with Grain's ArrayRecordDataSource (random access; the ArrayRecord files are written
-with group_size:1 as Grain needs). The training order is Grain's index shuffle of the row indices
-(`grain.MapDataset.range(rows).shuffle(seed)`): O(1) per index, a new permutation every epoch.
+the dtypes of dataset.json (uint16 when the ids fit, else uint32); segment ids number a row's
+documents from 1, 0 is padding. Global row r of a split is row r of the shards in shard order.
+What is checked when, the packing and the training order: docs/training.md "Data".
 """
 
 from __future__ import annotations

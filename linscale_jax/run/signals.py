@@ -8,22 +8,12 @@
     with signals.deferred() as stop:     # a section that stops at its own safe points
         ... each step: if stop.name: save, break ...
 
-One stop per command: the first SIGTERM or SIGINT decides, every later one is ignored, so a
-second or third signal (or Ctrl-C pressed twice) never interrupts a save, a clean-up or the
-interpreter's exit. Where the first one lands:
-  - before the command's body starts: `running()` yields its name and the wrapper stops at once;
-  - in the body: `Interrupted` (a KeyboardInterrupt whose str is the signal's name) is raised in
-    the main thread; the command catches it, or the wrapper prints the stop line;
-  - in a `postponed()` region: nothing happens there; `Interrupted` is raised when it ends (a
-    library such as Orbax would otherwise turn the interruption into a failure of its own: a
-    restore cut short reads as a damaged checkpoint);
-  - in a `deferred()` section (the trainer's step loop, the study's wait for its workers):
-    `stop.name` is set and `on_stop(signum)` is called; the section stops at its next safe point,
-    and the stop counts as handled.
-After the body, a process whose entry point called `install()` ignores both signals to its exit
-(the interpreter's own shutdown restores default handlers, which would end it by the signal).
-Called as a library (a test, a notebook), `running()` and `deferred()` take the signals for their
-duration only, then restore the handlers they found and forget the stop.
+The first SIGTERM or SIGINT decides; later ones are ignored. In the body it raises `Interrupted`
+(a KeyboardInterrupt named after the signal) in the main thread; inside `postponed()` it is raised
+when the region ends; inside `deferred()` it sets `stop.name`, calls `on_stop(signum)` and the
+section stops at its next safe point. After the body, a process whose entry point called
+`install()` ignores both signals to its exit. Called as a library, `running()` and `deferred()`
+take the signals for their duration only. Behaviour per command: docs/training.md "Run integrity".
 """
 
 from __future__ import annotations

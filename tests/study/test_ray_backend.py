@@ -35,8 +35,9 @@ from pathlib import Path
 import pytest
 
 from study import ray_backend
+from study.ray_backend.cluster import LOCAL_ENV, TEMP_DIR
 
-os.environ.update(ray_backend.LOCAL_ENV)  # read when ray is imported: loopback node addresses
+os.environ.update(LOCAL_ENV)  # read when ray is imported: loopback node addresses
 
 import psutil  # noqa: E402
 import ray  # noqa: E402
@@ -46,6 +47,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 from linscale_jax import contract  # noqa: E402
 from linscale_jax.run import checkpoint as ckpt  # noqa: E402
 from study import plan, runner, workers  # noqa: E402
+from study.ray_backend.status import read_status  # noqa: E402
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the wrappers below reach the workers
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,7 +59,7 @@ FINALS = {f"tnl-{s}": False for s in ("d32", "d48", "d64")}  # val_loss only
 @pytest.fixture(scope="module")
 def cluster():
     c = Cluster(initialize_head=True, head_node_args=dict(
-        node_ip_address="127.0.0.1", num_cpus=0, include_dashboard=False, temp_dir=ray_backend.TEMP_DIR,
+        node_ip_address="127.0.0.1", num_cpus=0, include_dashboard=False, temp_dir=TEMP_DIR,
         object_store_memory=80 * 2**20))
     c.node = c.add_node(**NODE)
     ray.init(address=c.address, log_to_driver=False, logging_level=logging.WARNING)
@@ -221,7 +223,7 @@ def test_a_lost_node_moves_the_run_and_an_application_error_is_not_retried(clust
     driver.start()  # Ray starts nodes from the main thread only
     deadline = time.time() + 300
     while time.time() < deadline and not (Path(moved.workdir, "paused").exists() and
-                                           ray_backend.read_status(bad.workdir).get("state") == "failed"):
+                                           read_status(bad.workdir).get("state") == "failed"):
         time.sleep(0.2)
     cluster.remove_node(old)
     cluster.node = cluster.add_node(**NODE)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from study import workers
+from study import backends, workers
 
 
 @dataclasses.dataclass
@@ -34,7 +34,7 @@ def record(study, run, log, final):
     Path(run.workdir, "ran.json").write_text(json.dumps(dict(
         pid=os.getpid(), cores=sorted(os.sched_getaffinity(0)), final=final, t=time.time(),
         xla_flags=os.environ.get("XLA_FLAGS", ""), study=study,
-        malloc={k: os.environ.get(k) for k in workers.MALLOC_ENV})))
+        malloc={k: os.environ.get(k) for k in backends.MALLOC_ENV})))
     if run.name == "bad":
         raise ValueError("this run's data is empty")
     time.sleep(0.3)
@@ -66,7 +66,7 @@ def test_runs_in_pinned_processes_longest_first_and_a_failure_does_not_stop_the_
     runs = _runs(tmp_path, [("small", 1.0), ("bad", 2.0), ("big", 100.0), ("mid", 10.0), ("tiny", 0.5)])
     finals = {r.name: r.name == "big" for r in runs}
     lines = []
-    before = {k: os.environ.get(k) for k in ("XLA_FLAGS", *workers.MALLOC_ENV)}
+    before = {k: os.environ.get(k) for k in ("XLA_FLAGS", *backends.MALLOC_ENV)}
     out = workers.run_parallel({"id": 7}, runs, finals, 2, record, log=lines.append,
                                eta=lambda timed, todo: 60.0 * len(todo))
     assert {k: os.environ.get(k) for k in before} == before  # the parent's environment is untouched
@@ -79,7 +79,7 @@ def test_runs_in_pinned_processes_longest_first_and_a_failure_does_not_stop_the_
     pids = {v["pid"] for v in ran.values()}
     assert os.getpid() not in pids and 1 <= len(pids) <= 2
     assert all("--xla_cpu_multi_thread_eigen=false" in v["xla_flags"] for v in ran.values())
-    malloc = {k: before[k] or v for k, v in workers.MALLOC_ENV.items()}  # a value already set wins
+    malloc = {k: before[k] or v for k, v in backends.MALLOC_ENV.items()}  # a value already set wins
     assert all(v["study"] == {"id": 7} and v["malloc"] == malloc for v in ran.values())
     assert [n for n, v in ran.items() if v["final"]] == ["big"]
     if len(os.sched_getaffinity(0)) >= 2:
