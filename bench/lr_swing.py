@@ -40,8 +40,8 @@ def main(argv=None) -> None:
     batches = data.eval_batches(base, split="validation", num_batches=int(study.eval.val_batches))
     rows = []
     for lr in (float(x) for x in a.lrs.split(",")):
-        cfg = plan.run_config(study, arch, size)
-        cfg.optim.lr = lr
+        cfg = plan.run_config(study, arch, size)  # the rule's batch, b2, warmup; this lr
+        cfg.optim.update(lr=lr, rule="paper")
         wd = os.path.join(a.workdir, f"{a.run}-lr{lr:g}")
         t0 = time.time()
         trainer.train(cfg, wd)

@@ -1,4 +1,4 @@
-"""The CPU ladder: miniature models (d32 ... d512, head dim 16, byte vocabulary) for scaling studies.
+"""The CPU ladder: miniature models (d16l2 ... d512, head dim 16, byte vocabulary) for scaling studies.
 
     python -m linscale_jax.train --config=configs/ladder.py:<arch>-<size> --workdir=DIR
 

@@ -62,6 +62,10 @@ def base_config() -> ml_collections.ConfigDict:
             min_lr_ratio=0.1,  # final lr / peak lr for cosine and wsd
             decay_fraction=0.2,  # wsd: share of steps in the final decay
             clip_norm=1.0,  # global-norm gradient clipping; 0 disables
+            # where lr, batch, b2 and warmup come from (linscale_jax.train.rule): paper (these
+            # fields, one rate for every size), tuned (per arch and size from the shipped rule
+            # file), or a rule file's path
+            rule="paper",
             # no weight decay on norms, gains and biases: parameters with < 2 dims (stacked
             # scan_layers parameters count their layer axis out)
         )

@@ -70,6 +70,11 @@ def _study() -> None:
 
         recall.run_recall(_CONFIG.value, _WORKDIR.value)
         return
+    if _CONFIG.value.get("kind") == "tune":  # configs/study/tune.py: the tuning grid (study.tune)
+        from study import tune
+
+        tune.run_tune(_CONFIG.value, _WORKDIR.value, dry_run=_DRY.value)
+        return
     if _DRY.value:
         print(plan.dry_run_text(plan.build_plan(_CONFIG.value, _WORKDIR.value), _SHARD.value))
         return

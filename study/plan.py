@@ -25,6 +25,7 @@ import ml_collections
 
 from linscale_jax import contract
 from linscale_jax.contract import PF_DAY
+from linscale_jax.train import rule
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -46,7 +47,7 @@ class Run:
 
     @property
     def name(self) -> str:
-        return run_name(self.arch, self.size, self.seed)
+        return str(self.config.name)  # run_name(arch, size, seed) (run_config), or a tuning cell's
 
     @property
     def pf_days(self) -> float:
@@ -123,6 +124,7 @@ def run_config(study, arch: str, size: str, seed: int = 0) -> ml_collections.Con
     cfg = load_config_file(_model_file(study), f"{arch}-{size}")
     for key, value in _flatten(study.overrides).items():
         _set(cfg, key, value)
+    rule.resolve(cfg)  # optim.rule: the tuned rule's lr, batch, b2, warmup, before the budget's steps
     tr = cfg.train
     tokens_per_step = int(tr.batch_size) * int(tr.seq_len)
     cfg.train.steps = max(1, math.ceil(float(study.tokens) / tokens_per_step))
@@ -148,28 +150,32 @@ def command(study, cfg, workdir: str) -> str:
 
 
 def build_plan(study, workdir: str) -> list[Run]:
-    from linscale_jax.models import accounting
-    from linscale_jax.models import ModelConfig
-
     runs = []
     for arch, size, seed in ((a, s, k) for a in split_list(study.archs) for s in split_list(study.sizes)
                              for k in replicate_seeds(study, s)):
-            cfg = run_config(study, arch, size, seed)
-            if str(cfg.train.wandb) and not str(cfg.train.wandb_group):  # one W&B group per study
-                cfg.train.wandb_group = Path(workdir).resolve().name
-            mc = ModelConfig.from_config(cfg.model)
-            seq = int(cfg.train.seq_len)
-            if seq > mc.max_seq_len:
-                raise ValueError(f"{cfg.name}: train.seq_len={seq} exceeds model.max_seq_len={mc.max_seq_len}")
-            tokens = int(cfg.train.steps) * int(cfg.train.batch_size) * seq
-            rd = contract.study_run_dir(workdir, cfg.name)
-            runs.append(Run(
-                index=len(runs), arch=arch, size=size, config=cfg, workdir=rd, steps=int(cfg.train.steps),
-                tokens=tokens, flops=accounting.paper_flops_per_token(mc, seq) * tokens,
-                flops_exact=accounting.flops_per_token_exact(mc, seq) * tokens,
-                n_params=int(accounting.param_counts(mc)["non_embedding"]),
-                command=command(study, cfg, rd), seed=seed))
+        runs.append(make_run(study, run_config(study, arch, size, seed), arch, size, seed, workdir,
+                             index=len(runs)))
     return runs
+
+
+def make_run(study, cfg, arch: str, size: str, seed: int, workdir: str, index: int) -> Run:
+    """The Run of one run config (cfg.name names its directory under DIR/runs)."""
+    from linscale_jax.models import accounting
+    from linscale_jax.models import ModelConfig
+
+    if str(cfg.train.wandb) and not str(cfg.train.wandb_group):  # one W&B group per study
+        cfg.train.wandb_group = Path(workdir).resolve().name
+    mc = ModelConfig.from_config(cfg.model)
+    seq = int(cfg.train.seq_len)
+    if seq > mc.max_seq_len:
+        raise ValueError(f"{cfg.name}: train.seq_len={seq} exceeds model.max_seq_len={mc.max_seq_len}")
+    tokens = int(cfg.train.steps) * int(cfg.train.batch_size) * seq
+    rd = contract.study_run_dir(workdir, cfg.name)
+    return Run(index=index, arch=arch, size=size, config=cfg, workdir=rd, steps=int(cfg.train.steps),
+               tokens=tokens, flops=accounting.paper_flops_per_token(mc, seq) * tokens,
+               flops_exact=accounting.flops_per_token_exact(mc, seq) * tokens,
+               n_params=int(accounting.param_counts(mc)["non_embedding"]),
+               command=command(study, cfg, rd), seed=seed)
 
 
 def parse_shard(spec: str | None) -> tuple[int, int]:

@@ -16,9 +16,22 @@ replicates), fit (how laws are fitted), cluster (what each run asks of a Ray clu
 --backend=ray: study.ray_backend).
 """
 
+import importlib.util
+import os
+
 import ml_collections
 
 from linscale_jax.models import registry
+
+CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "study")
+
+
+def preset(name: str) -> ml_collections.ConfigDict:
+    """configs/study/<name>.py's study config: a preset built on another (cpu_paper, tpe on cpu)."""
+    spec = importlib.util.spec_from_file_location(f"_preset_{name}", os.path.join(CONFIGS, f"{name}.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.get_config()
 
 
 def study_defaults() -> ml_collections.ConfigDict:
@@ -36,7 +49,9 @@ def study_defaults() -> ml_collections.ConfigDict:
         overrides=dict(
             train=dict(batch_size=8, seq_len=128, log_every=10, eval_every=0,
                        seed=0),  # init seed: a replicate study is --config.overrides.train.seed=1
-            optim=dict(lr=3e-3, warmup_steps=20, schedule="cosine"),
+            # lr, batch, b2, warmup per arch and size from the tuned rule (linscale_jax.train.rule;
+            # rule="paper": optim.lr for every size, as the paper)
+            optim=dict(lr=3e-3, warmup_steps=20, schedule="cosine", rule="tuned"),
             checkpoint=dict(log_spaced=4, async_save=False),
         ),
         eval=dict(val_batches=2, niah_grid="4x4", niah_task="niah", probe_items=32,

@@ -92,9 +92,10 @@ def _scale_section(d: dict, runs: list[dict]) -> list[str]:
         "different vocabularies and are not comparable in absolute value.",
         f"- Context {d['seq_len']} tokens, batch {d['batch']} sequences, {d['steps']} steps vs {PAPER_CONTEXT} "
         "tokens, 480 sequences, 76k steps.",
-        f"- Optimiser: AdamW, peak lr {d['lr']:g}, `{d['schedule']}` schedule after {d['warmup']} warmup steps"
-        + (f", learning-rate rule `{d['protocol']}`" if d.get("protocol") else ", the same for every size")
-        + ", vs the paper's lr 3e-4 with one fixed schedule."
+        f"- Optimiser: AdamW, peak lr {d['lr']}, β2 {d['b2']}, `{d['schedule']}` schedule after {d['warmup']} warmup "
+        "steps" + (f", per arch and size from the learning-rate rule `optim.rule={d['protocol']}` "
+                   "(linscale_jax.train.rule)" if d.get("protocol") not in (None, "paper")
+                   else ", the same for every size") + ", vs the paper's lr 3e-4 with one fixed schedule."
         + (" A constant rate keeps every checkpoint on an equal footing for the envelope (a decaying schedule "
            "flatters the ends of short runs against the middles of long ones)." if d["schedule"] == "constant"
            else ""),

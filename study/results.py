@@ -203,12 +203,21 @@ def probes(rows: list[dict], workdir: str, seed: int) -> dict:
 def design(study, runs) -> dict:
     c = runs[0].config
     return dict(archs=plan.split_list(study.archs), sizes=plan.split_list(study.sizes), runs=len(runs),
-                tokens=runs[0].tokens, steps=runs[0].steps, batch=int(c.train.batch_size),
-                seq_len=int(c.train.seq_len), lr=float(c.optim.lr), schedule=str(c.optim.schedule),
-                warmup=int(c.optim.warmup_steps), protocol=c.optim.get("rule", None), data_task=str(c.data.task),
+                tokens=runs[0].tokens, steps=spread(runs, lambda r: r.steps),
+                batch=spread(runs, lambda r: r.config.train.batch_size), seq_len=int(c.train.seq_len),
+                lr=spread(runs, lambda r: r.config.optim.lr), b2=spread(runs, lambda r: r.config.optim.b2),
+                schedule=str(c.optim.schedule), warmup=spread(runs, lambda r: r.config.optim.warmup_steps),
+                protocol=c.optim.get("rule", None), data_task=str(c.data.task),
                 vocab=str(c.data.get("vocab", "")), vocab_size=int(c.model.vocab_size),
                 fit_min_step=plan.fit_min_step(runs), approach=int(study.fit.approach),
                 bootstrap=int(study.fit.bootstrap), include_clamped=bool(study.fit.include_clamped))
+
+
+def spread(runs, value) -> str:
+    """'8' when every run has the same value, else 'lo..hi' over the runs (a learning-rate rule's
+    lr, batch, β2, warmup and steps per arch and size)."""
+    vals = sorted({value(r) for r in runs})
+    return f"{vals[0]:g}" if len(vals) == 1 else f"{vals[0]:g}..{vals[-1]:g}"
 
 
 def protocol_sources(study) -> tuple[dict | None, str]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import time
 
@@ -68,14 +69,26 @@ def check_config(run) -> None:
     identity.check_resume(meta.get("config", {}), run.config, run.workdir, step)
 
 
-def eval_context(study) -> dict:
+def eval_context(study, run=None) -> dict:
+    """The eval tasks' settings. study.eval.val_batches counts batches of the preset's
+    overrides.train.batch_size sequences: a run with another batch (a learning-rate rule's) gets as
+    many batches as make the same number of rows, so every run is scored on the same validation
+    rows (data.eval_batches)."""
     try:
         grid = tuple(int(x) for x in str(study.eval.niah_grid).lower().split("x"))
         assert len(grid) == 2 and min(grid) >= 1
     except (ValueError, AssertionError):
         raise ValueError(f"study.eval.niah_grid must look like 4x4, got {study.eval.niah_grid!r}") from None
-    return dict(val_batches=int(study.eval.val_batches), niah_grid=grid,
+    return dict(val_batches=val_batches(study, run), niah_grid=grid,
                 probe_items=int(study.eval.probe_items))
+
+
+def val_batches(study, run=None) -> int:
+    """Validation batches of `run` (eval_context): val_batches × the preset's batch / the run's."""
+    n = int(study.eval.val_batches)
+    if run is None:
+        return n
+    return max(1, math.ceil(n * int(study.overrides.train.batch_size) / int(run.config.train.batch_size)))
 
 
 def final_tasks(study) -> list[str]:
@@ -173,7 +186,7 @@ def process_run(study, run, log=_print, final: bool = True) -> None:
         check_config(run)
         log(f"[study] {run.name}: trained already ({run.steps} steps), skipping training")
     c1, t1 = _compile_clock(), time.time()
-    ctx = eval_context(study)
+    ctx = eval_context(study, run)
     evaluate(run.workdir, "all", loss_tasks(study), ctx_kwargs=ctx, log=log)
     if final:
         evaluate(run.workdir, "last", final_tasks(study), ctx_kwargs=ctx, log=log)

@@ -17,6 +17,7 @@ def get_config():
     c.tokens = 300e9
     c.checkpoints = 76
     c.overrides = dict(train=dict(log_every=100, eval_every=1000),
+                       optim=dict(rule="paper"),  # lr 3e-4 at every size (configs/paper.py)
                        checkpoint=dict(log_spaced=8, async_save=True))
     c.eval.update(val_batches=16, niah_grid="35x35", probe_items=256)
     c.fit.update(bootstrap=200, include_clamped=False)

@@ -17,7 +17,8 @@ def get_config():
     c.checkpoints = 4
     c.workers = 2  # two runs at once, one per core (study.workers)
     c.overrides.train.log_every = 8
-    c.overrides.optim.update(warmup_steps=8, schedule="constant")  # cooldowns branch off a constant rate
+    # cooldowns branch off a constant rate; one rate for every size (a smoke test of the pipeline)
+    c.overrides.optim.update(warmup_steps=8, schedule="constant", rule="paper")
     c.overrides.checkpoint.log_spaced = 2
     c.eval.update(val_batches=1, niah_grid="3x3", probe_items=16)
     c.estimators = "val_loss,cooldown"

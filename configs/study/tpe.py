@@ -9,15 +9,10 @@ leaves the cosformer2+tpe=none runs. Another TPE is one label away (cosformer2+t
 cosformer2+tpe=xmixers). Cost and verdicts: docs/results.md, "Study results (the `cpu` preset)".
 """
 
-import importlib.util
-import os
+from study.presets import preset
 
 
 def get_config():
-    path = os.path.join(os.path.dirname(__file__), "cpu.py")
-    spec = importlib.util.spec_from_file_location("_cpu_preset", path)
-    cpu = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cpu)
-    c = cpu.get_config()
+    c = preset("cpu")
     c.archs = "llama,cosformer2,cosformer2+tpe=none"
     return c

@@ -14,8 +14,9 @@ Global batch. Row r of step s is record order[s·B + r] of the train split, wher
 train.batch_size and order is Grain's index shuffle of the rows seeded by data.seed (a new
 permutation every epoch; data.records). The batch is defined by the config alone: each process
 reads only the rows its devices hold (linscale_jax.train.batches), and the same rows come back for
-any process count. Evaluation reads the first num_batches·B rows of the validation split in the
-order of data.seed (one pass; the last batch is padded with empty rows).
+any process count. Evaluation reads the first num_batches·B rows of the validation split in one
+fixed order (VALIDATION_SEED's, whatever data.seed: replicate seeds are scored on the same rows;
+one pass; the last batch is padded with empty rows).
 
 Config (config.data): task (a data.sources form: stdlib | files | tfds:<name> | records:<dir> |
 mqar), vocab (byte | sentencepiece:<path> | cl100k_base | hf:<tokenizer.json>), paths, text_key,
@@ -52,12 +53,17 @@ def get_vocabulary(data_config):
     return vocab.get_vocabulary(data_config)
 
 
+VALIDATION_SEED = 0  # the order evaluation reads prepared records in, for every data.seed
+
+
 def _rows(config, split: str):
-    """The row source of `split`: the source's own (synthetic) rows, or its prepared records."""
+    """The row source of `split`: the source's own (synthetic) rows, or its prepared records (the
+    train split in data.seed's order, the others in VALIDATION_SEED's)."""
     src = sources.of(config.data)
     if src.rows is not None:
         return src.rows(config, split)
-    return RecordRows(open_records(config, split), int(config.train.batch_size), int(config.data.seed))
+    seed = int(config.data.seed) if split == "train" else VALIDATION_SEED
+    return RecordRows(open_records(config, split), int(config.train.batch_size), seed)
 
 
 def train_rows(config):
@@ -71,7 +77,7 @@ def make_iterator(config, split: str = "train") -> StepIterator:
 
 
 def eval_batches(config, split: str = "validation", num_batches: int = 4) -> list[dict]:
-    """The first `num_batches` global batches of one pass over `split` in data.seed's order
+    """The first `num_batches` global batches of one pass over `split` in VALIDATION_SEED's order
     (fewer if the split is short; the last one padded with empty rows)."""
     return _rows(config, split).one_pass(num_batches)
 

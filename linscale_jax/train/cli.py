@@ -48,15 +48,17 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 
 def _train() -> int:
-    from linscale_jax.train import divergence, loop
+    from linscale_jax.train import divergence, loop, rule
 
     _INITIALIZE()
+    config = rule.resolve(_CONFIG.value)  # optim.rule: lr, batch, b2, warmup
     try:
-        summary = loop.train(_CONFIG.value, _WORKDIR.value, init_from=_INIT_FROM.value,
+        summary = loop.train(config, _WORKDIR.value, init_from=_INIT_FROM.value,
                                 resume_step=_RESUME_STEP.value,
                                 allow_config_change=_ALLOW_CHANGE.value)
     except divergence.DivergenceError as e:
-        e.args = (f"{e} Command: {divergence.resume_command(sys.argv, e.last_good, e.lr)}",)
+        argv = sys.argv + rule.pinned_flags(config)  # a lower lr must not be replaced by the rule's
+        e.args = (f"{e} Command: {divergence.resume_command(argv, e.last_good, e.lr)}",)
         raise
     if distributed.is_primary() and not summary["stopped"]:  # a stop printed its own line
         print(f"Done at step {summary['step']}; outputs in {_WORKDIR.value}.", flush=True)

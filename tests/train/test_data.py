@@ -217,13 +217,20 @@ def test_eval_batches_fixed_and_padded_at_the_end(tmp_path):
     last = batches[-1]
     pad = last["segment_ids"] == 0
     assert pad.any() and (last["weights"][pad] == 0).all()
-    # every row of the split once, in data.seed's order
-    order = records.order(len(recs), 0)
+    # every row of the split once, in one order (data.VALIDATION_SEED's) for every data.seed
+    order = records.order(len(recs), data.VALIDATION_SEED)
     targets, segs = recs.read([order[i] for i in range(len(recs))])
     got = np.concatenate([b["targets"] for b in batches])[: len(recs)]
     np.testing.assert_array_equal(got, targets)
     assert sorted(stream_documents(*all_rows(recs), tok)) == sorted(val)
     assert len(data.eval_batches(c, "validation", num_batches=2)) == 2
+    train0 = data.train_rows(c).rows(0, range(4))["targets"]
+    c.data.seed = 3  # a replicate's data order: the training rows change, the validation rows do not
+    assert batches_equal(batches, data.eval_batches(c, "validation", num_batches=50))
+    assert not np.array_equal(data.train_rows(c).rows(0, range(4))["targets"], train0)
+    c.train.batch_size = 8  # twice the batch, half the batches: the same rows (runner.val_batches)
+    wide = np.concatenate([b["targets"] for b in data.eval_batches(c, "validation", num_batches=2)])
+    np.testing.assert_array_equal(wide, np.concatenate([b["targets"] for b in batches[:4]]))
 
 
 def test_records_task_checks_vocab_and_seq_len(tmp_path):

@@ -1,0 +1,196 @@
+"""The tuning grid (study.tune, study.tune_fit): the staged, pruned grid on a planted loss surface
+(stages, edge growth, far fewer cells than the full grid, the planted optimum found), the power-law
+fit of lr* and batch* with bootstrap intervals on planted optima (the planted law inside, a wrong
+one outside), the preset's dry run, and a real miniature tuning end to end (rule file, table, plot)."""
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from study import tune, tune_fit
+from study.tune_fit import Cell
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def preset(name="tune"):
+    spec = importlib.util.spec_from_file_location(f"_t_{name}", ROOT / "configs" / "study" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.get_config()
+
+
+LR_EXP, LR_COEF = -0.6, 12.0  # planted lr*(N) = 12·N^-0.6: above stage 1's rates
+B_EXP, B_COEF = 0.5, 0.02  # planted batch*(N) = 0.02·N^0.5 sequences
+
+
+def surface(study, c: Cell, noise=0.0, rng=None) -> float:
+    """A planted loss: parabolic in log2 lr and log2 batch around the planted laws, β2 0.999 best,
+    rates 8x above the optimum diverge."""
+    n = tune.n_params_of(study, c.arch, c.size)
+    k_opt = math.log2(LR_COEF * n ** LR_EXP / float(study.tune.lr_base))
+    if c.k - k_opt > 3:
+        return math.inf
+    b_opt = math.log2(B_COEF * n ** B_EXP)
+    loss = 2.0 - 0.1 * math.log(n) + 0.02 * (c.k - k_opt) ** 2 + 0.03 * (math.log2(c.batch) - b_opt) ** 2
+    loss += {0.95: 0.02, 0.99: 0.01, 0.999: 0.0}[c.beta2] + (0.01 if c.arch == "hgrn2" else 0.0)
+    return loss + (rng.normal(0, noise) if rng is not None else 0.0)
+
+
+def run_planted(study, noise=0.0):
+    rng = np.random.default_rng(0)
+    loss, rounds = {}, 0
+    while True:
+        todo = [c for c in tune.all_cells(study, loss) if c not in loss]
+        if not todo:
+            return loss, rounds
+        rounds += 1
+        loss.update({c: surface(study, c, noise, rng) for c in todo})
+
+
+def fake_n(study, arch, size):
+    """N ≈ 12.5·l·d² (d<width>[l<layers>], 4 layers by default): the planner without building models."""
+    d, _, l = size[1:].partition("l")
+    return 12.5 * int(l or 4) * int(d) ** 2
+
+
+@pytest.fixture(scope="module")
+def planted():
+    study = preset()
+    study.tune.bootstrap = 200
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(tune, "n_params_of", fake_n)
+        loss, rounds = run_planted(study)
+    return study, loss, rounds
+
+
+def test_staged_grid_finds_the_planted_optimum_with_few_cells(planted, monkeypatch):
+    monkeypatch.setattr(tune, "n_params_of", fake_n)
+    study, loss, rounds = planted
+    t = study.tune
+    sizes = tune.sizes_of(study)
+    llama = [c for c in loss if c.arch == "llama" and c.seed == 0]
+    full = len(sizes) * 9 * 3 * 3  # 9 rates x 3 batches x 3 beta2 per size
+    assert rounds >= 4 and len(llama) < full / 3, (rounds, len(llama))
+    for s in sizes:
+        mine = [c for c in llama if c.size == s]
+        coarse = [c for c in mine if (c.batch, c.beta2) == (t.batch, t.beta2)]
+        assert len(coarse) >= 5
+        assert {c.beta2 for c in mine} == {0.95, 0.99, 0.999} and len({c.batch for c in mine}) >= 3
+        opt = tune_fit.size_optimum(mine, loss)
+        n = tune.n_params_of(study, "llama", s)
+        k_opt = math.log2(LR_COEF * n ** LR_EXP / t.lr_base)
+        assert opt.best.beta2 == 0.999 and abs(opt.best.k - k_opt) <= 0.5 + 1e-9
+        assert abs(opt.log2_lr - k_opt) < 0.05  # the parabola's vertex is exact on a parabola
+        assert abs(opt.log2_batch - math.log2(B_COEF * n ** B_EXP)) < 0.05 or opt.batch_edge
+    # the planted optima lie above stage 1's rates: those lines grew at their top edge
+    d16 = sorted(c.k for c in llama if c.size == "d16" and (c.batch, c.beta2) == (t.batch, t.beta2))
+    assert len(d16) > 5
+    # checks: each linear arch at two sizes, around the rule's rate
+    for arch in ("tnl", "hgrn2", "cosformer2"):
+        assert {c.size for c in loss if c.arch == arch} == {"d16l2", "d48"}
+    assert {c.size for c in loss if c.seed == 1} == {"d16l2", "d48"}
+
+
+def test_rules_recover_the_planted_laws_with_intervals(planted, monkeypatch):
+    monkeypatch.setattr(tune, "n_params_of", fake_n)
+    study, loss, _ = planted
+    clean = tune.rule_of(study, loss, bootstrap=0)["llama"]  # exact optima: the planted laws exactly
+    assert clean["lr"]["exponent"] == pytest.approx(LR_EXP, abs=1e-6)
+    assert clean["batch"]["exponent"] == pytest.approx(B_EXP, abs=1e-6)
+    rng = np.random.default_rng(0)  # seed noise on every cell, the replicates' included
+    noisy = {c: v + (rng.normal(0, 0.003) if np.isfinite(v) else 0.0) for c, v in loss.items()}
+    fitted = tune.rule_of(study, noisy)["llama"]
+    sigma, pairs = tune_fit.seed_sd(noisy)
+    assert pairs == 2 and sigma > 0
+    for law, planted_exp in ((fitted["lr"], LR_EXP), (fitted["batch"], B_EXP)):
+        lo, hi = law["exponent_ci"]
+        assert abs(law["exponent"] - planted_exp) < 0.15 and lo < planted_exp < hi and hi - lo < 0.4
+    lo, hi = fitted["lr"]["exponent_ci"]
+    assert not lo < -0.3 < hi  # a wrong exponent is outside: the interval can fail
+
+
+def test_power_law_intervals_cover_at_the_nominal_rate():
+    """Planted optima with known noise: the 95 % intervals hold the planted exponent in most of 20
+    repetitions, and a wrong one in few."""
+    rng = np.random.default_rng(1)
+    sizes = {f"d{i}": 1e4 * 3 ** i for i in range(5)}
+    hits, wrong = 0, 0
+    for rep in range(20):
+        loss = {}
+        for s, n in sizes.items():
+            k_opt = math.log2(LR_COEF * n ** LR_EXP / 1e-3)
+            for k in range(int(k_opt) - 3, int(k_opt) + 4):
+                for seed in (0, 1):
+                    loss[Cell("llama", s, k, 8, 0.99, seed)] = 0.02 * (k - k_opt) ** 2 + rng.normal(0, 0.01)
+        cells = {s: [c for c in loss if c.size == s] for s in sizes}
+        sd, _ = tune_fit.seed_sd(loss)
+        f = tune_fit.fit_rules(cells, loss, sizes, 1e-3, sd, bootstrap=100, seed=rep)
+        lo, hi = f["lr"]["exponent_ci"]
+        hits += lo <= LR_EXP <= hi
+        wrong += lo <= LR_EXP + 0.15 <= hi
+    assert hits >= 16 and wrong < 10, (hits, wrong)
+
+
+def test_vertex_and_edges():
+    assert tune_fit.vertex([0, 1, 2], [1.0, 0.0, 1.0], 1) == pytest.approx(1.0)
+    assert tune_fit.vertex([0, 1, 2], [2.0, 0.0, 1.0], 1) == pytest.approx(1 + 1 / 6)
+    assert tune_fit.vertex([0, 1, 2], [1.0, 0.0, math.inf], 1) == 1.0  # a diverged neighbour
+    assert tune_fit.vertex([0, 1], [0.0, 1.0], 0) == 0.0  # at an edge: the best point
+    cells = [Cell("llama", "d32", k, 8, 0.99) for k in (0, 1, 2)]
+    opt = tune_fit.size_optimum(cells, dict(zip(cells, [1.0, 1.1, 1.2])))
+    assert opt.lr_edge and opt.log2_lr == 0.0
+    with pytest.raises(ValueError, match="every run diverged"):
+        tune_fit.size_optimum(cells, {c: math.inf for c in cells})
+
+
+def test_tune_preset_dry_run(tmp_path, capsys):
+    out = tune.run_tune(preset(), str(tmp_path), dry_run=True)
+    text = capsys.readouterr().out
+    assert out["measured"] == 0 and len(out["todo"]) == 25  # stage 1: 5 rates x 5 sizes
+    assert "llama-d16-lr0.002-bs8-beta2_0.99" in out["todo"] and "--config.optim.b2=0.99" in text
+    assert "later stages depend" in text
+
+
+def test_cells_of_every_batch_are_scored_on_the_same_validation_rows(tmp_path):
+    from study import runner
+
+    study = preset()  # val_batches 32 of the preset's batch 8: 256 rows for every cell
+    runs = [tune.make_run(study, Cell("llama", "d16", 0, b, 0.99), str(tmp_path), i)
+            for i, b in enumerate((4, 8, 16, 64))]
+    assert [r.config.train.batch_size for r in runs] == [4, 8, 16, 64]
+    assert [runner.val_batches(study, r) for r in runs] == [64, 32, 16, 4]
+
+
+@pytest.mark.slow  # a real miniature grid: about a minute on 2 cores
+def test_miniature_tuning_end_to_end(tmp_path):
+    study = preset()
+    study.sizes = "d16l2,d16"
+    study.tokens = 24 * 8 * 128.0
+    study.checkpoints = 2
+    study.eval.val_batches = 2
+    study.tune.update(lr_points=3, max_extend=0, batches="8,16", beta2s="0.99", replicate_sizes="smallest",
+                      check_archs="", bootstrap=50, prior_lr=4e-3)
+    out = tune.run_tune(study, str(tmp_path))
+    d = Path(out["dir"])
+    rows = out["rows"]
+    assert {r["size"] for r in rows} == {"d16l2", "d16"} and sum(r["best"] for r in rows) == 2
+    for size in ("d16l2", "d16"):  # 3 rates at batch 8 (one more at an edge), 3 at batch 16
+        mine = [r for r in rows if r["size"] == size and r["seed"] == 0]
+        assert len([r for r in mine if r["batch"] == 16]) == 3 and 3 <= len(mine) - 3 <= 4
+    assert [r["size"] for r in rows if r["seed"]] == ["d16l2"]  # the replicate of the smallest size
+    doc = json.loads((d / "rule.json").read_text())
+    from linscale_jax.train import rule
+
+    ns = sorted(tune.n_params_of(study, "llama", size) for size in ("d16l2", "d16"))
+    assert doc["archs"]["llama"]["range"] == {"n_min": ns[0], "n_max": ns[1]}  # its fitted sizes
+    s = rule.settings(doc, "llama", doc["range"]["n_min"], 128, "byte")
+    assert s["batch_size"] in (4, 8, 16, 32) and s["b2"] == 0.99 and s["lr"] > 0
+    assert (d / "lr.png").stat().st_size > 0 and "| llama | d16 |" in (d / "cells.md").read_text()
+    assert (d / "cells.csv").read_text().startswith("arch,size,n_params,lr,batch,beta2,seed,loss,val_loss,best")
+    again = tune.run_tune(study, str(tmp_path))  # everything measured: nothing retrained
+    assert again["rows"] == rows
