@@ -11,8 +11,9 @@
 3. The baseline leads on retrieval: the MQAR recall experiment (configs/study/recall.py, read from
    study.recall_from via study.recall.verdict_input), baseline minus each linear arch per (width,
    pairs) cell with a normal interval from the cells' intervals (query noise and seed spread);
-   "not measured" unless the baseline's positive control (>= 0.9 in some cell) is met; cells that
-   did not train are left out.
+   "not measured" unless the baseline's positive control (>= 0.9 in some cell) is met; only recall
+   results (above the copy level) of the paper's mixers in (width, pairs) shapes where the control
+   passed count, the other cells are listed as left out.
 Every finding is judged under each loss estimator the study computed; where they disagree the
 verdict is "depends on the estimator", with each estimator's values shown; likewise "depends on the
 learning-rate protocol" against a study of the other protocol (study.protocol_from).
@@ -123,8 +124,8 @@ def equal_compute(f: dict, est: list[str], by: dict, margin: float) -> list[str]
 
 
 def read_recall(path: str) -> dict:
-    """study.recall.verdict_input of DIR/recall.csv: the trained cells' seed-mean rows, the
-    positive control and the cells that did not train."""
+    """study.recall.verdict_input of DIR/recall.csv: the seed-mean recall results in shapes where the
+    positive control passed, the control and the cells left out."""
     from study.recall import verdict_input
 
     return verdict_input(path)
@@ -135,33 +136,37 @@ def recall_differences(rows: list[dict]) -> list[tuple]:
     interval from each row's 95% interval, which holds the seed spread."""
     out = []
     for d, p in sorted({(r["d_model"], r["n_pairs"]) for r in rows}):
-        at = {r["arch"]: r for r in rows if (r["d_model"], r["n_pairs"]) == (d, p)}
-        if BASELINE_ARCH not in at:
+        at = [r for r in rows if (r["d_model"], r["n_pairs"]) == (d, p)]
+        ll = next((r for r in at if r["arch"] == BASELINE_ARCH), None)
+        if ll is None:
             continue
-        ll = at[BASELINE_ARCH]
-        for a in linear_archs():
-            if a not in at:
-                continue
-            x = at[a]
-            se = np.hypot(ll["ci_high"] - ll["ci_low"], x["ci_high"] - x["ci_low"]) / (2 * 1.96)
-            diff = ll["accuracy"] - x["accuracy"]
-            out.append((d, p, a, [diff, diff - 1.96 * se, diff + 1.96 * se]))
+        for a in linear_archs():  # a linear arch's cells at every head dim of this width
+            for x in sorted((r for r in at if r["arch"] == a), key=lambda r: r.get("head_dim", 0)):
+                se = np.hypot(ll["ci_high"] - ll["ci_low"], x["ci_high"] - x["ci_low"]) / (2 * 1.96)
+                diff = ll["accuracy"] - x["accuracy"]
+                name = f"{a} e{x['head_dim']}" if "head_dim" in x else a
+                out.append((d, p, name, [diff, diff - 1.96 * se, diff + 1.96 * se]))
     return out
 
 
 def retrieval(recall: dict | None, source: str) -> tuple[str, list[str]]:
     """Finding 3 from read_recall's dict (None: not run). Without the positive control (the
-    baseline >= 0.9 in some cell) it is not measured; cells that did not train are left out."""
+    baseline >= 0.9 in some cell) it is not measured; only recall results in shapes where the
+    control passed count (read_recall's rows), the other cells are listed as left out."""
     from study.recall import control_sentence
 
     if not recall:
         return ("**not measured here**: run `python -m study --config=configs/study/recall.py "
                 "--workdir=R` and pass `--config.recall_from=R`", [])
-    skipped = ([f"Did not train (left out): {', '.join(f'{a} d{d} e{e} P={p}' for a, d, e, p in recall['did_not_train'])}."]
-               if recall["did_not_train"] else [])
+    left = recall.get("left_out", [(a, d, e, p, "did_not_train") for a, d, e, p in recall["did_not_train"]])
+    names = ", ".join(f"{a} d{d} e{e} P={p} ({s.replace('_', ' ')})" for a, d, e, p, s in left)
+    skipped = [f"Left out (no recall result in a shape where the control passed): {names}."] if left else []
     if not recall["control"]["met"]:
         return f"**not measured** ({control_sentence(recall['control'])})", skipped
     diffs = recall_differences(recall["rows"])
+    if not diffs:
+        return ("**not measured**: no linear architecture has a recall result (above the copy level) "
+                "in a shape where the positive control passed", skipped)
     lead = sum(v[1] > 0 for *_, v in diffs)
     behind = sum(v[2] < 0 for *_, v in diffs)
     verdict = ("**reproduced**" if diffs and lead == len(diffs) else

@@ -10,8 +10,10 @@
 
 cfg: a ModelConfig (or a config's model section); n: sequence length. C in PFLOP/s-days is
 C / PF_DAY. The shared terms (projections, GLU, LM head) are counted here; each architecture's own
-terms (mixer, gate, GQA, TPE, the paper's N and x) come from its registry entry. The formulas and
-how they are checked: docs/models.md, "The two FLOP counts".
+terms (mixer, gate, GQA, TPE, the short convolution, the paper's N and x) come from its registry
+entry; a linear mixer's short convolution (model.short_conv) adds its parameters to the paper's N
+and six times them to its C/D. The formulas and how they are checked: docs/models.md, "The two
+FLOP counts".
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from flax import nnx
 
 from linscale_jax import contract
 from linscale_jax.models import ModelConfig, build_model, registry
+from linscale_jax.models.linear_common import short_conv_params
 
 PF_DAY = contract.PF_DAY  # FLOPs in one PFLOP/s-day
 
@@ -57,7 +60,7 @@ def paper_params(cfg) -> int:
     """Table-1 N (non-embedding, leading terms)."""
     cfg = _model_config(cfg)
     l, d, h = cfg.n_layers, cfg.d_model, cfg.n_heads
-    return 12 * l * d * d + _spec(cfg).paper_params_extra(l, d, h)
+    return 12 * l * d * d + _spec(cfg).paper_params_extra(l, d, h) + short_conv_params(cfg)
 
 
 def paper_flops_per_token(cfg, seq_len: int) -> float:
@@ -65,7 +68,7 @@ def paper_flops_per_token(cfg, seq_len: int) -> float:
     cfg = _model_config(cfg)
     l, d, h, n = cfg.n_layers, cfg.d_model, cfg.n_heads, seq_len
     x = _spec(cfg).paper_flops_x(d, h, n)
-    return 72.0 * l * d * d * (1.0 + x)
+    return 72.0 * l * d * d * (1.0 + x) + 6 * short_conv_params(cfg)
 
 
 def forward_flops_per_token(cfg, seq_len: int) -> float:

@@ -45,6 +45,7 @@ class ModelConfig:
     chunk_size: int = 0  # 0: kernels_pallas.default_chunk_size (per backend); an int for CLI overrides
     tnl_decay_rule: str = "paper"  # paper (exp(-(8i/h)(1 - j/l))) | alibi_layer (released TNL)
     tpe: str = "lightnet"  # cosformer2 Toeplitz positional encoding: lightnet (paper, d·e) | lightnet_untied | xmixers | none
+    short_conv: int = 0  # linear mixers: causal depthwise convolution of width K on q, k, v (fla's use_short_conv; 0 = off, the paper)
     remat: str = "none"  # none | block | dots  (activation checkpointing per block)
     scan_layers: bool = False  # scan over a stacked layer axis (faster compiles for deep models)
     # --- variants of released checkpoints (interop); the defaults are the paper's blocks ---
@@ -133,6 +134,12 @@ class ModelConfig:
             )
         if self.n_kv_heads and self.arch != "llama":
             raise ValueError("model.n_kv_heads (grouped-query attention) applies to llama only; set it to 0.")
+        if not isinstance(self.short_conv, int) or isinstance(self.short_conv, bool) or self.short_conv < 0:
+            raise ValueError(f"model.short_conv={self.short_conv!r} must be an integer >= 0 (the "
+                             "convolution width; 0 = off, e.g. --config.model.short_conv=4).")
+        if self.short_conv and registry.get(self.arch).softmax_block:
+            raise ValueError(f"model.short_conv applies to the linear mixers, not {self.arch!r}; set "
+                             "--config.model.short_conv=0.")
         if self.mixer_norm_eps < 0:
             raise ValueError("model.mixer_norm_eps must be >= 0 (0 = use model.norm_eps).")
         if self.param_dtype != "float32":

@@ -19,17 +19,16 @@ projection back, Table 1's d·e parameters; "lightnet_untied", separate projecti
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 from flax import nnx
 
 from linscale_jax.models import registry
 from linscale_jax.models.config import ModelConfig
 from linscale_jax.models.decoder import Decoder
-from linscale_jax.models.layers import (KeyGen, Linear, LowRankGate, make_norm, merge_heads,
-                                        stacked_dense, unstack)
-from linscale_jax.models.linear_common import (linear_attention_flops, lrpe, lrpe_theta_init,
-                                               run_linear_attention, zero_state)
+from linscale_jax.models.layers import KeyGen, Linear, LowRankGate, make_norm, merge_heads
+from linscale_jax.models.linear_common import (init_cache, linear_attention_flops, lrpe_theta_init,
+                                               make_short_conv, qkv_attention, short_conv_flops,
+                                               short_conv_state_floats)
 from linscale_jax.models.tpe import make_tpe
 
 
@@ -43,22 +42,18 @@ class Cosformer2Attention(nnx.Module):
         self.gate = LowRankGate(d, cfg.head_dim, keys=keys, std=std)
         self.wo = Linear(d, d, keys=keys, std=std, axes=("heads", "embed"))
         self.out_norm = make_norm(cfg, cfg.out_norm_eps)
+        self.conv = make_short_conv(cfg, keys)
         self.cfg = cfg
 
     def __call__(self, x, *, positions, segment_ids, cache, extra):
-        h = self.cfg.n_heads
-        b, t, d = x.shape
-        qk, v = jnp.split(stacked_dense(x, (self.wq, self.wk, self.wv)).reshape(b, t, 3, h, d // h),
-                          [2], axis=2)
-        qk = lrpe(jax.nn.silu(qk), positions, self.theta[...])  # one cos / sin for q and k
-        (q, k), v = unstack(qk, 2), jnp.squeeze(v, 2)
-        o, cache = run_linear_attention(self.cfg, q, k, v, None, segment_ids, cache)
+        o, cache = qkv_attention(self.cfg, x, (self.wq, self.wk, self.wv), self.conv,
+                                 positions=positions, segment_ids=segment_ids, cache=cache,
+                                 log_decay=None, theta=self.theta[...])
         o = self.out_norm(merge_heads(o)) * self.gate(x)
         return self.wo(o), cache
 
     def init_cache(self, batch_size: int, max_len: int):
-        e = self.cfg.head_dim
-        return zero_state(batch_size, self.cfg.n_heads, 2 * e, e)
+        return init_cache(self.cfg, batch_size, 2 * self.cfg.head_dim)
 
 
 class Cosformer2(Decoder):
@@ -77,9 +72,10 @@ class Cosformer2(Decoder):
 
 
 def _layer_flops(cfg, seq_len: int, chunk: int) -> float:
-    """Linear attention with key dim 2e (LRPE) and the low-rank output gate 2·2de."""
+    """Linear attention with key dim 2e (LRPE), the low-rank output gate 2·2de and the short
+    convolution 2·K·3d."""
     d, h, e = cfg.d_model, cfg.n_heads, cfg.head_dim
-    return linear_attention_flops(h, 2 * e, e, chunk) + 2 * 2 * d * e
+    return linear_attention_flops(h, 2 * e, e, chunk) + 2 * 2 * d * e + short_conv_flops(cfg)
 
 
 def _once_flops(cfg, seq_len: int, chunk: int) -> float:
@@ -98,4 +94,5 @@ registry.register(registry.ArchSpec(
     paper_params_extra=lambda l, d, h: 2 * l * d * d // h + d * d // h,
     paper_flops_x=lambda d, h, n: 3 / (4 * h) + 23 / (72 * d),
     layer_flops=_layer_flops, once_flops=_once_flops, paper_layers={"410m": 25},
-    state_floats=lambda cfg, n: cfg.n_heads * 2 * cfg.head_dim * cfg.head_dim))  # k = 2e (LRPE)
+    state_floats=lambda cfg, n: (cfg.n_heads * 2 * cfg.head_dim * cfg.head_dim  # k = 2e (LRPE)
+                                 + short_conv_state_floats(cfg))))

@@ -128,8 +128,14 @@ class Decoder(nnx.Module):
 
     # --- hooks -------------------------------------------------------------------------------
     def make_mixer(self, cfg: ModelConfig, keys: KeyGen) -> nnx.Module:
-        """The registered architecture's mixer (registry.get(cfg.arch).mixer)."""
-        return registry.get(cfg.arch).mixer(cfg, keys=keys)
+        """The registered architecture's mixer (registry.get(cfg.arch).mixer). model.short_conv > 0
+        needs a mixer built on linscale_jax.models.linear_common.project (its `conv`)."""
+        mixer = registry.get(cfg.arch).mixer(cfg, keys=keys)
+        if cfg.short_conv and getattr(mixer, "conv", None) is None:
+            raise ValueError(f"model.short_conv={cfg.short_conv}: the {cfg.arch} mixer has no short "
+                             "convolution (build its projections with linear_common.project); set "
+                             "--config.model.short_conv=0.")
+        return mixer
 
     def layer_extras(self):
         """Per-layer extra mixer inputs as a pytree stacked over layers (leading axis l), or None."""

@@ -26,9 +26,10 @@ from flax import nnx
 from linscale_jax.models import registry
 from linscale_jax.models.config import ModelConfig
 from linscale_jax.models.decoder import Decoder
-from linscale_jax.models.layers import (KeyGen, Linear, make_norm, merge_heads, split_heads,
-                                        stacked_dense, unstack)
-from linscale_jax.models.linear_common import linear_attention_flops, run_linear_attention, zero_state
+from linscale_jax.models.layers import KeyGen, Linear, make_norm, merge_heads, split_heads, unstack
+from linscale_jax.models.linear_common import (init_cache, join_cache, linear_attention_flops,
+                                               make_short_conv, project, run_linear_attention,
+                                               short_conv_flops, short_conv_state_floats)
 
 
 def lower_bounds_log(gamma):
@@ -70,12 +71,14 @@ class HGRN2Mixer(nnx.Module):
         self.wi = Linear(d, d, keys=keys, std=std, axes=("embed", "heads"))
         self.wo = Linear(d, d, keys=keys, std=std, axes=("heads", "embed"))
         self.out_norm = make_norm(cfg, cfg.out_norm_eps)
+        self.conv = make_short_conv(cfg, keys)
         self.cfg = cfg
 
     def __call__(self, x, *, positions, segment_ids, cache, extra):
         """extra = (log β_j [d], log(1-β_j) [d]) for this layer."""
         h = self.cfg.n_heads
-        zq, zf, v = unstack(stacked_dense(x, (self.wq, self.wf, self.wi)), -2)  # one matmul
+        z, state, history = project(x, (self.wq, self.wf, self.wi), self.conv, positions, cache)
+        zq, zf, v = unstack(z, -2)
         log_f = gate_log_f(zf, *extra)
         k = (-jnp.expm1(log_f)).astype(x.dtype)
         q = jax.nn.silu(zq)
@@ -83,13 +86,12 @@ class HGRN2Mixer(nnx.Module):
             q = q * jnp.asarray(self.cfg.head_dim**-0.5, q.dtype)
         q, k, v = (split_heads(a, h) for a in (q, k, v))
         log_f = split_heads(log_f, h)
-        y, cache = run_linear_attention(self.cfg, q, k, v, log_f, segment_ids, cache)
+        y, state = run_linear_attention(self.cfg, q, k, v, log_f, segment_ids, state)
         y = self.out_norm(merge_heads(y))
-        return self.wo(y), cache
+        return self.wo(y), (None if cache is None else join_cache(state, history))
 
     def init_cache(self, batch_size: int, max_len: int):
-        e = self.cfg.head_dim
-        return zero_state(batch_size, self.cfg.n_heads, e, e)
+        return init_cache(self.cfg, batch_size, self.cfg.head_dim)
 
 
 class HGRN2(Decoder):
@@ -115,6 +117,7 @@ registry.register(registry.ArchSpec(
     describe_extras=lambda cfg: {"lower_bound_per_layer": lower_bound_per_layer(cfg)},
     paper_params_extra=lambda l, d, h: l * d,
     paper_flops_x=lambda d, h, n: 1 / (3 * h) + 29 / (72 * d),
-    layer_flops=lambda cfg, n, chunk: linear_attention_flops(cfg.n_heads, cfg.head_dim, cfg.head_dim,
-                                                             chunk),
-    state_floats=lambda cfg, n: cfg.n_heads * cfg.head_dim * cfg.head_dim))  # expand ratio e
+    layer_flops=lambda cfg, n, chunk: (linear_attention_flops(cfg.n_heads, cfg.head_dim, cfg.head_dim,
+                                                              chunk) + short_conv_flops(cfg)),
+    state_floats=lambda cfg, n: (cfg.n_heads * cfg.head_dim * cfg.head_dim  # expand ratio e
+                                 + short_conv_state_floats(cfg))))

@@ -1,6 +1,17 @@
-"""Glue between the linear mixers and `kernels_pallas.linear_attention` (the only entry point).
+"""The linear mixers' shared front and their glue to `kernels_pallas.linear_attention` (the only
+entry point).
 
-Legend: b batch, t sequence, h heads, k key dim, v value dim.
+    z, state, history = project(x, (wq, wk, wv), conv, positions, cache)  # fused q/k/v [b,t,3,d]
+    o, cache = qkv_attention(cfg, x, (wq, wk, wv), conv, ...)  # TNL, cosFormer2: SiLU, LRPE, kernel
+
+The front of every linear mixer: its three input projections in one matmul, then (model.short_conv
+= K > 0) a causal depthwise convolution of width K over time on each projected channel (fla's
+`use_short_conv`; Zoology, Based, GLA and Mamba put one in front of the mixer; no tap crosses a
+packed document), then the
+architecture's own activations. The paper's configs keep it off (K = 0). Decoding caches of a mixer
+with the convolution are {"state": [b,h,k,v], "conv": the last K-1 projected inputs [b,K-1,3,d]}.
+
+Legend: b batch, t sequence, h heads, k key dim, v value dim, d width, K convolution width.
 """
 
 from __future__ import annotations
@@ -12,8 +23,11 @@ from jax.sharding import PartitionSpec as P
 
 from kernels_pallas import DecayKind, linear_attention
 from kernels_pallas.linear_attention import seq_parallel
+from flax import nnx
+
 from linscale_jax.axes import logical_to_spec
 from linscale_jax.models.config import ModelConfig
+from linscale_jax.models.layers import KeyGen, stacked_dense, unstack
 
 # logical names of the kernel's operands (linscale_jax.axes.RULES maps them to mesh axes):
 # q, k, v [b, t, h, k]: batch over ('data', 'fsdp'), t over 'seq', heads over 'tensor'.
@@ -126,3 +140,108 @@ def lrpe(x, positions, theta):
     ang = ang.reshape(ang.shape[:2] + (1,) * (x.ndim - 4) + ang.shape[2:])
     xf = x.astype(jnp.float32)
     return jnp.concatenate([xf * jnp.cos(ang), xf * jnp.sin(ang)], axis=-1).astype(x.dtype)
+
+
+# --- the front: fused projections and the short convolution -------------------------------------
+
+N_PROJ = 3  # projections through the front (q, k, v; HGRN2: q, f, i)
+
+
+def short_conv(z, kernel, positions, history=None):
+    """Causal depthwise convolution over time: z [b, t, *c], kernel [K, *c], positions [b, t] (each
+    token's position in its document, as the mixers get them) -> (y [b, t, *c] in z.dtype,
+    history [b, K-1, *c] float32: the last K-1 inputs, for decoding).
+
+    y_t = sum_{s=0}^{K-1} kernel[K-1-s] * z_{t-s} [positions_t >= s]: a tap never reaches before its
+    document's first token (packed documents). Inputs before the sequence are `history` (zeros when
+    None). Sums in float32 for narrower dtypes."""
+    width, t = kernel.shape[0], z.shape[1]
+    dtype = jnp.promote_types(z.dtype, jnp.float32)
+    if history is None:
+        full = jnp.pad(z, ((0, 0), (width - 1, 0)) + ((0, 0),) * (z.ndim - 2))
+    else:
+        full = jnp.concatenate([history.astype(z.dtype), z], axis=1)
+    w = kernel.astype(dtype)
+    y = z.astype(dtype) * w[width - 1]
+    for j in range(width - 1):
+        lag = width - 1 - j
+        inside = (positions >= lag).astype(dtype).reshape(positions.shape + (1,) * (z.ndim - 2))
+        y = y + full[:, j:j + t].astype(dtype) * w[j] * inside
+    return y.astype(z.dtype), full[:, t:].astype(jnp.float32)
+
+
+class ShortConv(nnx.Module):
+    """The kernel [K, 3, d] of model.short_conv = K over a mixer's fused projections [b, t, 3, d],
+    initialised as PyTorch's Conv1d (fla's ShortConvolution): uniform in +-1/sqrt(K); no bias."""
+
+    def __init__(self, cfg: ModelConfig, *, keys: KeyGen):
+        width, bound = cfg.short_conv, cfg.short_conv ** -0.5
+        self.kernel = nnx.Param(jax.random.uniform(keys(), (width, N_PROJ, cfg.d_model), jnp.float32,
+                                                   -bound, bound), axes=(None, None, "heads"))
+
+    def __call__(self, z, positions, history):
+        return short_conv(z, self.kernel[...], positions, history)
+
+
+def make_short_conv(cfg: ModelConfig, keys: KeyGen):
+    """ShortConv when model.short_conv > 0, else None (the paper's mixers)."""
+    return ShortConv(cfg, keys=keys) if cfg.short_conv else None
+
+
+def short_conv_params(cfg) -> int:
+    """Parameters of the short convolutions of all layers: l·K·3d (0 when off)."""
+    return cfg.n_layers * cfg.short_conv * N_PROJ * cfg.d_model
+
+
+def short_conv_flops(cfg) -> int:
+    """Forward FLOPs per token and layer of the short convolution: 2·K·3d."""
+    return 2 * cfg.short_conv * N_PROJ * cfg.d_model
+
+
+def short_conv_state_floats(cfg) -> int:
+    """Decoding floats per layer and sequence of the convolution: the last K-1 inputs, (K-1)·3d."""
+    return (cfg.short_conv - 1) * N_PROJ * cfg.d_model if cfg.short_conv else 0
+
+
+def init_cache(cfg: ModelConfig, batch_size: int, key_dim: int):
+    """A linear mixer's decoding cache: the state [b, h, key_dim, e] float32 zeros, with the
+    convolution's history [b, K-1, 3, d] beside it when model.short_conv > 0."""
+    state = zero_state(batch_size, cfg.n_heads, key_dim, cfg.head_dim)
+    if not cfg.short_conv:
+        return state
+    return {"state": state, "conv": jnp.zeros((batch_size, cfg.short_conv - 1, N_PROJ, cfg.d_model),
+                                              jnp.float32)}
+
+
+def project(x, linears, conv, positions, cache):
+    """x [b, t, d] through the mixer's three input kernels (one matmul, stacked_dense) and its
+    short convolution (conv: ShortConv or None; positions [b, t] in the document) ->
+    (z [b, t, 3, d], the state part of `cache`, the convolution's new history or None).
+    cache: None (training), a state, or init_cache's dict."""
+    z = stacked_dense(x, linears)
+    state, history = (cache["state"], cache["conv"]) if isinstance(cache, dict) else (cache, None)
+    if conv is None:
+        return z, state, None
+    z, history = conv(z, positions, history)
+    return z, state, (history if cache is not None else None)
+
+
+def join_cache(state, history):
+    """The cache `project` split: the state alone, or {"state", "conv"} with the convolution."""
+    return state if history is None else {"state": state, "conv": history}
+
+
+def qkv_attention(cfg: ModelConfig, x, linears, conv, *, positions, segment_ids, cache, log_decay,
+                  theta=None):
+    """TNL's and cosFormer2's mixer core: q, k, v = project(x); q, k = SiLU, then LRPE with θ [h, e]
+    when given (key dim 2e); the kernel with log_decay (None | [h]). x [b, t, d] ->
+    (o [b, t, h, e], new cache or None)."""
+    b, t, d = x.shape
+    z, state, history = project(x, linears, conv, positions, cache)
+    qk, v = jnp.split(z.reshape(b, t, N_PROJ, cfg.n_heads, d // cfg.n_heads), [2], axis=2)
+    qk = jax.nn.silu(qk)
+    if theta is not None:
+        qk = lrpe(qk, positions, theta)  # one cos / sin for q and k
+    (q, k), v = unstack(qk, 2), jnp.squeeze(v, 2)
+    o, state = run_linear_attention(cfg, q, k, v, log_decay, segment_ids, state)
+    return o, (None if cache is None else join_cache(state, history))

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
@@ -32,10 +31,10 @@ from flax import nnx
 from linscale_jax.models import registry
 from linscale_jax.models.config import ModelConfig
 from linscale_jax.models.decoder import Decoder
-from linscale_jax.models.layers import (KeyGen, Linear, LowRankGate, make_norm, merge_heads,
-                                        stacked_dense, unstack)
-from linscale_jax.models.linear_common import (linear_attention_flops, lrpe, lrpe_theta_init,
-                                               run_linear_attention, zero_state)
+from linscale_jax.models.layers import KeyGen, Linear, LowRankGate, make_norm, merge_heads
+from linscale_jax.models.linear_common import (init_cache, linear_attention_flops, lrpe_theta_init,
+                                               make_short_conv, qkv_attention, short_conv_flops,
+                                               short_conv_state_floats)
 
 
 def alibi_slopes(n_heads: int) -> np.ndarray:
@@ -77,25 +76,20 @@ class TNLAttention(nnx.Module):
         if cfg.tnl_lrpe:
             self.theta = nnx.Param(jnp.asarray(lrpe_theta_init(cfg.n_heads, d)), axes=("gain", "gain"))
         self.out_norm = make_norm(cfg, cfg.out_norm_eps)
+        self.conv = make_short_conv(cfg, keys)
         self.cfg = cfg
 
     def __call__(self, x, *, positions, segment_ids, cache, extra):
         """extra = this layer's log decay [h] (TNL.layer_extras)."""
-        h = self.cfg.n_heads
-        b, t, d = x.shape
-        qk, v = jnp.split(stacked_dense(x, (self.wq, self.wk, self.wv)).reshape(b, t, 3, h, d // h),
-                          [2], axis=2)
-        qk = jax.nn.silu(qk)
-        if self.cfg.tnl_lrpe:
-            qk = lrpe(qk, positions, self.theta[...])
-        (q, k), v = unstack(qk, 2), jnp.squeeze(v, 2)
-        o, cache = run_linear_attention(self.cfg, q, k, v, extra, segment_ids, cache)
+        o, cache = qkv_attention(self.cfg, x, (self.wq, self.wk, self.wv), self.conv,
+                                 positions=positions, segment_ids=segment_ids, cache=cache,
+                                 log_decay=extra, theta=self.theta[...] if self.cfg.tnl_lrpe else None)
         gate = self.gate(x) if self.cfg.tnl_gate == "lowrank" else self.wu(x)
         return self.wo(self.out_norm(merge_heads(o)) * gate), cache
 
     def init_cache(self, batch_size: int, max_len: int):
         e = self.cfg.head_dim
-        return zero_state(batch_size, self.cfg.n_heads, 2 * e if self.cfg.tnl_lrpe else e, e)
+        return init_cache(self.cfg, batch_size, 2 * e if self.cfg.tnl_lrpe else e)
 
 
 class TNL(Decoder):
@@ -114,11 +108,11 @@ def decay_per_layer(cfg) -> list[list[float]]:
 
 
 def _layer_flops(cfg, seq_len: int, chunk: int) -> float:
-    """Linear attention (key dim 2e with LRPE) and the output gate: low rank e (2·2de) or the
-    released full-rank multiplier (2d²)."""
+    """Linear attention (key dim 2e with LRPE), the output gate: low rank e (2·2de) or the
+    released full-rank multiplier (2d²), and the short convolution (2·K·3d)."""
     d, h, e = cfg.d_model, cfg.n_heads, cfg.head_dim
     mixer = linear_attention_flops(h, 2 * e if cfg.tnl_lrpe else e, e, chunk)
-    return mixer + (2 * 2 * d * e if cfg.tnl_gate == "lowrank" else 2 * d * d)
+    return mixer + (2 * 2 * d * e if cfg.tnl_gate == "lowrank" else 2 * d * d) + short_conv_flops(cfg)
 
 
 registry.register(registry.ArchSpec(
@@ -127,4 +121,5 @@ registry.register(registry.ArchSpec(
     paper_flops_x=lambda d, h, n: 1 / (2 * h) + 5 / (18 * d),
     layer_flops=_layer_flops, paper_layers={"410m": 25},
     describe_extras=lambda cfg: {"decay_per_layer": decay_per_layer(cfg)},
-    state_floats=lambda cfg, n: cfg.n_heads * (2 if cfg.tnl_lrpe else 1) * cfg.head_dim ** 2))
+    state_floats=lambda cfg, n: (cfg.n_heads * (2 if cfg.tnl_lrpe else 1) * cfg.head_dim ** 2
+                                 + short_conv_state_floats(cfg))))

@@ -4,6 +4,7 @@ test to judge.
 
     python -m helpers.models_shard_map_check equal IMPL OUT   # sharded vs unsharded, values + grads
     python -m helpers.models_shard_map_check tpu OUT          # the sharded train step lowered for TPU
+    python -m helpers.models_shard_map_check conv OUT         # `equal` with model.short_conv=4, one mesh
 
 `equal`: for TNL, HGRN2 and cosFormer2 and every mesh below (including 'seq' > 1, the LASP form),
 the loss and every parameter gradient of the trainer's sharded forward (parameters sharded by
@@ -77,18 +78,18 @@ def rel_err(x, y):
     return float(jnp.max(jnp.abs(x - y)) / (jnp.max(jnp.abs(y)) + 1e-30))
 
 
-def measure_equal(impl):
+def measure_equal(impl, meshes=MESHES, **model_fields):
     data = batch()
     out = {}
     for arch in ARCHS:
-        c0 = config(arch, (1, 1, 1, 1), impl)
+        c0 = config(arch, (1, 1, 1, 1), impl, **model_fields)
         model = build_model(ModelConfig.from_config(c0.model), rngs=nnx.Rngs(0))
         graphdef, params, rest = nnx.split(model, nnx.Param, ...)
         params = nnx.to_pure_dict(params)
         want = jax.jit(loss_fn(graphdef, rest))(params, data)
         out[arch] = {}
-        for shape in MESHES:
-            c = config(arch, shape, impl)
+        for shape in meshes:
+            c = config(arch, shape, impl, **model_fields)
             mesh = sharding.make_mesh(c.mesh)
             fns = trainer._compiled(trainer._key(c, mesh))
             f = jax.jit(trainer._under_mesh(loss_fn(graphdef, rest), mesh),
@@ -208,6 +209,8 @@ def main():
     assert jax.device_count() == 8, jax.devices()
     if sys.argv[1] == "equal":
         out = measure_equal(sys.argv[2])
+    elif sys.argv[1] == "conv":  # the short convolution's taps over a 'seq'-sharded axis
+        out = measure_equal("xla", meshes=((2, 1, 2, 2),), short_conv=4)
     else:
         out = measure_tpu()
     with open(sys.argv[-1], "w") as f:

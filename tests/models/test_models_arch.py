@@ -10,7 +10,8 @@ import pytest
 from flax import nnx
 
 from linscale_jax.models import ModelConfig, llama
-from linscale_jax.models.cosformer2 import Cosformer2Attention, lrpe, lrpe_theta_init
+from linscale_jax.models.cosformer2 import Cosformer2Attention
+from linscale_jax.models.linear_common import lrpe, lrpe_theta_init
 from linscale_jax.models.hgrn2 import HGRN2Mixer, beta_values, gate_log_f, lower_bounds_log
 from linscale_jax.models.layers import STACK_MIN_ROWS, KeyGen, Linear, dense, stacked_dense
 from linscale_jax.models.decoder import segment_starts

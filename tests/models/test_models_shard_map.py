@@ -41,6 +41,17 @@ def test_sharded_model_equals_unsharded_every_mesh(tmp_path):
             assert m["grad_err"] < 1e-3, (arch, mesh, m)
 
 
+def test_sharded_short_conv_equals_unsharded(tmp_path):
+    """model.short_conv=4 under a (data, tensor, seq) mesh: the convolution's taps cross sequence
+    shards, never documents; loss and every gradient (the conv kernel's included) equal the
+    unsharded model's."""
+    got = _run(tmp_path, "conv")
+    assert sorted(got) == sorted(ARCHS) and all(list(got[a]) == ["2,1,2,2"] for a in ARCHS)
+    for arch in ARCHS:
+        m = got[arch]["2,1,2,2"]
+        assert m["manual"] and m["leaves"] > 5 and m["loss_err"] < 2e-5 and m["grad_err"] < 1e-3, (arch, m)
+
+
 def test_sharded_train_step_lowered_for_tpu(tmp_path):
     """The trainer's sharded step exported for TPU (impl="pallas", bf16): every Mosaic call sits
     inside a shard_map region and carries a cost estimate, and its matmuls take bf16 operands (f32

@@ -1,8 +1,10 @@
 """MQAR data source (layout, distinct values, power-law placement, exact resume) and the recall study:
-"did not train" detection, the positive control and seed rows, and a shrunk run through the
-documented command (recall.csv columns, plot, report section, resume)."""
+cell statuses (did not train, copy level, recall), the positive control per shape and what the
+verdict may use, variant labels and usable state, the learning-rate file, a run through the
+trainer's step, and a shrunk run through the documented commands (sweep, then preset)."""
 
 import csv
+import json
 import math
 import os
 import subprocess
@@ -14,6 +16,7 @@ import pytest
 
 from linscale_jax.data import DataError, make_iterator, mqar
 from study import findings, recall
+from study.recall import rates, table, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -82,116 +85,202 @@ def test_iterator_is_deterministic_and_resumes_exactly():
 
 
 def test_wilson_interval():
-    lo, hi = recall.wilson(50, 100)
+    lo, hi = table.wilson(50, 100)
     assert abs(lo - 0.4038) < 1e-3 and abs(hi - 0.5962) < 1e-3
-    assert recall.wilson(10, 10)[1] > 1 - 1e-12 and recall.wilson(0, 10)[0] < 1e-12
+    assert table.wilson(10, 10)[1] > 1 - 1e-12 and table.wilson(0, 10)[0] < 1e-12
 
 
-def test_did_not_train_is_a_loss_at_the_values_marginal():
+def test_did_not_train_copy_level_and_recall():
     ln64 = math.log(64)
-    assert recall.did_not_train(ln64, 64, 0.1) and recall.did_not_train(ln64 - 0.05, 64, 0.1)
-    assert recall.did_not_train(ln64 + 1.0, 64, 0.1) and recall.did_not_train(float("nan"), 64, 0.1)
-    assert not recall.did_not_train(math.log(8), 64, 0.1)  # copies a value from the context
+    assert table.did_not_train(ln64, 64, 0.1) and table.did_not_train(ln64 - 0.05, 64, 0.1)
+    assert table.did_not_train(ln64 + 1.0, 64, 0.1) and table.did_not_train(float("nan"), 64, 0.1)
+    assert not table.did_not_train(math.log(8), 64, 0.1)  # copies a value from the context
+    assert table.cell_status(table.DID_NOT_TRAIN, 0.9, 4) == "did_not_train"
+    assert table.cell_status(table.TRAINED, 0.25, 4) == "copy_level"  # the interval reaches 1/4
+    assert table.cell_status(table.TRAINED, 0.1, 4) == "copy_level"  # below the copy level too
+    assert table.cell_status(table.TRAINED, 0.2501, 4) == "recall"
+
+
+def test_best_lr_counts_accuracy_up_to_the_target_then_prefers_fewer_steps():
+    from types import SimpleNamespace as R
+
+    runs = [R(name=f"r{lr}", arch="tnl", d_model=16, head_dim=8, lr=lr) for lr in (1e-3, 3e-3, 1e-2)]
+    res = {"r0.001": dict(val_accuracy=0.995, steps=2000), "r0.003": dict(val_accuracy=0.991, steps=1100),
+           "r0.01": dict(val_accuracy=0.4, steps=2000)}
+    assert table.best_lr(runs, res, 0.99) == {("tnl", 16, 8): 3e-3}  # both reached 0.99; 3e-3 sooner
+    assert table.best_lr(runs, res, 0.999) == {("tnl", 16, 8): 1e-3}  # below the target: accuracy decides
+    # read after fewer steps (the preset's) from the validation history: 1e-2 leads at step 500
+    res["r0.001"]["history"] = [dict(step=s, val_accuracy=a) for s, a in ((500, 0.3), (1000, 0.6), (2000, 0.995))]
+    res["r0.003"]["history"] = [dict(step=s, val_accuracy=a) for s, a in ((500, 0.2), (1000, 0.9), (1100, 0.991))]
+    res["r0.01"]["history"] = [dict(step=s, val_accuracy=a) for s, a in ((500, 0.35), (1000, 0.4), (2000, 0.4))]
+    assert table.best_lr(runs, res, 0.99, at=lambda label: 700) == {("tnl", 16, 8): 1e-2}
+    assert table.best_lr(runs, res, 0.99, at=lambda label: 1000) == {("tnl", 16, 8): 3e-3}
+    assert table.accuracy_at(res["r0.003"], 1500) == (0.991, 1100)  # stopped early: its final
+    assert table.accuracy_at(res["r0.001"], 1999) == (0.6, 1000)
 
 
 def _study(**kw):
     from configs.study.recall import get_config
 
     c = get_config()
-    c.update(dict(archs="llama,tnl", shapes="d16e8", n_pairs="2,4", seq_len=32, n_keys=16,
-                  n_values=16, max_steps=8, batch_size=8, warmup_steps=2, eval_every=4,
-                  val_sequences=16, eval_sequences=16, seeds="0,1", workers=1), **kw)
+    c.update(dict(archs="llama,tnl", shapes="d16e8", baseline_shapes="d16e8", n_pairs="2,4", seq_len=32,
+                  n_keys=16, n_values=16, max_steps=8, batch_size=8, warmup_steps=2, eval_every=4,
+                  val_sequences=16, eval_sequences=16, seeds="0,1", workers=1, lr="3e-3"), **kw)
     return c
 
 
-def _fake(run, accs, loss=1.0):
+def _fake(accs, loss=1.0):
     return dict(settings={}, steps=100, stopped_early=False, val_accuracy=float(np.mean(accs)),
                 test_loss=loss, seconds=1.0,
-                status=recall.DID_NOT_TRAIN if recall.did_not_train(loss, 16, 0.1) else recall.TRAINED,
+                status=table.DID_NOT_TRAIN if table.did_not_train(loss, 16, 0.1) else table.TRAINED,
                 per_pairs={str(p): dict(correct=int(a * 100), queries=100, loss=loss)
                            for p, a in zip((2, 4), accs)})
 
 
-def test_cells_control_and_verdict_input(tmp_path):
-    """Seed rows + the seed "all" row per cell; the control needs a trained LLaMA cell >= 0.9;
-    a run at ln(n_values) is "did_not_train" and never reaches the verdict's rows."""
-    study = _study(lr="llama:1e-3/3e-3,tnl:3e-3")
-    runs = recall.build_runs(study, str(tmp_path))
-    assert [r.name for r in runs] == ["llama-d16e8-s0-lr0.001", "llama-d16e8-s1-lr0.001",
-                                      "llama-d16e8-s0-lr0.003", "llama-d16e8-s1-lr0.003",
-                                      "tnl-d16e8-s0-lr0.003", "tnl-d16e8-s1-lr0.003"]
-    assert [r.state_floats for r in runs] == [2 * 16 * 32] * 4 + [2 * 8 * 8] * 2  # KV cache; h·e·e
+def test_variants_shapes_and_usable_state(tmp_path):
+    """A variant label runs the changed model and keeps its label; the baseline runs at its own
+    shapes; TNL's usable state counts only the heads whose decay spans the context."""
+    study = _study(archs="llama,tnl,tnl+short_conv=4,hgrn2", shapes="d16e4,d16e8", baseline_shapes="d16e8",
+                   baseline_max_steps=12)
+    runs = train.build_runs(study, str(tmp_path))
+    assert {(r.arch, r.steps) for r in runs} == {("llama", 12), ("tnl", 8), ("tnl+short_conv=4", 8), ("hgrn2", 8)}
+    assert [(r.arch, r.head_dim) for r in runs if r.seed == 0] == [
+        ("llama", 8), ("tnl", 4), ("tnl", 8), ("tnl+short_conv=4", 4), ("tnl+short_conv=4", 8),
+        ("hgrn2", 4), ("hgrn2", 8)]
+    by = {(r.arch, r.head_dim): r for r in runs if r.seed == 0}
+    assert by["tnl+short_conv=4", 8].variant == "short_conv=4" and by["tnl", 8].variant == ""
+    assert by["tnl", 8].state_floats == 2 * 8 * 8  # h·e·e
+    assert by["tnl+short_conv=4", 8].state_floats == 2 * 8 * 8 + 3 * 3 * 16  # + the last 3 inputs
+    # paper decay rule: head 0 (λ = 1) spans the context in every layer, the others decay within tokens
+    assert by["tnl", 8].usable_state_floats == 8 * 8 and by["tnl", 4].usable_state_floats == 4 * 4
+    assert by["tnl+short_conv=4", 8].usable_state_floats == 8 * 8 + 3 * 3 * 16
+    assert by["hgrn2", 4].usable_state_floats == by["hgrn2", 4].state_floats == 4 * 4 * 4
+    assert by["tnl+short_conv=4", 8].config(study).model.short_conv == 4
+    assert by["llama", 8].config(study).optim.lr == 3e-3  # the trainer's optimizer section
+
+
+def test_learning_rates_from_the_rates_file(tmp_path):
+    path = tmp_path / "rates.json"
+    rates.write(str(path), dict(rates={"llama": 1e-3, "tnl+short_conv=4": 3e-3}))
+    study = _study(lr="", rates=str(path))
+    assert train.learning_rates(study, "tnl+short_conv=4") == [3e-3]
+    with pytest.raises(ValueError, match="no rate for 'hgrn2'"):
+        train.learning_rates(study, "hgrn2")
+    with pytest.raises(FileNotFoundError, match="recall_sweep.py"):
+        train.learning_rates(_study(lr="", rates=str(tmp_path / "none.json")), "tnl")
+    assert train.learning_rates(_study(lr="llama:1e-3,tnl+short_conv=4:1e-4/1e-2"), "tnl+short_conv=4") == [1e-4, 1e-2]
+
+
+def test_cells_control_per_shape_and_verdict_input(tmp_path):
+    """Seed rows + the seed "all" row per cell, each with a status; the control needs a baseline
+    recall cell >= 0.9 and counts only in its (d_model, pairs); copy-level and untrained cells never
+    reach the verdict's rows; a sweep records its rates."""
+    study = _study(archs="llama,tnl,hgrn2", lr="llama:1e-3/3e-3,tnl:3e-3,hgrn2:3e-3")
+    runs = train.build_runs(study, str(tmp_path))
+    assert [r.name for r in runs][:4] == ["llama-d16e8-s0-lr0.001", "llama-d16e8-s1-lr0.001",
+                                          "llama-d16e8-s0-lr0.003", "llama-d16e8-s1-lr0.003"]
     accs = {"llama-d16e8-s0-lr0.001": (0.5, 0.4), "llama-d16e8-s1-lr0.001": (0.5, 0.4),
-            "llama-d16e8-s0-lr0.003": (0.95, 0.7), "llama-d16e8-s1-lr0.003": (0.91, 0.5)}
-    results = {r.name: _fake(r, accs.get(r.name, (0.06, 0.06)),
+            "llama-d16e8-s0-lr0.003": (0.95, 0.7), "llama-d16e8-s1-lr0.003": (0.91, 0.5),
+            "hgrn2-d16e8-s0-lr0.003": (0.8, 0.3), "hgrn2-d16e8-s1-lr0.003": (0.7, 0.2)}
+    results = {r.name: _fake(accs.get(r.name, (0.06, 0.06)),
                              math.log(16) if r.arch == "tnl" and r.seed == 1 else 1.0) for r in runs}
-    rows = recall.cell_rows(runs, results, study)
+    rows = table.cell_rows(runs, results, study)
     path = str(tmp_path / "recall.csv")
-    recall.write_csv(rows, path)
-    table = list(csv.DictReader(open(path)))
-    assert list(table[0])[:9] == ["arch", "d_model", "n_pairs", "seq_len", "accuracy", "ci_low",
-                                  "ci_high", "state_floats", "seed"]
-    assert [(r["arch"], r["n_pairs"], r["seed"], r["lr"]) for r in table][:3] == [
+    table.write_csv(rows, path)
+    got = list(csv.DictReader(open(path)))
+    assert list(got[0])[:9] == ["arch", "d_model", "n_pairs", "seq_len", "accuracy", "ci_low",
+                                "ci_high", "state_floats", "seed"]
+    assert {"status", "variant", "usable_state_floats"} <= set(got[0])
+    assert [(r["arch"], r["n_pairs"], r["seed"], r["lr"]) for r in got][:3] == [
         ("llama", "2", "0", "0.0030"), ("llama", "2", "1", "0.0030"), ("llama", "2", "all", "0.0030")]
+    status = {(r["arch"], r["n_pairs"], r["seed"]): r["status"] for r in got}
+    assert status["llama", "2", "all"] == "recall" and status["tnl", "2", "all"] == "did_not_train"
+    assert status["tnl", "2", "0"] == "copy_level"  # 0.06 < 1/2, trained
+    assert status["hgrn2", "2", "all"] == "recall" and status["hgrn2", "4", "all"] == "copy_level"
     top = next(r for r in rows if r["seed"] == "all" and r["arch"] == "llama" and r["n_pairs"] == 2)
     assert top["accuracy"] == pytest.approx(0.93)  # seed mean; interval spans both seeds' Wilson
-    assert top["ci_low"] == pytest.approx(recall.wilson(91, 100)[0])
-    assert top["ci_high"] == pytest.approx(recall.wilson(95, 100)[1])
+    assert top["ci_low"] == pytest.approx(table.wilson(91, 100)[0])
+    assert top["ci_high"] == pytest.approx(table.wilson(95, 100)[1])
     v = recall.verdict_input(path)
-    assert v["control"]["met"] and v["control"]["best"] == pytest.approx(0.93)
-    assert {(r["arch"], r["n_pairs"]) for r in v["rows"]} == {("llama", 2), ("llama", 4)}
+    assert v["control"]["met"] and v["control"]["passed"] == [(16, 2)]  # not at 4 pairs (0.6)
+    assert [(r["arch"], r["n_pairs"]) for r in v["rows"]] == [("llama", 2), ("hgrn2", 2)]
+    assert ("hgrn2", 16, 8, 4, "copy_level") in v["left_out"] and ("llama", 16, 8, 4, "no control") in v["left_out"]
     assert v["did_not_train"] == [("tnl", 16, 8, 2), ("tnl", 16, 8, 4)]
     verdict, lines = findings.retrieval(v, path)
-    assert verdict.startswith("**partly reproduced**") and "did not train" in lines[-1].lower()
-    # LLaMA below 0.9 everywhere: the comparison is not measured
+    assert verdict.startswith("**reproduced**") and "hgrn2 e8" in "\n".join(lines)
+    assert "tnl d16 e8 P=2 (did not train)" in lines[-1] and "(copy level)" in lines[-1]
+    rec = rates.record(runs, results, table.best_lr(runs, results, 0.99), study)
+    assert rec["rates"] == {"llama": 3e-3, "tnl": 3e-3, "hgrn2": 3e-3} and rates.is_sweep(runs)
+    assert rec["sweep"]["llama"] == {"0.001": 0.45, "0.003": 0.765} and rec["shape"] == "d16e8"
+    # no linear recall result: finding 3 is not measured; the baseline below 0.9: not measured either
+    for name in accs:
+        if name.startswith("hgrn2"):
+            accs[name] = (0.3, 0.2)
+    table.write_csv(table.cell_rows(runs, {r.name: _fake(accs.get(r.name, (0.06, 0.06))) for r in runs},
+                                    study), path)
+    assert findings.retrieval(recall.verdict_input(path), path)[0].startswith("**not measured**: no linear")
     for name in accs:
         accs[name] = (0.6, 0.3)
-    results = {r.name: _fake(r, accs.get(r.name, (0.06, 0.06))) for r in runs}
-    recall.write_csv(recall.cell_rows(runs, results, study), path)
+    table.write_csv(table.cell_rows(runs, {r.name: _fake(accs.get(r.name, (0.06, 0.06))) for r in runs},
+                                    study), path)
     v = recall.verdict_input(path)
     assert not v["control"]["met"] and v["control"]["best"] == pytest.approx(0.6)
     verdict, _ = findings.retrieval(v, path)
     assert verdict.startswith("**not measured**") and "0.600" in verdict
 
 
-def test_untrained_run_is_reported_did_not_train(tmp_path):
-    """A real run whose loss stays at (or above) ln(n_values): lr so small nothing is learnt."""
-    study = _study(archs="llama", seeds="0", lr="1e-7", max_steps=4)
-    run = recall.build_runs(study, str(tmp_path))[0]
-    res = recall.train_run(study, run, log=lambda m: None)
-    assert res["test_loss"] > math.log(16) - 0.1 and res["status"] == recall.DID_NOT_TRAIN
+def test_untrained_run_through_the_trainers_step_is_did_not_train(tmp_path):
+    """A real run (the trainer's step) whose loss stays at ln(n_values): lr so small nothing is learnt."""
+    study = _study(archs="tnl+short_conv=4", seeds="0", lr="1e-7", max_steps=4)
+    run = train.build_runs(study, str(tmp_path))[0]
+    res = train.train_run(study, run, log=lambda m: None)
+    assert res["test_loss"] > math.log(16) - 0.1 and res["status"] == table.DID_NOT_TRAIN
     assert res["steps"] == 4 and not res["stopped_early"] and len(res["history"]) == 1
+    assert res["settings"]["model"]["short_conv"] == 4 and res["settings"]["optim"]["lr"] == 1e-7
 
 
 @pytest.mark.slow
-def test_recall_study_command_shrunk(tmp_path):
-    wd = tmp_path / "recall"
+def test_recall_sweep_then_preset_commands_shrunk(tmp_path):
+    """The sweep writes recall_rates.json; the preset reads it (rates per label) and reports the
+    sweep; a second run retrains nothing."""
+    sweep, wd = tmp_path / "sweep", tmp_path / "recall"
     wd.mkdir()
     (wd / "report.md").write_text("# Study\n\n## Other section\n\nkept\n")
-    args = [sys.executable, "-m", "study", "--config=configs/study/recall.py", f"--workdir={wd}",
-            "--config.archs=llama,tnl", "--config.shapes=d16e8", "--config.n_pairs=2,4",
-            "--config.seq_len=32", "--config.max_steps=8", "--config.batch_size=8",
-            "--config.warmup_steps=2", "--config.eval_every=4", "--config.val_sequences=16",
-            "--config.eval_sequences=16", "--config.n_keys=16", "--config.n_values=16",
-            "--config.seeds=0,1", "--config.workers=1", "--config.lr=3e-3"]
+    shrink = ["--config.archs=llama,tnl+short_conv=4", "--config.shapes=d16e8", "--config.baseline_shapes=d16e8",
+              "--config.n_pairs=2,4", "--config.seq_len=32", "--config.max_steps=8", "--config.batch_size=8",
+              "--config.warmup_steps=2", "--config.eval_every=4", "--config.val_sequences=16",
+              "--config.eval_sequences=16", "--config.n_keys=16", "--config.n_values=16",
+              "--config.workers=1", "--config.baseline_max_steps=12"]
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
+    out = subprocess.run([sys.executable, "-m", "study", "--config=configs/study/recall_sweep.py",
+                          f"--workdir={sweep}", *shrink, "--config.lr=1e-3/3e-3", "--config.sweep_steps=12"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rec = json.load(open(sweep / "recall_rates.json"))
+    assert set(rec["rates"]) == {"llama", "tnl+short_conv=4"} and set(rec["sweep"]["llama"]) == {"0.001", "0.003"}
+    assert "recall_sweep.py" in rec["command"] and rec["run_seconds"] > 0
+    # every label trained 12 steps; tnl's rate read at the preset's 8 (its history), llama's at 12
+    assert rec["final"]["tnl+short_conv=4"]["0.001"][1] == 12 and rec["steps"]["tnl+short_conv=4"]["0.001"] == 8
+    assert rec["steps"]["llama"]["0.001"] == 12 and rec["settings"]["sweep_steps"] == "12"
+    args = [sys.executable, "-m", "study", "--config=configs/study/recall.py", f"--workdir={wd}", *shrink,
+            "--config.seeds=0,1", f"--config.rates={sweep / 'recall_rates.json'}"]
     out = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     rows = list(csv.DictReader(open(wd / "recall.csv")))
-    assert list(rows[0])[:9] == ["arch", "d_model", "n_pairs", "seq_len", "accuracy", "ci_low", "ci_high",
-                                 "state_floats", "seed"]
     assert {(r["arch"], r["n_pairs"], r["seed"]) for r in rows} == {
-        (a, p, s) for a in ("llama", "tnl") for p in ("2", "4") for s in ("0", "1", "all")}
+        (a, p, s) for a in ("llama", "tnl+short_conv=4") for p in ("2", "4") for s in ("0", "1", "all")}
     for r in rows:
         assert 0 <= float(r["ci_low"]) <= float(r["accuracy"]) <= float(r["ci_high"]) <= 1
-        assert r["d_model"] == "16" and r["seq_len"] == "32" and r["status"] in ("ok", "did_not_train")
+        assert r["status"] in table.STATUSES and float(r["lr"]) == rec["rates"][r["arch"]]
         assert int(r["queries"]) == (2 if r["seed"] == "all" else 1) * 16 * int(r["n_pairs"])
-        assert int(r["state_floats"]) == (2 * 16 * 32 if r["arch"] == "llama" else 2 * 8 * 8)
+        assert r["variant"] == ("short_conv=4" if r["arch"] != "llama" else "")
     assert (wd / "recall.png").stat().st_size > 1000
-    assert len(list(csv.DictReader(open(wd / "recall_runs.csv")))) == 4
+    runs = list(csv.DictReader(open(wd / "recall_runs.csv")))
+    assert len(runs) == 4 and {(r["arch"], r["steps"]) for r in runs} <= {("llama", "12"), ("tnl+short_conv=4", "8")}
     report = (wd / "report.md").read_text()
     assert "## Other section\n\nkept" in report and report.count(recall.SECTION) == 1
     assert "![MQAR accuracy against state size](recall.png)" in report and "Positive control" in report
+    assert "Learning rates from the sweep" in report and "| tnl+short_conv=4 |" in report
     again = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and "4 runs (4 stored)" in again.stdout  # nothing retrained
     recall.update_report(str(wd / "report.md"), recall.SECTION + "\n\nnew\n")  # replaced, not appended
