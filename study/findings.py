@@ -152,7 +152,8 @@ def recall_differences(rows: list[dict]) -> list[tuple]:
 def retrieval(recall: dict | None, source: str) -> tuple[str, list[str]]:
     """Finding 3 from read_recall's dict (None: not run). Without the positive control (the
     baseline >= 0.9 in some cell) it is not measured; only recall results in shapes where the
-    control passed count (read_recall's rows), the other cells are listed as left out."""
+    control passed, trained at least its steps, count (read_recall's rows); the other cells are
+    listed as left out."""
     from study.recall import control_sentence
 
     if not recall:
@@ -160,13 +161,14 @@ def retrieval(recall: dict | None, source: str) -> tuple[str, list[str]]:
                 "--workdir=R` and pass `--config.recall_from=R`", [])
     left = recall.get("left_out", [(a, d, e, p, "did_not_train") for a, d, e, p in recall["did_not_train"]])
     names = ", ".join(f"{a} d{d} e{e} P={p} ({s.replace('_', ' ')})" for a, d, e, p, s in left)
-    skipped = [f"Left out (no recall result in a shape where the control passed): {names}."] if left else []
+    skipped = [f"Left out (no recall result at the control's shape and steps): {names}."] if left else []
     if not recall["control"]["met"]:
         return f"**not measured** ({control_sentence(recall['control'])})", skipped
     diffs = recall_differences(recall["rows"])
     if not diffs:
         return ("**not measured**: no linear architecture has a recall result (above the copy level) "
-                "in a shape where the positive control passed", skipped)
+                "in a shape where the positive control passed, trained at least the control's steps",
+                skipped)
     lead = sum(v[1] > 0 for *_, v in diffs)
     behind = sum(v[2] < 0 for *_, v in diffs)
     verdict = ("**reproduced**" if diffs and lead == len(diffs) else

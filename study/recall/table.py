@@ -32,6 +32,7 @@ RUN_COLUMNS = ("run", "arch", "d_model", "head_dim", "seed", "lr", "steps", "sto
 TRAINED, DID_NOT_TRAIN, COPY_LEVEL, RECALL = "trained", "did_not_train", "copy_level", "recall"
 STATUSES = (DID_NOT_TRAIN, COPY_LEVEL, RECALL)
 CONTROL_ARCH, CONTROL_ACCURACY = BASELINE_ARCH, 0.9
+FEWER_STEPS = "fewer steps than the control"  # a recall result left out of the verdict
 
 
 def split_list(value) -> list[str]:
@@ -168,22 +169,33 @@ def control(rows: list[dict]) -> dict:
 def verdict_input(path: str) -> dict:
     """What a verdict on recall may use, from DIR/recall.csv:
     rows           the seed "all" rows with status "recall" in (d_model, n_pairs) shapes where the
-                   positive control passed (the baseline's own passing rows included; variant rows,
+                   positive control passed, trained at least the control's steps there (the control
+                   needs more steps than an arch got: the comparison is not at equal training; the
+                   baseline's own passing rows included; variant rows,
                    e.g. arch "tnl+short_conv=4", carry their label as arch and `variant`);
     control        control();
     left_out       [(arch, d_model, head_dim, n_pairs, status)] of every other seed "all" row
-                   (did_not_train, copy_level, or a recall result in a shape without the control);
+                   (did_not_train, copy_level, "no control" or FEWER_STEPS for a recall result);
     did_not_train  [(arch, d_model, head_dim, n_pairs)] of the cells that did not train.
     Without control["met"] the recall comparison is "not measured"."""
     rows = read_csv(path)
     cells = [r for r in rows if r["seed"] == "all"]
     ctl = control(rows)
     ok = set(map(tuple, ctl["passed"]))
-    use = [r for r in cells if r["status"] == RECALL and (r["d_model"], r["n_pairs"]) in ok]
+    need = {(r["d_model"], r["n_pairs"]): r["steps"] for r in cells
+            if r["arch"] == CONTROL_ARCH and (r["d_model"], r["n_pairs"]) in ok}
+    shape = lambda r: (r["d_model"], r["n_pairs"])  # noqa: E731
+    use = [r for r in cells if r["status"] == RECALL and shape(r) in ok
+           and (r["arch"] == CONTROL_ARCH or r["steps"] >= need[shape(r)])]
     kept = {id(r) for r in use}
+
+    def why(r):
+        if r["status"] != RECALL:
+            return r["status"]
+        return "no control" if shape(r) not in ok else FEWER_STEPS
+
     return dict(rows=use, control=ctl,
-                left_out=[(r["arch"], r["d_model"], r["head_dim"], r["n_pairs"],
-                           r["status"] if r["status"] != RECALL else "no control") for r in cells
+                left_out=[(r["arch"], r["d_model"], r["head_dim"], r["n_pairs"], why(r)) for r in cells
                           if id(r) not in kept],
                 did_not_train=[(r["arch"], r["d_model"], r["head_dim"], r["n_pairs"]) for r in cells
                                if r["status"] == DID_NOT_TRAIN])

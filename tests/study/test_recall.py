@@ -209,6 +209,14 @@ def test_cells_control_per_shape_and_verdict_input(tmp_path):
     verdict, lines = findings.retrieval(v, path)
     assert verdict.startswith("**reproduced**") and "hgrn2 e8" in "\n".join(lines)
     assert "tnl d16 e8 P=2 (did not train)" in lines[-1] and "(copy level)" in lines[-1]
+    # a linear recall result trained fewer steps than the control is not compared with it
+    short = {n: dict(r, steps=60) if n.startswith("hgrn2") else r for n, r in results.items()}
+    table.write_csv(table.cell_rows(runs, short, study), path)
+    v_short = recall.verdict_input(path)
+    assert [r["arch"] for r in v_short["rows"]] == ["llama"]
+    assert ("hgrn2", 16, 8, 2, table.FEWER_STEPS) in v_short["left_out"]
+    assert findings.retrieval(v_short, path)[0].startswith("**not measured**: no linear")
+    table.write_csv(rows, path)
     rec = rates.record(runs, results, table.best_lr(runs, results, 0.99), study)
     assert rec["rates"] == {"llama": 3e-3, "tnl": 3e-3, "hgrn2": 3e-3} and rates.is_sweep(runs)
     assert rec["sweep"]["llama"] == {"0.001": 0.45, "0.003": 0.765} and rec["shape"] == "d16e8"
