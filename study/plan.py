@@ -25,6 +25,7 @@ import ml_collections
 
 from linscale_jax import contract
 from linscale_jax.contract import PF_DAY
+from linscale_jax.models import sizes
 from linscale_jax.train import rule
 
 REPO = Path(__file__).resolve().parents[1]
@@ -120,10 +121,16 @@ def _set(cfg, dotted: str, value) -> None:
 
 def run_config(study, arch: str, size: str, seed: int = 0) -> ml_collections.ConfigDict:
     """The full config of one run: the model file's config, the preset's overrides, the budget
-    (seed >= 1: a replicate, train.seed = data.seed = seed)."""
+    (seed >= 1: a replicate, train.seed = data.seed = seed). A variant label (`cosformer2+tpe=none`)
+    takes its arch's lr, batch, beta2 and warmup at this size, pinned (optim.rule=paper)."""
     cfg = load_config_file(_model_file(study), f"{arch}-{size}")
     for key, value in _flatten(study.overrides).items():
         _set(cfg, key, value)
+    base, changes = sizes.split_variant(arch)
+    if changes:  # a variant (an ablation of one mechanism) trains at its arch's settings for this size
+        ref = run_config(study, base, size, seed)
+        cfg.optim.update(lr=ref.optim.lr, b2=ref.optim.b2, warmup_steps=ref.optim.warmup_steps, rule="paper")
+        cfg.train.batch_size = ref.train.batch_size
     rule.resolve(cfg)  # optim.rule: the tuned rule's lr, batch, b2, warmup, before the budget's steps
     tr = cfg.train
     tokens_per_step = int(tr.batch_size) * int(tr.seq_len)

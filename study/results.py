@@ -207,7 +207,9 @@ def design(study, runs) -> dict:
                 batch=spread(runs, lambda r: r.config.train.batch_size), seq_len=int(c.train.seq_len),
                 lr=spread(runs, lambda r: r.config.optim.lr), b2=spread(runs, lambda r: r.config.optim.b2),
                 schedule=str(c.optim.schedule), warmup=spread(runs, lambda r: r.config.optim.warmup_steps),
-                protocol=c.optim.get("rule", None), data_task=str(c.data.task),
+                protocol=next((r.config.optim.get("rule", None) for r in runs if "+" not in r.arch),
+                              c.optim.get("rule", None)),  # variants pin their arch's settings
+                data_task=str(c.data.task),
                 vocab=str(c.data.get("vocab", "")), vocab_size=int(c.model.vocab_size),
                 fit_min_step=plan.fit_min_step(runs), approach=int(study.fit.approach),
                 bootstrap=int(study.fit.bootstrap), include_clamped=bool(study.fit.include_clamped))

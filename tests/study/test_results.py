@@ -109,7 +109,8 @@ def test_results_are_written_once_as_data(written):
     assert {r["arch"] for r in hold} == set(OFFSET) and all(r["ci_low"] and r["ci_high"] for r in hold)
     assert "nan" not in (wd / contract.HOLDOUT_CSV).read_text().lower()
     law = on_disk["laws_nd"]["val_loss"]["llama"]
-    assert 0.01 <= law["law"]["alpha"] <= 2.5 and law["lack_of_fit"]["df1"] == 1
+    n_sizes = len(plan.split_list(preset().sizes))
+    assert 0.01 <= law["law"]["alpha"] <= 2.5 and law["lack_of_fit"]["df1"] == n_sizes - 3  # m - p
     counts = {r["name"]: r for r in on_disk["runs"]}
     assert counts["llama-d32"]["total"] > counts["llama-d32"]["n_params"] > 0 and counts["llama-d32"]["paper"] > 0
     assert len(on_disk["runs"]) == len(runs)
@@ -141,10 +142,10 @@ def test_verdicts_under_both_protocols(written, tmp_path):
     wd, study, _, found, path = written
     eq = found["findings"]["equal_compute"]
     assert eq["archs"]["tnl"]["verdict"] == "depends on the learning-rate protocol"
-    assert eq["archs"]["tnl"]["by_protocol"] == {"this study": "worse", "paper": "better"}
+    assert eq["archs"]["tnl"]["by_protocol"] == {"tuned": "worse", "paper": "better"}  # the runs' optim.rule
     assert eq["archs"]["cosformer2"]["verdict"] == "better"  # both protocols agree
     assert found["findings"]["retrieval"]["verdict"].startswith("not measured")
-    assert found["protocols"]["labels"] == ["this study", "paper"]
+    assert found["protocols"]["labels"] == ["tuned", "paper"]
     assert "depends on the learning-rate protocol" in Path(path).read_text()
     study = study.copy_and_resolve_references()
     study.protocol_from = str(tmp_path / "missing")
@@ -167,7 +168,8 @@ def test_calibration_on_the_study_design(written):
     saved = _no_nan((wd / "calibration.json").read_text())["designs"]
     assert [d["design"] for d in saved] == ["the study's own design"] and saved[0]["cases"][0]["case"] == "null-equal"
     more = calibrate.calibrate(str(wd), seeds=2, effect=0.3, n_boot=40, replicates=(["smallest", "largest"], 2))
-    assert more["runs"] == 4 * (4 + 4)  # 4 archs x (4 sizes + 2 seeds of 2 sizes)
+    n_sizes = len(plan.split_list(preset().sizes))
+    assert more["runs"] == 4 * (n_sizes + 4)  # 4 archs x (the sizes + 2 seeds of 2 sizes)
     saved = json.loads((wd / "calibration.json").read_text())["designs"]
     assert len(saved) == 2 and saved[1]["design"].startswith("replicates: 2 more seed(s) of smallest,largest")
     from study import report

@@ -274,8 +274,9 @@ from linscale_jax.train import loop as trainer
 from linscale_jax.train import cli as train
 def boom(*a, **k):
     raise divergence.DivergenceError("training diverged at step 5: loss is nan", 5, 3, 1e-3)
-for name in ("_CONFIG", "_WORKDIR", "_INIT_FROM", "_RESUME_STEP", "_ALLOW_CHANGE"):
+for name in ("_WORKDIR", "_INIT_FROM", "_RESUME_STEP", "_ALLOW_CHANGE"):
     setattr(train, name, types.SimpleNamespace(value=None))
+train._CONFIG = types.SimpleNamespace(value=__import__("runpy").run_path("configs/tiny.py")["get_config"]())
 train._INITIALIZE = lambda: None  # no launch flags parsed here
 trainer.train = boom
 sys.argv = ["linscale_jax/train/cli.py", "--workdir=" + sys.argv[1]]
