@@ -3,7 +3,7 @@
     python -m study --config=configs/study/tune.py --workdir=DIR
 llama at d16l2 d16 d32l2 d32 d48 on the cpu preset's token budget per cell (1,572,864 byte tokens),
 a constant rate after a warmup of N tokens, judged by the loss after a 10 % cooldown; the grid is
-pruned in stages (study.tune: a coarse lr sweep, β2 and batch around its optimum, lr re-tuned ±1
+pruned in stages (study.tune_grid: a coarse lr sweep, β2 and batch around its optimum, lr re-tuned ±1
 step), then tnl, hgrn2 and cosformer2 are checked against llama's rule at d16l2 and d48. Writes
 DIR/tune/ (the rule file linscale_jax.train.rule reads, cells.csv/md, lr.png). Costs about 100
 CPU-minutes, two runs at a time (figures: docs/results.md "The tuning grid").

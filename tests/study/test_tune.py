@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from study import tune, tune_fit
+from study import tune, tune_fit, tune_grid
 from study.tune_fit import Cell
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,7 +31,7 @@ B_EXP, B_COEF = 0.5, 0.02  # planted batch*(N) = 0.02·N^0.5 sequences
 def surface(study, c: Cell, noise=0.0, rng=None) -> float:
     """A planted loss: parabolic in log2 lr and log2 batch around the planted laws, β2 0.999 best,
     rates 8x above the optimum diverge."""
-    n = tune.n_params_of(study, c.arch, c.size)
+    n = tune_grid.n_params_of(study, c.arch, c.size)
     k_opt = math.log2(LR_COEF * n ** LR_EXP / float(study.tune.lr_base))
     if c.k - k_opt > 3:
         return math.inf
@@ -45,7 +45,7 @@ def run_planted(study, noise=0.0):
     rng = np.random.default_rng(0)
     loss, rounds = {}, 0
     while True:
-        todo = [c for c in tune.all_cells(study, loss) if c not in loss]
+        todo = [c for c in tune_grid.all_cells(study, loss) if c not in loss]
         if not todo:
             return loss, rounds
         rounds += 1
@@ -63,16 +63,16 @@ def planted():
     study = preset()
     study.tune.bootstrap = 200
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(tune, "n_params_of", fake_n)
+        m.setattr(tune_grid, "n_params_of", fake_n)
         loss, rounds = run_planted(study)
     return study, loss, rounds
 
 
 def test_staged_grid_finds_the_planted_optimum_with_few_cells(planted, monkeypatch):
-    monkeypatch.setattr(tune, "n_params_of", fake_n)
+    monkeypatch.setattr(tune_grid, "n_params_of", fake_n)
     study, loss, rounds = planted
     t = study.tune
-    sizes = tune.sizes_of(study)
+    sizes = tune_grid.sizes_of(study)
     llama = [c for c in loss if c.arch == "llama" and c.seed == 0]
     full = len(sizes) * 9 * 3 * 3  # 9 rates x 3 batches x 3 beta2 per size
     assert rounds >= 4 and len(llama) < full / 3, (rounds, len(llama))
@@ -82,7 +82,7 @@ def test_staged_grid_finds_the_planted_optimum_with_few_cells(planted, monkeypat
         assert len(coarse) >= 5
         assert {c.beta2 for c in mine} == {0.95, 0.99, 0.999} and len({c.batch for c in mine}) >= 3
         opt = tune_fit.size_optimum(mine, loss)
-        n = tune.n_params_of(study, "llama", s)
+        n = tune_grid.n_params_of(study, "llama", s)
         k_opt = math.log2(LR_COEF * n ** LR_EXP / t.lr_base)
         assert opt.best.beta2 == 0.999 and abs(opt.best.k - k_opt) <= 0.5 + 1e-9
         assert abs(opt.log2_lr - k_opt) < 0.05  # the parabola's vertex is exact on a parabola
@@ -97,14 +97,14 @@ def test_staged_grid_finds_the_planted_optimum_with_few_cells(planted, monkeypat
 
 
 def test_rules_recover_the_planted_laws_with_intervals(planted, monkeypatch):
-    monkeypatch.setattr(tune, "n_params_of", fake_n)
+    monkeypatch.setattr(tune_grid, "n_params_of", fake_n)
     study, loss, _ = planted
-    clean = tune.rule_of(study, loss, bootstrap=0)["llama"]  # exact optima: the planted laws exactly
+    clean = tune_grid.rule_of(study, loss, bootstrap=0)["llama"]  # exact optima: the planted laws exactly
     assert clean["lr"]["exponent"] == pytest.approx(LR_EXP, abs=1e-6)
     assert clean["batch"]["exponent"] == pytest.approx(B_EXP, abs=1e-6)
     rng = np.random.default_rng(0)  # seed noise on every cell, the replicates' included
     noisy = {c: v + (rng.normal(0, 0.003) if np.isfinite(v) else 0.0) for c, v in loss.items()}
-    fitted = tune.rule_of(study, noisy)["llama"]
+    fitted = tune_grid.rule_of(study, noisy)["llama"]
     sigma, pairs = tune_fit.seed_sd(noisy)
     assert pairs == 2 and sigma > 0
     for law, planted_exp in ((fitted["lr"], LR_EXP), (fitted["batch"], B_EXP)):
@@ -160,7 +160,7 @@ def test_cells_of_every_batch_are_scored_on_the_same_validation_rows(tmp_path):
     from study import runner
 
     study = preset()  # val_batches 32 of the preset's batch 8: 256 rows for every cell
-    runs = [tune.make_run(study, Cell("llama", "d16", 0, b, 0.99), str(tmp_path), i)
+    runs = [tune_grid.make_run(study, Cell("llama", "d16", 0, b, 0.99), str(tmp_path), i)
             for i, b in enumerate((4, 8, 16, 64))]
     assert [r.config.train.batch_size for r in runs] == [4, 8, 16, 64]
     assert [runner.val_batches(study, r) for r in runs] == [64, 32, 16, 4]
@@ -186,7 +186,7 @@ def test_miniature_tuning_end_to_end(tmp_path):
     doc = json.loads((d / "rule.json").read_text())
     from linscale_jax.train import rule
 
-    ns = sorted(tune.n_params_of(study, "llama", size) for size in ("d16l2", "d16"))
+    ns = sorted(tune_grid.n_params_of(study, "llama", size) for size in ("d16l2", "d16"))
     assert doc["archs"]["llama"]["range"] == {"n_min": ns[0], "n_max": ns[1]}  # its fitted sizes
     s = rule.settings(doc, "llama", doc["range"]["n_min"], 128, "byte")
     assert s["batch_size"] in (4, 8, 16, 32) and s["b2"] == 0.99 and s["lr"] > 0
