@@ -25,7 +25,8 @@ from lm_eval.api.instance import Instance
 
 from eval.loading import EvalError
 from linscale_jax.data import DataError
-from linscale_jax.data.corpora import file_documents, read_utf8
+from linscale_jax.data.corpora import file_documents
+from linscale_jax.data.decode import read_utf8
 
 _HEADING = re.compile(r"^ = [^=].* = $")
 
