@@ -166,6 +166,10 @@ def control(rows: list[dict]) -> dict:
                 passed=passed)
 
 
+def _shape(row: dict) -> tuple:
+    return row["d_model"], row["n_pairs"]
+
+
 def verdict_input(path: str) -> dict:
     """What a verdict on recall may use, from DIR/recall.csv:
     rows           the seed "all" rows with status "recall" in (d_model, n_pairs) shapes where the
@@ -182,17 +186,15 @@ def verdict_input(path: str) -> dict:
     cells = [r for r in rows if r["seed"] == "all"]
     ctl = control(rows)
     ok = set(map(tuple, ctl["passed"]))
-    need = {(r["d_model"], r["n_pairs"]): r["steps"] for r in cells
-            if r["arch"] == CONTROL_ARCH and (r["d_model"], r["n_pairs"]) in ok}
-    shape = lambda r: (r["d_model"], r["n_pairs"])  # noqa: E731
-    use = [r for r in cells if r["status"] == RECALL and shape(r) in ok
-           and (r["arch"] == CONTROL_ARCH or r["steps"] >= need[shape(r)])]
+    need = {_shape(r): r["steps"] for r in cells if r["arch"] == CONTROL_ARCH and _shape(r) in ok}
+    use = [r for r in cells if r["status"] == RECALL and _shape(r) in ok
+           and (r["arch"] == CONTROL_ARCH or r["steps"] >= need[_shape(r)])]
     kept = {id(r) for r in use}
 
     def why(r):
         if r["status"] != RECALL:
             return r["status"]
-        return "no control" if shape(r) not in ok else FEWER_STEPS
+        return "no control" if _shape(r) not in ok else FEWER_STEPS
 
     return dict(rows=use, control=ctl,
                 left_out=[(r["arch"], r["d_model"], r["head_dim"], r["n_pairs"], why(r)) for r in cells
