@@ -108,34 +108,41 @@ class _LibraryNoise(logging.Filter):
 class _TracebackFilter:
     """sys.stderr while a command runs: Python tracebacks that libraries print from their threads
     and callbacks (Orbax/TensorStore after a failed write: `RuntimeError: Event loop is closed`)
-    go to NOISE; every other line passes through."""
+    go to NOISE; every other line passes through. Lines are assembled and tracebacks recognised
+    per writing thread, since several threads print their tracebacks at once."""
 
     def __init__(self, stream):
-        self._stream, self._buf, self._capture = stream, "", None
+        self._stream, self._lock = stream, threading.RLock()
+        self._buf: dict[int, str] = {}  # thread id -> the unfinished line
+        self._capture: dict[int, list[str]] = {}  # thread id -> the traceback being captured
 
     def write(self, text: str) -> int:
-        self._buf += text
-        while "\n" in self._buf:
-            line, self._buf = self._buf.split("\n", 1)
-            self._line(line + "\n")
+        me = threading.get_ident()
+        with self._lock:
+            buf = self._buf.pop(me, "") + text
+            while "\n" in buf:
+                line, buf = buf.split("\n", 1)
+                self._line(me, line + "\n")
+            if buf:
+                self._buf[me] = buf
         return len(text)
 
-    def _line(self, line: str) -> None:
-        if self._capture is None and line.startswith("Traceback (most recent call last)"):
-            self._capture = []
-        if self._capture is None:
+    def _line(self, me: int, line: str) -> None:
+        if me not in self._capture and line.startswith("Traceback (most recent call last)"):
+            self._capture[me] = []
+        if me not in self._capture:
             self._stream.write(line)
             return
-        self._capture.append(line)
+        self._capture[me].append(line)
         if line[:1] not in (" ", "\n", "\t") and not line.startswith(
                 ("Traceback", "During handling", "The above exception")):
-            NOISE.append("".join(self._capture))  # the exception's own line ends the traceback
-            self._capture = None
+            NOISE.append("".join(self._capture.pop(me)))  # the exception's own line ends it
 
     def flush(self) -> None:
-        if self._buf and self._capture is None:
-            self._stream.write(self._buf)
-            self._buf = ""
+        me = threading.get_ident()
+        with self._lock:
+            if me in self._buf and me not in self._capture:
+                self._stream.write(self._buf.pop(me))
         self._stream.flush()
 
     def __getattr__(self, name):
