@@ -2,6 +2,8 @@
 convolution, against the state floats per layer (study.recall).
 
     python -m study --config=configs/study/recall.py --workdir=DIR
+    python -m study --config=configs/study/recall.py --workdir=DIR_EQUAL \
+        --config.shapes=d64e16 --config.max_steps=3000    # finding 3: the control's shape and steps
 
 Zoology's task (Arora et al. 2023) where the budget allows; each arch label at its own learning rate
 from configs/study/recall_rates.json (configs/study/recall_sweep.py chose them). Costs and the
@@ -25,8 +27,8 @@ def get_config():
         power_a=0.01,
         seq_len=64,
         batch_size=32,
-        max_steps=1200,  # the linear archs (38 runs; cost: docs/results.md "Recall (MQAR)")
-        baseline_max_steps=3000,  # the positive control: llama-d64e16 needs ~3,000 steps at 4 pairs
+        max_steps=1000,  # the linear archs (38 runs; cost: docs/results.md "Recall (MQAR)")
+        baseline_max_steps=3000,  # the positive control, which needs more steps than the linear archs
         sweep_steps=0,  # > 0: every label trains this many steps (configs/study/recall_sweep.py)
         lr="",  # "": per arch label from `rates`; or "3e-3", or "llama:1e-3,tnl:3e-3,..."
         rates="configs/study/recall_rates.json",

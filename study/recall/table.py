@@ -11,6 +11,8 @@ Status of a cell (STATUSES), per seed and for the seed "all" row:
   copy_level     the 95 % interval's lower end is at or below 1/n_pairs: copying any stored value
                  without binding it to its key scores 1/n_pairs, so the cell shows no recall;
   recall         a recall result (the interval lies above 1/n_pairs).
+steps is what a run trained (early stopping at study.stop_accuracy may end it sooner), max_steps
+what it was allowed.
 Seeds: the "all" row is the mean accuracy over the seeds, with an interval from the lowest to the
 highest of the seeds' 95 % Wilson intervals, so it holds both the query noise and the seed spread.
 """
@@ -26,7 +28,7 @@ from linscale_jax.contract import BASELINE_ARCH
 
 COLUMNS = ("arch", "d_model", "n_pairs", "seq_len", "accuracy", "ci_low", "ci_high", "state_floats",
            "seed", "status", "head_dim", "n_layers", "lr", "steps", "test_loss", "queries", "n_params",
-           "variant", "usable_state_floats")
+           "variant", "usable_state_floats", "max_steps")
 RUN_COLUMNS = ("run", "arch", "d_model", "head_dim", "seed", "lr", "steps", "stopped_early",
                "val_accuracy", "test_loss", "status", "seconds")
 TRAINED, DID_NOT_TRAIN, COPY_LEVEL, RECALL = "trained", "did_not_train", "copy_level", "recall"
@@ -105,7 +107,8 @@ def cell_rows(runs: list, results: dict, study, chosen: dict | None = None) -> l
                                   status=cell_status(res["status"], lo, int(p)), head_dim=e,
                                   n_layers=int(study.n_layers), lr=lr, steps=res["steps"],
                                   test_loss=c["loss"], queries=c["queries"], n_params=r.n_params,
-                                  variant=r.variant, usable_state_floats=r.usable_state_floats))
+                                  variant=r.variant, usable_state_floats=r.usable_state_floats,
+                                  max_steps=r.steps))
             rows += seeds
             lo = min(s["ci_low"] for s in seeds)
             trained = DID_NOT_TRAIN if any(s["status"] == DID_NOT_TRAIN for s in seeds) else TRAINED
@@ -145,7 +148,7 @@ def write_runs_csv(runs: list, results: dict, path: str) -> None:
 def read_csv(path: str) -> list[dict]:
     """recall.csv rows with numeric fields (seed stays a string: an integer or "all")."""
     ints = ("d_model", "n_pairs", "seq_len", "state_floats", "head_dim", "n_layers", "steps", "queries",
-            "n_params", "usable_state_floats")
+            "n_params", "usable_state_floats", "max_steps")
     floats = ("accuracy", "ci_low", "ci_high", "lr", "test_loss")
     with open(path) as f:
         return [{k: (int(v) if k in ints else float(v) if k in floats else v) for k, v in r.items()}
@@ -173,11 +176,13 @@ def _shape(row: dict) -> tuple:
 def verdict_input(path: str) -> dict:
     """What a verdict on recall may use, from DIR/recall.csv:
     rows           the seed "all" rows with status "recall" in (d_model, n_pairs) shapes where the
-                   positive control passed, trained at least the control's steps there (the control
-                   needs more steps than an arch got: the comparison is not at equal training; the
-                   baseline's own passing rows included; variant rows,
-                   e.g. arch "tnl+short_conv=4", carry their label as arch and `variant`);
+                   positive control passed, allowed at least the steps the control trained there
+                   (max_steps: a run that stopped sooner reached study.stop_accuracy; with fewer,
+                   the comparison is not at equal training); the baseline's own passing rows
+                   included; variant rows (e.g. arch "tnl+short_conv=4") carry their label as arch
+                   and `variant`;
     control        control();
+    control_steps  the most steps the control trained in a shape where it passed (None: nowhere);
     left_out       [(arch, d_model, head_dim, n_pairs, status)] of every other seed "all" row
                    (did_not_train, copy_level, "no control" or FEWER_STEPS for a recall result);
     did_not_train  [(arch, d_model, head_dim, n_pairs)] of the cells that did not train.
@@ -188,7 +193,7 @@ def verdict_input(path: str) -> dict:
     ok = set(map(tuple, ctl["passed"]))
     need = {_shape(r): r["steps"] for r in cells if r["arch"] == CONTROL_ARCH and _shape(r) in ok}
     use = [r for r in cells if r["status"] == RECALL and _shape(r) in ok
-           and (r["arch"] == CONTROL_ARCH or r["steps"] >= need[_shape(r)])]
+           and (r["arch"] == CONTROL_ARCH or r.get("max_steps", r["steps"]) >= need[_shape(r)])]
     kept = {id(r) for r in use}
 
     def why(r):
@@ -196,7 +201,7 @@ def verdict_input(path: str) -> dict:
             return r["status"]
         return "no control" if _shape(r) not in ok else FEWER_STEPS
 
-    return dict(rows=use, control=ctl,
+    return dict(rows=use, control=ctl, control_steps=max(need.values(), default=None),
                 left_out=[(r["arch"], r["d_model"], r["head_dim"], r["n_pairs"], why(r)) for r in cells
                           if id(r) not in kept],
                 did_not_train=[(r["arch"], r["d_model"], r["head_dim"], r["n_pairs"]) for r in cells

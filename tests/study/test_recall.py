@@ -4,6 +4,7 @@ verdict may use, variant labels and usable state, the learning-rate file, a run 
 trainer's step, and a shrunk run through the documented commands (sweep, then preset)."""
 
 import csv
+import dataclasses
 import json
 import math
 import os
@@ -130,7 +131,7 @@ def _study(**kw):
 
 
 def _fake(accs, loss=1.0):
-    return dict(settings={}, steps=100, stopped_early=False, val_accuracy=float(np.mean(accs)),
+    return dict(settings={}, steps=8, stopped_early=False, val_accuracy=float(np.mean(accs)),
                 test_loss=loss, seconds=1.0,
                 status=table.DID_NOT_TRAIN if table.did_not_train(loss, 16, 0.1) else table.TRAINED,
                 per_pairs={str(p): dict(correct=int(a * 100), queries=100, loss=loss)
@@ -209,13 +210,28 @@ def test_cells_control_per_shape_and_verdict_input(tmp_path):
     verdict, lines = findings.retrieval(v, path)
     assert verdict.startswith("**reproduced**") and "hgrn2 e8" in "\n".join(lines)
     assert "tnl d16 e8 P=2 (did not train)" in lines[-1] and "(copy level)" in lines[-1]
-    # a linear recall result trained fewer steps than the control is not compared with it
-    short = {n: dict(r, steps=60) if n.startswith("hgrn2") else r for n, r in results.items()}
-    table.write_csv(table.cell_rows(runs, short, study), path)
+    assert not any(x.startswith("Beside the verdict") for x in lines)
+    # a variant's recall result is shown beside the verdict, never counted in it
+    conv = [dict(r, arch="hgrn2+short_conv=4", variant="short_conv=4") for r in rows if r["arch"] == "hgrn2"]
+    table.write_csv(rows + conv, path)
+    verdict_conv, lines_conv = findings.retrieval(recall.verdict_input(path), path)
+    assert verdict_conv == verdict
+    (beside,) = [x for x in lines_conv if x.startswith("Beside the verdict")]
+    assert "llama − hgrn2+short_conv=4 e8 at d 16, 2 pairs +0.180" in beside
+    # a linear run that stopped early at the target accuracy is still compared with the control
+    stopped = {n: dict(r, steps=5, stopped_early=True) if n.startswith("hgrn2") else r
+               for n, r in results.items()}
+    table.write_csv(table.cell_rows(runs, stopped, study), path)
+    assert [r["arch"] for r in recall.verdict_input(path)["rows"]] == ["llama", "hgrn2"]
+    # a linear recall result allowed fewer steps than the control trained is not compared with it
+    short = [dataclasses.replace(r, steps=4) if r.arch == "hgrn2" else r for r in runs]
+    table.write_csv(table.cell_rows(short, results, study), path)
+    assert {r["max_steps"] for r in table.read_csv(path) if r["arch"] == "hgrn2"} == {4}
     v_short = recall.verdict_input(path)
     assert [r["arch"] for r in v_short["rows"]] == ["llama"]
     assert ("hgrn2", 16, 8, 2, table.FEWER_STEPS) in v_short["left_out"]
-    assert findings.retrieval(v_short, path)[0].startswith("**not measured**: no linear")
+    verdict_short = findings.retrieval(v_short, path)[0]
+    assert verdict_short.startswith("**not measured**: no linear") and "--config.max_steps=8`" in verdict_short
     table.write_csv(rows, path)
     rec = rates.record(runs, results, table.best_lr(runs, results, 0.99), study)
     assert rec["rates"] == {"llama": 3e-3, "tnl": 3e-3, "hgrn2": 3e-3} and rates.is_sweep(runs)
