@@ -136,7 +136,7 @@ def recall_differences(rows: list[dict], variants: bool = False) -> list[tuple]:
     paper's linear archs (variants=True: of their variant labels, e.g. tnl+short_conv=4): normal
     interval from each row's 95% interval, which holds the seed spread."""
     out = []
-    labels = sorted({r["arch"] for r in rows if "+" in r["arch"]}) if variants else linear_archs()
+    labels = sorted({r["arch"] for r in rows if r.get("variant")}) if variants else linear_archs()
     for d, p in sorted({(r["d_model"], r["n_pairs"]) for r in rows}):
         at = [r for r in rows if (r["d_model"], r["n_pairs"]) == (d, p)]
         ll = next((r for r in at if r["arch"] == BASELINE_ARCH), None)

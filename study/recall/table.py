@@ -151,8 +151,13 @@ def read_csv(path: str) -> list[dict]:
             "n_params", "usable_state_floats", "max_steps")
     floats = ("accuracy", "ci_low", "ci_high", "lr", "test_loss")
     with open(path) as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ValueError(f"{path} lacks the columns {', '.join(missing)}; re-run the recall "
+                             "preset's command on its workdir to rewrite it (stored runs are reused)")
         return [{k: (int(v) if k in ints else float(v) if k in floats else v) for k, v in r.items()}
-                for r in csv.DictReader(f)]
+                for r in reader]
 
 
 def control(rows: list[dict]) -> dict:
@@ -193,7 +198,7 @@ def verdict_input(path: str) -> dict:
     ok = set(map(tuple, ctl["passed"]))
     need = {_shape(r): r["steps"] for r in cells if r["arch"] == CONTROL_ARCH and _shape(r) in ok}
     use = [r for r in cells if r["status"] == RECALL and _shape(r) in ok
-           and (r["arch"] == CONTROL_ARCH or r.get("max_steps", r["steps"]) >= need[_shape(r)])]
+           and (r["arch"] == CONTROL_ARCH or r["max_steps"] >= need[_shape(r)])]
     kept = {id(r) for r in use}
 
     def why(r):

@@ -227,6 +227,13 @@ def test_cells_control_per_shape_and_verdict_input(tmp_path):
     short = [dataclasses.replace(r, steps=4) if r.arch == "hgrn2" else r for r in runs]
     table.write_csv(table.cell_rows(short, results, study), path)
     assert {r["max_steps"] for r in table.read_csv(path) if r["arch"] == "hgrn2"} == {4}
+    old = tmp_path / "old.csv"  # a recall.csv without a column: one line naming it and the fix
+    with open(path) as f, open(old, "w", newline="") as g:
+        w = csv.DictWriter(g, fieldnames=[c for c in table.COLUMNS if c != "max_steps"], extrasaction="ignore")
+        w.writeheader()
+        w.writerows(csv.DictReader(f))
+    with pytest.raises(ValueError, match="lacks the columns max_steps; re-run the recall preset"):
+        recall.verdict_input(str(old))
     v_short = recall.verdict_input(path)
     assert [r["arch"] for r in v_short["rows"]] == ["llama"]
     assert ("hgrn2", 16, 8, 2, table.FEWER_STEPS) in v_short["left_out"]
