@@ -40,7 +40,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from linscale_jax.config import base_config  # noqa: E402
-from linscale_jax.dist import sharding  # noqa: E402
+from linscale_jax.parallel import sharding  # noqa: E402
 from linscale_jax.models import ModelConfig, sizes  # noqa: E402
 from linscale_jax.run import checkpoint as ckpt  # noqa: E402
 from linscale_jax.run import checksums  # noqa: E402

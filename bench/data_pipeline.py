@@ -52,7 +52,7 @@ def worker(args) -> None:
     from jax.sharding import NamedSharding
 
     from linscale_jax import data
-    from linscale_jax.dist import distributed, sharding
+    from linscale_jax.parallel import distributed, sharding
     from linscale_jax.train.batches import GlobalBatches
 
     if args.num_processes > 1:
@@ -75,7 +75,7 @@ def worker(args) -> None:
 
 
 def run_processes(args, p: int) -> list[dict]:
-    from linscale_jax.dist import distributed
+    from linscale_jax.parallel import distributed
 
     port = distributed.free_port()
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT,
@@ -120,7 +120,7 @@ def resume_bench(args, positions) -> list[dict]:
     from jax.sharding import NamedSharding
 
     from linscale_jax import data
-    from linscale_jax.dist import sharding
+    from linscale_jax.parallel import sharding
     from linscale_jax.train.batches import GlobalBatches
 
     c = config(args)

@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-if __name__ == "__main__":  # huge pages for XLA:CPU's step buffers (linscale_jax.dist.host_memory)
-    from linscale_jax.dist import host_memory
+if __name__ == "__main__":  # huge pages for XLA:CPU's step buffers (linscale_jax.parallel.host_memory)
+    from linscale_jax.parallel import host_memory
 
     host_memory.use_huge_pages()
 
@@ -31,7 +31,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from eval.generate import Generator  # noqa: E402
+from linscale_jax.eval.generate import Generator  # noqa: E402
 from linscale_jax.config import ARCHS  # noqa: E402
 from linscale_jax.models import ModelConfig, build_model, sizes  # noqa: E402
 

@@ -113,18 +113,18 @@ def readonly(base):
                     r.returncode, time.time() - t0, r.stdout + r.stderr))
     for extra in ((), (f"--out={base / 'ro-eval'}",)):
         t0 = time.time()
-        r = subprocess.run([*RO, str(wd), "x", PY, "-m", "eval", f"--workdir={wd}", "--steps=last",
+        r = subprocess.run([*RO, str(wd), "x", PY, "-m", "linscale_jax.eval", f"--workdir={wd}", "--steps=last",
                             "--val_batches=1", *extra], cwd=ROOT, env=env(), capture_output=True,
                            text=True)
         rows.append(row("eval of a read-only workdir" + (" with --out" if extra else ""),
-                        "python -m eval --workdir=RO" + (" --out=DIR" if extra else ""),
+                        "python -m linscale_jax.eval --workdir=RO" + (" --out=DIR" if extra else ""),
                         r.returncode, time.time() - t0, r.stdout + r.stderr))
     return "\n".join(rows)
 
 
 def study(base):
     wd = base / "study"
-    p = subprocess.Popen([PY, "-m", "study", "--config=configs/study/quick.py", f"--workdir={wd}"],
+    p = subprocess.Popen([PY, "-m", "linscale_jax.study", "--config=configs/study/quick.py", f"--workdir={wd}"],
                          cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          text=True)
     while not list(wd.glob("runs/*/metrics.jsonl")):
@@ -136,7 +136,7 @@ def study(base):
     tail = out.split("\n")
     after = [x for x in tail if x and not x.startswith("[study] ")] or tail[-2:]
     saved = sorted(x.parent.name for x in wd.glob("runs/*/checkpoints"))
-    return row("SIGTERM to python -m study", "python -m study --config=configs/study/quick.py",
+    return row("SIGTERM to python -m linscale_jax.study", "python -m linscale_jax.study --config=configs/study/quick.py",
                p.returncode, time.time() - t0, "\n".join(after)) + f" runs with checkpoints: {saved} |"
 
 
@@ -177,9 +177,9 @@ def main():
         "readonly": lambda: readonly(base), "study": lambda: study(base),
         "steps": lambda: simple("--config.train.steps=-5",
                                 train_cmd(base / "steps", "--config.train.steps=-5")),
-        "fit": lambda: simple("fit on a table without flops", [PY, "-m", "fit", f"--table={bad}",
+        "fit": lambda: simple("fit on a table without flops", [PY, "-m", "linscale_jax.fit", f"--table={bad}",
                                                               "--approach=1", f"--out={base}/fit"]),
-        "fit_usage": lambda: simple("fit without --approach", [PY, "-m", "fit", f"--table={bad}"]),
+        "fit_usage": lambda: simple("fit without --approach", [PY, "-m", "linscale_jax.fit", f"--table={bad}"]),
         "lock": lambda: lock(base),
     }
     print("| case | command | rc | seconds | lines | first line |")

@@ -1,4 +1,4 @@
-"""Train step with and without glibc's huge-page malloc (linscale_jax.dist.host_memory), side by side.
+"""Train step with and without glibc's huge-page malloc (linscale_jax.parallel.host_memory), side by side.
 
     python bench/huge_pages.py [--archs=llama,tnl,hgrn2,cosformer2] [--size=d256] [--steps=8]
                                [--rounds=2] [--json]

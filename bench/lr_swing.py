@@ -26,7 +26,7 @@ def main(argv=None) -> None:
     from linscale_jax import data
     from linscale_jax.run import checkpoint as ckpt
     from linscale_jax.train import loop as trainer
-    from study import noise, plan
+    from linscale_jax.study import noise, plan
 
     p = argparse.ArgumentParser(prog="bench/lr_swing.py", description=__doc__.split("\n")[0])
     p.add_argument("--config", default="configs/study/cpu.py")

@@ -34,7 +34,7 @@ WORKER = ROOT / "tests" / "helpers" / "multihost_worker.py"
 def launch(workdir, processes, devices, hook, config, log):
     """Start the processes of one run; returns (Popen list, command strings)."""
     sys.path.insert(0, str(ROOT))
-    from linscale_jax.dist.distributed import free_port
+    from linscale_jax.parallel.distributed import free_port
 
     port = free_port()
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT),

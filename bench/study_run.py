@@ -2,7 +2,7 @@
 
     python bench/study_run.py [--config=configs/study/cpu.py] [--runs=llama-d32] [--json]
 
-Trains and evaluates the named runs of the preset exactly as `python -m study` does
+Trains and evaluates the named runs of the preset exactly as `python -m linscale_jax.study` does
 (runner.process_run) in a fresh work directory, and splits each run's wall time into XLA compile
 time (jax's backend_compile / cache-retrieval monitoring events), the rest of training, and the
 rest of evaluation, from the run's timing.jsonl (runner.process_run writes it). Run it twice on
@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-if __name__ == "__main__":  # huge pages for XLA:CPU's step buffers (linscale_jax.dist.host_memory)
-    from linscale_jax.dist import host_memory
+if __name__ == "__main__":  # huge pages for XLA:CPU's step buffers (linscale_jax.parallel.host_memory)
+    from linscale_jax.parallel import host_memory
 
     host_memory.use_huge_pages()
 
@@ -37,7 +37,7 @@ def main():
     a = p.parse_args()
     from linscale_jax import contract
     from linscale_jax.train import loop as trainer
-    from study import plan, runner
+    from linscale_jax.study import plan, runner
 
     spec = importlib.util.spec_from_file_location("_study_preset", a.config)
     mod = importlib.util.module_from_spec(spec)

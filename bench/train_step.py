@@ -4,7 +4,7 @@
                                [--batch=8] [--seq=256] [--steps=3] [--json] [--clock=wall|cpu]
 
 --json prints one JSON object per (arch, size): arch, size, mfu (a fraction), step_ms, compile_s,
-tokens_per_sec, page_faults_per_step (minor faults, see linscale_jax.dist.host_memory), peak_gflops
+tokens_per_sec, page_faults_per_step (minor faults, see linscale_jax.parallel.host_memory), peak_gflops
 (instead of the markdown table); the peak is the best of the
 measurements at the start and after every row so far (a shared machine's load moves it).
 
@@ -23,8 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-if __name__ == "__main__":  # huge pages for XLA:CPU's step buffers (linscale_jax.dist.host_memory)
-    from linscale_jax.dist import host_memory
+if __name__ == "__main__":  # huge pages for XLA:CPU's step buffers (linscale_jax.parallel.host_memory)
+    from linscale_jax.parallel import host_memory
 
     host_memory.use_huge_pages()
 
@@ -33,7 +33,7 @@ import numpy as np  # noqa: E402
 
 from linscale_jax.models import accounting  # noqa: E402
 from linscale_jax.train import metrics
-from linscale_jax.dist import sharding
+from linscale_jax.parallel import sharding
 from linscale_jax.train import loop as trainer
 from linscale_jax.config import ARCHS, base_config  # noqa: E402
 from linscale_jax.models import ModelConfig, sizes  # noqa: E402

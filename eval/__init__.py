@@ -1,12 +1,3 @@
-"""Evaluation of a run's Orbax checkpoints (see eval/README.md).
-
-  python -m eval --workdir=DIR [--steps=all|last|S1,S2] [--tasks=val_loss,niah,niah_easy,probe,...]
-  python -m eval.export --workdir=DIR1 --workdir=DIR2 ... --out=table.csv      # the table fit/ reads
-  python -m eval.generate --workdir=DIR --prompt="..."                # greedy / sampled decoding
-  python -m eval.lm_eval --model linscale --model_args workdir=DIR,step=S --tasks ...
-
-Modules: runner (checkpoints x tasks, results.jsonl), suite (the tasks), val_loss, perplexity
-(WikiText-2 / LAMBADA style files), niah + niah_metrics, generate, lm_backend (lm-eval model
-"linscale"), commonsense (task groups and paper averages), probe (corpus multiple-choice probe),
-export, loading (checkpoint -> model + vocabulary).
-"""
+"""`python -m eval` from a clone: evaluation lives in linscale_jax.eval (installed or not:
+`python -m linscale_jax.eval`). This folder holds no code of its own, so a package of the same name
+elsewhere on the path cannot hide the real one."""

@@ -1,14 +1,3 @@
-"""Scaling-law fitting: training-curve tables -> power laws (approaches 1, 2, 3), intervals, plots.
-
-Library: ``fit_table(table, FitOptions(...)) -> FitResult`` (fit/api.py; writes nothing until
-``result.write(out)``). Modules: table (load / validate), powerlaw (log-space least squares),
-approach1 (envelope, the paper's method), approach2 (IsoFLOP parabolas), approach3 (parametric
-L(N, D)), bootstrap (whole runs), plots (PNGs), report (fits.json / summary), paper (the paper's
-Table 3), synthetic (planted laws for tests), holdout (fit without the largest size, predict it),
-cli (``python -m fit``: flags -> FitOptions -> fit_table -> write).
-"""
-
-from fit.api import FitOptions, FitResult, fit_arch, fit_table
-from fit.table import PF_DAY, FitError, Table, load
-
-__all__ = ["PF_DAY", "FitError", "FitOptions", "FitResult", "Table", "fit_arch", "fit_table", "load"]
+"""`python -m fit` from a clone: scaling-law fitting lives in linscale_jax.fit (installed or not:
+`python -m linscale_jax.fit`). This folder holds no code of its own, so a package of the same name
+elsewhere on the path cannot hide the real one."""

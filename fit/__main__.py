@@ -1,7 +1,4 @@
-"""``python -m fit``: see fit/cli.py."""
+"""`python -m fit` in a clone = `python -m linscale_jax.fit` (its docstring gives the flags)."""
+import runpy
 
-import sys
-
-from fit.cli import main
-
-sys.exit(main())
+runpy.run_module("linscale_jax.fit", run_name="__main__", alter_sys=True)

@@ -1,7 +1,7 @@
 """Logical axis names -> mesh axes: the contract between the models (which name their parameters'
 and activations' dims) and the sharding of arrays over the mesh ('data', 'fsdp', 'tensor', 'seq').
 
-Imports no model code, so the models (which read it inside shard_map) and linscale_jax.dist.sharding
+Imports no model code, so the models (which read it inside shard_map) and linscale_jax.parallel.sharding
 (which builds models abstractly) both sit above it.
 """
 

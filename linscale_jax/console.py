@@ -10,7 +10,7 @@ cuInit, absl::InitializeLog lines), error records and tracebacks of library logg
 TensorStore, asyncio, absl), tracebacks that libraries print from their threads and callbacks, and
 (`native_to_noise`, an entry point's own process) everything native code writes to file
 descriptor 2. `LINSCALE_VERBOSE_STARTUP=1` keeps native output on the console. In a multi-process
-run linscale_jax.dist.supervise points `CONSOLE` at the terminal and sets the process prefix.
+run linscale_jax.parallel.supervise points `CONSOLE` at the terminal and sets the process prefix.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import traceback
 from pathlib import Path
 
 NOISE: collections.deque = collections.deque(maxlen=200)  # text for the failure log
-CONSOLE = {"stream": None, "prefix": ""}  # set by linscale_jax.dist.supervise in multi-process runs
+CONSOLE = {"stream": None, "prefix": ""}  # set by linscale_jax.parallel.supervise in multi-process runs
 _VERBOSE = "LINSCALE_VERBOSE_STARTUP"
 
 

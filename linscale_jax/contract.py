@@ -6,7 +6,7 @@ and imports nothing else of the project) and the JAX side can never drift apart:
 - units: PF_DAY, the paper's compute unit, and FLOPS_PER_PARAM_TOKEN, the k of C = k·N·D;
   BASELINE_ARCH, the softmax model the linear ones are judged against;
 - the workdir layout: where a run keeps its checkpoints, metrics, eval results, logs and lock;
-- a study's folder: where `python -m study` keeps its runs, tables, fits and findings;
+- a study's folder: where `python -m linscale_jax.study` keeps its runs, tables, fits and findings;
 - the checkpoint table: its columns (TABLE_COLUMNS, what fit needs; TABLE_LEAD, the order
   eval.export writes) with one CSV writer and one CSV reader.
 

@@ -1,9 +1,3 @@
-"""The miniature scaling study: one command from the corpus to fitted laws and a report.
-
-Modules: plan (runs of a preset), runner (train, evaluate, join, fit; the corpus probe is eval.probe),
-verdicts (the findings judged with paired draws), holdout (the largest size predicted from the
-others), compare (smoothness, retrieval probes), results (every result computed once, as data),
-report (report.md rendered from those files), calibrate (`python -m study.calibrate`: the verdicts
-on simulations of the study's design), noise + cooldown (`python -m study.noise`: the noise sources
-measured); CLI in __main__.
-"""
+"""`python -m study` from a clone: the study command lives in linscale_jax.study (installed or not:
+`python -m linscale_jax.study`). This folder holds no code of its own, so a package of the same name
+elsewhere on the path cannot hide the real one."""

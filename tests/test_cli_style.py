@@ -9,21 +9,21 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAUNCH = ["linscale_jax/dist/distributed.py"]
+LAUNCH = ["linscale_jax/parallel/distributed.py"]
 ENTRY = {  # command -> the files that define its flags
     "linscale_jax.train": ["linscale_jax/train/cli.py", *LAUNCH],
     "linscale_jax.models.describe": ["linscale_jax/models/describe.py"],
     "linscale_jax.interop.convert": ["linscale_jax/interop/convert.py"],
     "linscale_jax.data.train_spm": ["linscale_jax/data/train_spm.py"],
     "linscale_jax.data.prepare": ["linscale_jax/data/prepare.py"],
-    "eval": ["eval/__main__.py"],
-    "eval.export": ["eval/export.py"],
-    "eval.generate": ["eval/generate.py"],
-    "fit": ["fit/cli.py"],
-    "study": ["study/__main__.py", *LAUNCH],
-    "study.noise": ["study/noise.py"],
-    "study.calibrate": ["study/calibrate.py"],
-    "study.verdicts": ["study/verdicts.py"],
+    "linscale_jax.eval": ["linscale_jax/eval/__main__.py"],
+    "linscale_jax.eval.export": ["linscale_jax/eval/export.py"],
+    "linscale_jax.eval.generate": ["linscale_jax/eval/generate.py"],
+    "linscale_jax.fit": ["linscale_jax/fit/cli.py"],
+    "linscale_jax.study": ["linscale_jax/study/__main__.py", *LAUNCH],
+    "linscale_jax.study.noise": ["linscale_jax/study/noise.py"],
+    "linscale_jax.study.calibrate": ["linscale_jax/study/calibrate.py"],
+    "linscale_jax.study.verdicts": ["linscale_jax/study/verdicts.py"],
 }
 ABSL = {"help", "helpfull", "helpshort", "verbosity", "flagfile"}
 FLAG_DEF = re.compile(r'(?:add_argument|DEFINE_\w+)\(\s*"(-{0,2}[\w-]+)"')
@@ -56,9 +56,9 @@ def test_flags_are_snake_case_and_in_the_reference(command):
 
 
 def _documents():
-    yield from (ROOT / p for p in ("README.md", "eval/README.md", "tests/README.md", "notebooks/explore.ipynb"))
+    yield from (ROOT / p for p in ("README.md", "linscale_jax/eval/README.md", "tests/README.md", "notebooks/explore.ipynb"))
     yield from (ROOT / "docs").glob("*.md")
-    for pkg in ("configs", "eval", "fit", "study", "linscale_jax"):
+    for pkg in ("linscale_jax", "eval", "fit", "study"):
         yield from (ROOT / pkg).rglob("*.py")
 
 
@@ -75,10 +75,10 @@ def _invocations(line: str):
 
 
 def test_invocation_flags_end_with_their_code_span():
-    assert list(_invocations("| `python -m fit --table=x` | 1 | `ERROR: pass --out` |")) == [("fit", " --table=x")]
-    assert list(_invocations("| `python -m fit` | `--table=FILE`, `--bogus` |")) == [("fit", "` | `--table=FILE`, `--bogus` |")]
-    assert list(_invocations("python -m eval --steps=last && python -m fit --out=d")) == [
-        ("eval", " --steps=last && "), ("fit", " --out=d")]
+    assert list(_invocations("| `python -m linscale_jax.fit --table=x` | 1 | `ERROR: pass --out` |")) == [("linscale_jax.fit", " --table=x")]
+    assert list(_invocations("| `python -m linscale_jax.fit` | `--table=FILE`, `--bogus` |")) == [("linscale_jax.fit", "` | `--table=FILE`, `--bogus` |")]
+    assert list(_invocations("python -m linscale_jax.eval --steps=last && python -m linscale_jax.fit --out=d")) == [
+        ("linscale_jax.eval", " --steps=last && "), ("linscale_jax.fit", " --out=d")]
 
 
 def test_documented_invocations_use_defined_flags():

@@ -6,7 +6,7 @@ study.ray_backend and linscale_jax.train.tracking import theirs when asked for).
 Each command's modules are imported in a fresh interpreter in which those packages cannot be
 imported at all (a meta-path blocker records every attempt), so an eager import anywhere on the
 path -- even one inside try/except -- fails the test. The lm-eval tasks' modules are the [eval]
-extra's, imported only when those tasks are asked for (eval/suite.py).
+extra's, imported only when those tasks are asked for (linscale_jax/eval/suite.py).
 """
 
 import json
@@ -20,8 +20,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 EXTRA_PACKAGES = ("torch", "transformers", "lm_eval", "safetensors", "accelerate", "nbclient",
                   "nbformat", "ipykernel", "pytest", "ray", "wandb")
-# eval's lm-eval task modules: the [eval] extra (eval/suite.py imports them only for their tasks)
-EVAL_EXTRA = ("eval.lm_backend", "eval.perplexity")
+# eval's lm-eval task modules: the [eval] extra (linscale_jax/eval/suite.py imports them only for their tasks)
+EVAL_EXTRA = ("linscale_jax.eval.lm_backend", "linscale_jax.eval.perplexity")
 
 PROBE = r"""
 import importlib, importlib.abc, json, pkgutil, sys
@@ -38,23 +38,25 @@ sys.meta_path.insert(0, Blocker())
 names = list(entries)
 for pkg in walk:
     names += [m.name for m in pkgutil.walk_packages(importlib.import_module(pkg).__path__, pkg + ".")
-              if not m.name.endswith("__main__") and m.name not in skip]
+              if not m.name.endswith("__main__") and not any(m.name == s or m.name.startswith(s + ".")
+                                                             for s in skip)]
 for name in names:
     importlib.import_module(name)
 print(json.dumps(dict(imported=len(names), tried=sorted(set(tried)),
                       loaded=sorted(k for k in sys.modules if k.split(".")[0] in blocked))))
 """
 
-# command -> (packages whose every module it may import, its entry modules, modules to leave out).
+# command -> (packages whose every module it may import, its entry modules, modules (and their
+# submodules) to leave out).
 # One interpreter per group: the absl entry points (train, study, side_by_side, describe) define
 # flags of the same names.
 COMMANDS = {
     "train + eval val_loss + fit": (
-        ["linscale_jax", "kernels_pallas", "eval", "fit"],
-        ["linscale_jax.train.cli", "eval.__main__", "fit.cli"],
-        ["linscale_jax.models.describe", *EVAL_EXTRA]),
-    "study": (["study"], ["study.__main__"], ["study.side_by_side"]),
-    "study.side_by_side + describe": ([], ["study.side_by_side", "linscale_jax.models.describe"], []),
+        ["linscale_jax", "kernels_pallas"],
+        ["linscale_jax.train.cli", "linscale_jax.eval.__main__", "linscale_jax.fit.cli"],
+        ["linscale_jax.models.describe", "linscale_jax.study", *EVAL_EXTRA]),
+    "study": (["linscale_jax.study"], ["linscale_jax.study.__main__"], ["linscale_jax.study.side_by_side"]),
+    "study.side_by_side + describe": ([], ["linscale_jax.study.side_by_side", "linscale_jax.models.describe"], []),
 }
 
 

@@ -1,4 +1,4 @@
-"""linscale_jax.dist.host_memory: the one re-exec with glibc's huge-page malloc, and its effect."""
+"""linscale_jax.parallel.host_memory: the one re-exec with glibc's huge-page malloc, and its effect."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from linscale_jax.dist import host_memory
+from linscale_jax.parallel import host_memory
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 _SCRIPT = """
 import json, os, sys
 print(json.dumps([os.environ.get("GLIBC_TUNABLES"), sys.orig_argv[-2:]]), flush=True)
-from linscale_jax.dist import host_memory
+from linscale_jax.parallel import host_memory
 host_memory.use_huge_pages()
 """
 

@@ -187,7 +187,7 @@ def restore(mngr, workdir, abstract_params, abstract_opt_state=None, step=None, 
 
 
 def _restore(mngr, workdir, abstract_params, abstract_opt_state, step, shared):
-    from linscale_jax.dist import distributed
+    from linscale_jax.parallel import distributed
 
     share = (jax.process_index(), jax.process_count()) if shared else None
     steps = [step] if step is not None else list_steps(workdir)[::-1]
@@ -243,7 +243,7 @@ def _check_shape(x, ref):
 @functools.lru_cache(maxsize=8)
 def _model_parts(cfg, seed: int):
     """sharding.model_parts, once per (model config, seed): every checkpoint of a run shares it."""
-    from linscale_jax.dist import sharding
+    from linscale_jax.parallel import sharding
 
     return sharding.model_parts(cfg, seed)
 

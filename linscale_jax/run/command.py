@@ -14,7 +14,7 @@ A stop (linscale_jax.run.signals: SIGTERM or Ctrl-C, any number of them; `Stoppe
 command that saved what it had) prints one line without ERROR: and exits 0. argparse commands use
 linscale_jax.errors.ArgumentParser for the same one-line usage error (rc 2).
 In a multi-process run a failure that says a peer went away is left to the process's supervisor
-(linscale_jax.dist.supervise), whose line names the lost process.
+(linscale_jax.parallel.supervise), whose line names the lost process.
 `run` removes nothing: a workdir is removed only by the trainer that created it, while it holds
 the lock (linscale_jax.run.lock.claim).
 """
@@ -29,7 +29,7 @@ import traceback
 from pathlib import Path
 
 from linscale_jax import console, contract
-from linscale_jax.dist import supervise
+from linscale_jax.parallel import supervise
 from linscale_jax.errors import Refusal, Stopped, UserError, chain
 from linscale_jax.run import signals, storage
 

@@ -50,7 +50,7 @@ def _sync(name: str) -> None:
 
 def _share():
     """This process's share of checksum verification, and the agreement over processes."""
-    from linscale_jax.dist import distributed
+    from linscale_jax.parallel import distributed
 
     return (jax.process_index(), jax.process_count()), distributed.first_problem
 

@@ -32,7 +32,7 @@ import threading
 import time
 from etils import epath
 from linscale_jax import contract
-from linscale_jax.dist.supervise import pid_alive
+from linscale_jax.parallel.supervise import pid_alive
 from linscale_jax.errors import Refusal
 
 LOCK_NAME = contract.LOCK

@@ -1,10 +1,10 @@
 """`python -m linscale_jax.train --config=... --workdir=DIR` (the command: linscale_jax.train.cli)."""
 
-from linscale_jax.dist import host_memory
+from linscale_jax.parallel import host_memory
 
 host_memory.use_huge_pages()  # before jax is imported: XLA:CPU's step buffers on huge pages
 
-from linscale_jax.dist import supervise  # noqa: E402
+from linscale_jax.parallel import supervise  # noqa: E402
 
 supervise.maybe_supervise("train")  # several processes: one console, one line for a lost peer
 

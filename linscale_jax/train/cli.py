@@ -31,7 +31,7 @@ from linscale_jax import console
 from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from linscale_jax.dist import distributed, supervise
+from linscale_jax.parallel import distributed, supervise
 from linscale_jax.run import command
 
 _CONFIG = config_flags.DEFINE_config_file(

@@ -4,7 +4,7 @@
     summary = trainer.train(config, workdir)                 # resumes from workdir's checkpoints
     summary = trainer.train(config, workdir, init_from=CKPT)  # start from converted weights
 
-State lives as pure dicts of jax.Arrays: params (float32, sharded by linscale_jax.dist.sharding) and the
+State lives as pure dicts of jax.Arrays: params (float32, sharded by linscale_jax.parallel.sharding) and the
 optax state (sharded like the params). The step `train_step(params, opt_state, rest, batch)` is
 jitted with in/out shardings and donates params and opt_state. A global batch [b, t] is split into
 train.grad_accum micro-batches and scanned; the loss is sum(weights * cross-entropy) / sum(weights)
@@ -43,10 +43,10 @@ from linscale_jax.train.batches import BATCH_KEYS, GlobalBatches
 from linscale_jax.train.preemption import Preemption
 from linscale_jax.train import metrics as metrics_lib
 from linscale_jax.train import tracking
-from linscale_jax.dist import distributed
+from linscale_jax.parallel import distributed
 from linscale_jax.train import optim
 from linscale_jax.run import integrity
-from linscale_jax.dist import sharding
+from linscale_jax.parallel import sharding
 from linscale_jax.models import ModelConfig
 from linscale_jax.errors import Stopped
 

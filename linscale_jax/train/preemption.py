@@ -22,7 +22,7 @@ import signal
 
 import jax
 
-from linscale_jax.dist import distributed
+from linscale_jax.parallel import distributed
 from linscale_jax.run import signals
 
 

@@ -7,7 +7,7 @@
 `paper`  one rate for every size and arch, as the paper trains (Adam lr 3e-4 at 70M-7B): the
          config's own optim.lr, train.batch_size, optim.b2 and optim.warmup_steps, unchanged.
 `tuned`  per arch and size from the rule file shipped beside this module (TUNED_FILE, written by
-         `python -m study --config=configs/study/tune.py --workdir=DIR`, study.tune): lr = c·N^e,
+         `python -m linscale_jax.study --config=configs/study/tune.py --workdir=DIR`, study.tune): lr = c·N^e,
          batch = c·N^e sequences rounded to a power of two, β2 per arch, warmup = w·N tokens
          (Porian et al. 2024), N the non-embedding parameter count of the model config
          (linscale_jax.models.accounting).
@@ -54,7 +54,7 @@ def rule_path(name: str) -> Path | None:
 def load(path: Path | str = TUNED_FILE) -> dict:
     path = Path(path)
     if not path.is_file():
-        raise RuleError(f"learning-rate rule file {path} not found; write one with python -m study "
+        raise RuleError(f"learning-rate rule file {path} not found; write one with python -m linscale_jax.study "
                         "--config=configs/study/tune.py --workdir=DIR (DIR/tune/rule.json) or set "
                         "optim.rule=paper")
     with open(path) as f:
@@ -93,7 +93,7 @@ def settings(rule: dict, arch: str, n_params: float, seq_len: int, vocab: str,
     fitted = (f"{source} was fitted on N = {lo:.3g}-{hi:.3g} non-embedding parameters, "
               f"{data['vocab']} vocabulary, sequences of {data['seq_len']}")
     fix = "; set optim.rule=paper (one rate for every size: optim.lr) or fit a rule at this scale " \
-          "(python -m study --config=configs/study/tune.py)"
+          "(python -m linscale_jax.study --config=configs/study/tune.py)"
     if not lo <= n_params <= hi:
         raise RuleError(f"{fitted}, and this {arch} has N = {n_params:.3g}, outside that range{fix}")
     if str(vocab) != str(data["vocab"]) or int(seq_len) != int(data["seq_len"]):

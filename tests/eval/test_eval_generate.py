@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from eval.generate import Generator, chunk_sizes, sample_logits
+from linscale_jax.eval.generate import Generator, chunk_sizes, sample_logits
 from linscale_jax.config import ARCHS
 from linscale_jax.models import ModelConfig, build_model
 

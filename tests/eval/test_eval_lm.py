@@ -12,7 +12,7 @@ import pytest
 from flax import nnx
 from lm_eval.api.instance import Instance
 
-from eval.lm_backend import LinscaleLM
+from linscale_jax.eval.lm_backend import LinscaleLM
 from linscale_jax.data._tf import seqio  # seqio through data._tf: TensorFlow set up first (no sklearn)
 from linscale_jax.models import ModelConfig, build_model
 
@@ -167,7 +167,7 @@ def test_registered_and_bad_arguments():
 def test_wikitext_and_lambada_from_local_files(model, tmp_path):
     import math
 
-    from eval.perplexity import lambada, read_documents, wikitext
+    from linscale_jax.eval.perplexity import lambada, read_documents, wikitext
 
     wiki = tmp_path / "wiki.txt"
     wiki.write_text(" = Alpha = \n\n The first article has words . \n\n = = Part = = \n\n More of it . \n"

@@ -5,7 +5,7 @@ import re
 import numpy as np
 import pytest
 
-from eval import niah, niah_metrics as nm
+from linscale_jax.eval import niah, niah_metrics as nm
 
 # 2 lengths x 4 depths. Row 0: success, success, miss, success -> 3 runs -> p = 2**-1. Row 1: all miss.
 GRID = np.array([[10.0, 10.0, 1.0, 10.0], [1.0, 1.0, 1.0, 1.0]])

@@ -1,4 +1,4 @@
-"""python -m eval on a run's checkpoints: a val_loss row per checkpoint, re-runs add nothing, NIAH and
+"""python -m linscale_jax.eval on a run's checkpoints: a val_loss row per checkpoint, re-runs add nothing, NIAH and
 probe rows, the export table, the workdir lm-eval backend, and the clear errors."""
 
 import csv
@@ -15,10 +15,10 @@ import pytest
 import yaml
 from flax import nnx
 
-from eval import runner
-from eval.__main__ import main as eval_main
-from eval.export import main as export_main
-from eval.loading import EvalError
+from linscale_jax.eval import runner
+from linscale_jax.eval.__main__ import main as eval_main
+from linscale_jax.eval.export import main as export_main
+from linscale_jax.eval.loading import EvalError
 from linscale_jax.run import checkpoint as ckpt
 from linscale_jax import data
 from linscale_jax.models import ModelConfig, build_model
@@ -114,7 +114,7 @@ def test_niah_and_probe_rows(run_dir):
 def test_lm_backend_from_workdir(run_dir):
     from lm_eval.api.instance import Instance
 
-    from eval.lm_backend import LinscaleLM
+    from linscale_jax.eval.lm_backend import LinscaleLM
 
     lm = LinscaleLM.create_from_arg_string(f"workdir={run_dir},step=4")  # what --model_args does
     assert lm.max_length == 128
@@ -130,7 +130,7 @@ def test_lm_backend_from_workdir(run_dir):
 def test_task_group_configs_name_real_lm_eval_tasks():
     import lm_eval
 
-    from eval.commonsense import COMMONSENSE_METRICS, SCROLLS_METRICS, TASKS_DIR
+    from linscale_jax.eval.commonsense import COMMONSENSE_METRICS, SCROLLS_METRICS, TASKS_DIR
 
     root = os.path.join(os.path.dirname(lm_eval.__file__), "tasks")
     known = set()
@@ -173,7 +173,7 @@ def test_corrupt_checkpoint_is_skipped_by_eval_and_refused_by_generate(run_dir, 
     """Flipped bytes in one checkpoint: eval skips that checkpoint (the others are evaluated) and
     generate refuses it with a one-line error instead of an empty continuation with rc 0; generate
     names the step it loaded."""
-    from eval.generate import main as generate_main
+    from linscale_jax.eval.generate import main as generate_main
 
     assert generate_main([f"--workdir={run_dir}", "--prompt=a", "--max_new_tokens=2"]) == 0
     assert f"[{run_dir} step 8]" in capsys.readouterr().err
@@ -196,7 +196,7 @@ def test_corrupt_checkpoint_is_skipped_by_eval_and_refused_by_generate(run_dir, 
 
 
 def test_validation_set_read_once_per_process_and_again_when_the_data_changes(run_dir, tmp_path, monkeypatch):
-    from eval import val_loss
+    from linscale_jax.eval import val_loss
 
     calls = []
     real = data.eval_batches

@@ -7,7 +7,7 @@ import pytest
 from flax import nnx
 from helpers.train import tiny_config
 
-from eval import val_loss as vl
+from linscale_jax.eval import val_loss as vl
 from linscale_jax.run import checkpoint as ckpt
 from linscale_jax import data
 from linscale_jax.models import ModelConfig, build_model

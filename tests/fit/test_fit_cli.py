@@ -1,4 +1,4 @@
-"""`python -m fit` end to end on a small synthetic table: fits.json layout and the PNGs."""
+"""`python -m linscale_jax.fit` end to end on a small synthetic table: fits.json layout and the PNGs."""
 
 import json
 import subprocess
@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fit import cli, synthetic, table
+from linscale_jax.fit import cli, synthetic, table
 
 REPO = Path(__file__).resolve().parents[2]
 LAW_KEYS = {"coefficient", "exponent", "ci95"}
@@ -43,7 +43,7 @@ def _pngs(out: Path, names):
 def test_cli_approach1_subprocess(table_csv, tmp_path):
     out = tmp_path / "a1"
     proc = subprocess.run(
-        [sys.executable, "-m", "fit", f"--table={table_csv}", "--approach=1", f"--out={out}",
+        [sys.executable, "-m", "linscale_jax.fit", f"--table={table_csv}", "--approach=1", f"--out={out}",
          "--compute_unit=pf-days", "--bootstrap=8", "--seed=3"],
         cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr

@@ -8,11 +8,11 @@ import json
 import numpy as np
 import pytest
 
-import fit
-from fit import holdout
-from fit.bootstrap import SeedSd
-from fit.synthetic import Law, planted_table
-from fit.table import FitError, from_columns
+from linscale_jax import fit
+from linscale_jax.fit import holdout
+from linscale_jax.fit.bootstrap import SeedSd
+from linscale_jax.fit.synthetic import Law, planted_table
+from linscale_jax.fit.table import FitError, from_columns
 
 SIZES = np.geomspace(1e6, 1e8, 5)
 COLS = ("arch", "run", "step", "n_params", "tokens", "flops")

@@ -10,8 +10,8 @@ A, B.
 import numpy as np
 import pytest
 
-from fit import approach1, approach2, approach3, bootstrap, synthetic
-from fit.table import FitError
+from linscale_jax.fit import approach1, approach2, approach3, bootstrap, synthetic
+from linscale_jax.fit.table import FitError
 
 LAW = synthetic.Law()
 EXPECTED = LAW.optimal_exponents()  # N_opt_C 0.5211, D_opt_C 0.4789, L_C_reducible -0.1772

@@ -1,4 +1,4 @@
-"""Reproduce published fits on the real data shipped in fit/data (see each file's .source.md).
+"""Reproduce published fits on the real data shipped in linscale_jax/fit/data (see each file's .source.md).
 
 Tolerances:
 - Chinchilla Fig. 4 (Epoch digitisation, 240 rows after dropping the 5 highest losses), approach 3:
@@ -19,8 +19,8 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
-from fit import approach1, approach2, approach3, bootstrap, powerlaw, reference
-from fit.table import FitError, from_columns
+from linscale_jax.fit import approach1, approach2, approach3, bootstrap, powerlaw, reference
+from linscale_jax.fit.table import FitError, from_columns
 
 
 def _rows(name):

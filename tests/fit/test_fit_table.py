@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from fit import approach1, approach2, approach3, powerlaw, synthetic, table
-from fit.table import FitError
+from linscale_jax.fit import approach1, approach2, approach3, powerlaw, synthetic, table
+from linscale_jax.fit.table import FitError
 
 HEADER = "arch,run,step,n_params,tokens,flops,loss\n"
 

@@ -5,9 +5,9 @@ archs, and the seed sd's draws follow its scaled inverse-χ²."""
 import numpy as np
 import pytest
 
-from fit import bootstrap as bs
-from fit.approach1_draws import fit_draws
-from fit.table import FitError
+from linscale_jax.fit import bootstrap as bs
+from linscale_jax.fit.approach1_draws import fit_draws
+from linscale_jax.fit.table import FitError
 
 SIZES = (5e4, 1e5, 1.9e5, 3.2e5)
 D = np.linspace(1.3e5, 1.57e6, 12)

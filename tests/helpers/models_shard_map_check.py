@@ -8,7 +8,7 @@ test to judge.
 
 `equal`: for TNL, HGRN2 and cosFormer2 and every mesh below (including 'seq' > 1, the LASP form),
 the loss and every parameter gradient of the trainer's sharded forward (parameters sharded by
-linscale_jax.dist.sharding, the kernels inside jax.shard_map) against the unsharded model's, with
+linscale_jax.parallel.sharding, the kernels inside jax.shard_map) against the unsharded model's, with
 packed documents whose boundaries fall inside and at the edge of sequence shards:
 {arch: {"data,fsdp,tensor,seq": {"manual": shard_map in the lowering, "loss_err": relative error
 of the loss, "grad_err": the largest relative error of a gradient leaf, "worst": that leaf}}}.
@@ -31,7 +31,7 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from helpers.mosaic_payload import tpu_kernels
-from linscale_jax.dist import sharding
+from linscale_jax.parallel import sharding
 from linscale_jax.train import loop as trainer
 from linscale_jax.config import base_config
 from linscale_jax.models import ModelConfig, build_model

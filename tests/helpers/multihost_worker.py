@@ -32,7 +32,7 @@ def install(hook: str, workdir: str) -> None:
     def hooked(self, row):
         write(self, row)
         if kind == "wait_after" and row["step"] == int(arg):
-            from linscale_jax.dist import distributed
+            from linscale_jax.parallel import distributed
 
             open(os.path.join(workdir, f".at-{arg}-{jax.process_index()}"), "w").close()
             while True:
@@ -68,7 +68,7 @@ def wait_for_preemption_sync(timeout=120):
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     hook, argv = sys.argv[1], [sys.argv[0]] + sys.argv[2:]
-    from linscale_jax.dist import supervise
+    from linscale_jax.parallel import supervise
 
     supervise.maybe_supervise("train", argv)  # as `python -m linscale_jax.train` does
     from linscale_jax.train import cli as train

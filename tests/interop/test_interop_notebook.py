@@ -31,7 +31,10 @@ def clean_clone(dest: str) -> str:
         return root
     for rel in filter(None, listed.decode().split("\0")):
         src = os.path.join(ROOT, rel)
-        if os.path.isfile(src):
+        if os.path.islink(src):  # configs -> linscale_jax/configs
+            os.makedirs(os.path.dirname(os.path.join(root, rel)), exist_ok=True)
+            os.symlink(os.readlink(src), os.path.join(root, rel))
+        elif os.path.isfile(src):
             os.makedirs(os.path.dirname(os.path.join(root, rel)), exist_ok=True)
             shutil.copy2(src, os.path.join(root, rel))
     return root
@@ -45,8 +48,8 @@ def test_explore_notebook_executes(monkeypatch, tmp_path):
     monkeypatch.delenv("PYTHONPATH", raising=False)
     nb = nbformat.read(notebook, as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell(
-        "import eval, fit, kernels_pallas, linscale_jax\n"
-        "print('PACKAGES', *(m.__file__ for m in (eval, fit, kernels_pallas, linscale_jax)))"))
+        "import kernels_pallas, linscale_jax, linscale_jax.eval, linscale_jax.fit\n"
+        "print('PACKAGES', *(m.__file__ for m in (linscale_jax.eval, linscale_jax.fit, kernels_pallas, linscale_jax)))"))
     client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
                                      resources={"metadata": {"path": os.path.dirname(notebook)}})
     client.execute()

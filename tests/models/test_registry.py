@@ -24,9 +24,9 @@ import pytest
 from flax import nnx
 from helpers.train import tiny_config
 
-from eval import runner
-from fit import paper
-from fit.table import FitError
+from linscale_jax.eval import runner
+from linscale_jax.fit import paper
+from linscale_jax.fit.table import FitError
 from linscale_jax.models import accounting
 from linscale_jax.models import describe
 from linscale_jax.train import loop as trainer
@@ -36,7 +36,7 @@ from linscale_jax.models import ModelConfig, build_model, registry, sizes
 
 REPO = Path(__file__).resolve().parents[2]
 PLAINLIN = Path(__file__).with_name("plainlin.py")  # the fifth architecture's one file
-PACKAGES = ("linscale_jax", "kernels_pallas", "eval", "fit", "study")
+PACKAGES = ("linscale_jax", "kernels_pallas")
 
 
 @pytest.fixture(scope="module")
@@ -227,9 +227,9 @@ def test_fifth_arch_state_floats_default_reads_its_cache(plain):
 def test_linear_archs_come_from_the_registry_and_a_fifth_is_judged_by_the_study(plain):
     """registry.linear_archs() (softmax_block=False) decides which archs the study judges against
     the baseline: the fifth architecture above appears in study.verdicts' finding 2."""
-    from fit.synthetic_study import study_table
+    from linscale_jax.fit.synthetic_study import study_table
     from linscale_jax.contract import BASELINE_ARCH
-    from study import verdicts
+    from linscale_jax.study import verdicts
 
     name = plain.name
     assert registry.linear_archs() == ("tnl", "hgrn2", "cosformer2", name)

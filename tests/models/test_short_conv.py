@@ -135,7 +135,7 @@ def test_every_impl_gives_the_same_values_and_gradients():
 
 
 def test_generator_prefill_equals_the_parallel_forward():
-    from eval.generate import Generator
+    from linscale_jax.eval.generate import Generator
 
     model, toks = model_of("hgrn2", scan_layers=True), tokens(4, (B, 17))
     gen = Generator(model, chunk_size=16, min_chunk=4)

@@ -34,8 +34,8 @@ from pathlib import Path
 
 import pytest
 
-from study import ray_backend
-from study.ray_backend.cluster import LOCAL_ENV, TEMP_DIR
+from linscale_jax.study import ray_backend
+from linscale_jax.study.ray_backend.cluster import LOCAL_ENV, TEMP_DIR
 
 os.environ.update(LOCAL_ENV)  # read when ray is imported: loopback node addresses
 
@@ -46,8 +46,8 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 from linscale_jax import contract  # noqa: E402
 from linscale_jax.run import checkpoint as ckpt  # noqa: E402
-from study import plan, runner, workers  # noqa: E402
-from study.ray_backend.status import read_status  # noqa: E402
+from linscale_jax.study import plan, runner, workers  # noqa: E402
+from linscale_jax.study.ray_backend.status import read_status  # noqa: E402
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the wrappers below reach the workers
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,9 +106,9 @@ def after_first_checkpoint(victim: str, then: str, study, run, log, final, host=
     `then` right after its first checkpoint is written: "kill" (SIGKILL to its own process, on
     host `host` of a gang) or "pause" (writes DIR/paused and sleeps: the test removes its node)."""
     from linscale_jax import contract
-    from linscale_jax.dist import distributed
+    from linscale_jax.parallel import distributed
     from linscale_jax.run import checkpoint as ck
-    from study import runner as rn
+    from linscale_jax.study import runner as rn
 
     import jax
 

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from linscale_jax.data import DataError, make_iterator, mqar
-from study import findings, recall
-from study.recall import rates, table, train
+from linscale_jax.study import findings, recall
+from linscale_jax.study.recall import rates, table, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -283,7 +283,7 @@ def test_recall_sweep_then_preset_commands_shrunk(tmp_path):
               "--config.eval_sequences=16", "--config.n_keys=16", "--config.n_values=16",
               "--config.workers=1", "--config.baseline_max_steps=12"]
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
-    out = subprocess.run([sys.executable, "-m", "study", "--config=configs/study/recall_sweep.py",
+    out = subprocess.run([sys.executable, "-m", "linscale_jax.study", "--config=configs/study/recall_sweep.py",
                           f"--workdir={sweep}", *shrink, "--config.lr=1e-3/3e-3", "--config.sweep_steps=12"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -293,7 +293,7 @@ def test_recall_sweep_then_preset_commands_shrunk(tmp_path):
     # every label trained 12 steps; tnl's rate read at the preset's 8 (its history), llama's at 12
     assert rec["final"]["tnl+short_conv=4"]["0.001"][1] == 12 and rec["steps"]["tnl+short_conv=4"]["0.001"] == 8
     assert rec["steps"]["llama"]["0.001"] == 12 and rec["settings"]["sweep_steps"] == "12"
-    args = [sys.executable, "-m", "study", "--config=configs/study/recall.py", f"--workdir={wd}", *shrink,
+    args = [sys.executable, "-m", "linscale_jax.study", "--config=configs/study/recall.py", f"--workdir={wd}", *shrink,
             "--config.seeds=0,1", f"--config.rates={sweep / 'recall_rates.json'}"]
     out = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]

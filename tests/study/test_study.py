@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from study import plan, runner
+from linscale_jax.study import plan, runner
 
 ROOT = Path(__file__).resolve().parents[2]
 PF_DAY = 8.64e19
@@ -75,8 +75,8 @@ def test_quick_study_stops_resumes_and_reports(tmp_path):
     cool = list(csv.DictReader(open(Path(wd) / "fit" / "table_cooldown.csv")))  # 3 branches per run
     assert {int(r["step"]) for r in cool} == {12 + 1, 24 + 2, 48 + 5}
     assert len(cool) == 3 * len(runs) and {r["seed"] for r in cool} == {"0", "1"}
-    # python -m study.verdicts on the study's tables gives the report's verdicts
-    from study import verdicts
+    # python -m linscale_jax.study.verdicts on the study's tables gives the report's verdicts
+    from linscale_jax.study import verdicts
 
     found = json.loads((Path(wd) / "findings.json").read_text())["findings"]
     res = verdicts.judge_all(verdicts.load_tables([f"val_loss={wd}/fit/table.csv",
@@ -125,7 +125,7 @@ def table1_flops_per_token(arch, l, d, h, n=8192):
 
 def test_paper_dry_run_prints_24_runs_with_table1_compute(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "study", "--config=configs/study/paper.py",
+        [sys.executable, "-m", "linscale_jax.study", "--config=configs/study/paper.py",
          f"--workdir={tmp_path}", "--dry_run"], cwd=ROOT, capture_output=True, text=True, timeout=600,
         env={**os.environ, "JAX_PLATFORMS": "cpu"})
     assert out.returncode == 0, out.stderr[-2000:]

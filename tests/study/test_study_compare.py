@@ -3,9 +3,9 @@ files and report section, and the fits the study calls."""
 
 import numpy as np
 
-from fit.synthetic import Law, planted_table
-from fit.table import from_columns
-from study import compare
+from linscale_jax.fit.synthetic import Law, planted_table
+from linscale_jax.fit.table import from_columns
+from linscale_jax.study import compare
 
 COLS = ("arch", "run", "step", "n_params", "tokens", "flops", "loss")
 
@@ -20,9 +20,9 @@ def test_checkpoint_sd_measures_planted_noise():
 
 
 def test_study_holdout_files_and_report_section(tmp_path):
-    from fit import holdout as fit_holdout
-    from fit.bootstrap import SeedSd
-    from study import holdout
+    from linscale_jax.fit import holdout as fit_holdout
+    from linscale_jax.fit.bootstrap import SeedSd
+    from linscale_jax.study import holdout
 
     t = planted_table(Law(), arch="llama", sizes=np.geomspace(1e6, 1e8, 4), noise=0.005, seed=0)
     out = holdout.write(t, SeedSd(0.01, 4, "measured"), str(tmp_path), n_boot=20, seed=0)
@@ -42,8 +42,8 @@ def test_study_fit_laws_calls_the_fit_library_and_lists_unfittable_archs(tmp_pat
 
     import ml_collections
 
-    from fit.table import write_csv
-    from study import runner
+    from linscale_jax.fit.table import write_csv
+    from linscale_jax.study import runner
 
     good = planted_table(Law(), arch="llama", sizes=np.geomspace(1e6, 1e8, 6), seed=0)
     tiny = planted_table(Law(), arch="tnl", sizes=np.geomspace(1e6, 1e7, 2), seed=1)  # 2 runs: no envelope

@@ -9,7 +9,7 @@ from helpers.train import tiny_config
 
 from linscale_jax.run import checkpoint as ckpt
 from linscale_jax.train import loop as trainer
-from study import compare, cooldown, noise
+from linscale_jax.study import compare, cooldown, noise
 
 
 def test_cooldown_shapes_and_branch_points():

@@ -1,4 +1,4 @@
-"""`python -m study` with real processes: its runs' workdirs survive a refused trainer, and any
+"""`python -m linscale_jax.study` with real processes: its runs' workdirs survive a refused trainer, and any
 number of signals is one stop.
 
 The study trains two runs in two worker processes (configs/study/quick.py, llama and tnl d32, a
@@ -29,7 +29,7 @@ RUNS = ("llama-d32", "tnl-d32")
 def test_refused_alias_removes_nothing_and_three_signals_are_one_stop(tmp_path):
     wd = tmp_path / "study"
     p = subprocess.Popen(
-        [sys.executable, "-m", "study", "--config=configs/study/quick.py", f"--workdir={wd}",
+        [sys.executable, "-m", "linscale_jax.study", "--config=configs/study/quick.py", f"--workdir={wd}",
          "--config.archs=llama,tnl", "--config.sizes=d32", "--config.replicates.seeds=0",
          "--config.tokens=1e8"], cwd=ROOT, text=True, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, start_new_session=True)

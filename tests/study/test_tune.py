@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from study import tune, tune_fit, tune_grid
-from study.tune_fit import Cell
+from linscale_jax.study import tune, tune_fit, tune_grid
+from linscale_jax.study.tune_fit import Cell
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -157,7 +157,7 @@ def test_tune_preset_dry_run(tmp_path, capsys):
 
 
 def test_cells_of_every_batch_are_scored_on_the_same_validation_rows(tmp_path):
-    from study import runner
+    from linscale_jax.study import runner
 
     study = preset()  # val_batches 32 of the preset's batch 8: 256 rows for every cell
     runs = [tune_grid.make_run(study, Cell("llama", "d16", 0, b, 0.99), str(tmp_path), i)

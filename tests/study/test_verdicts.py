@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from fit.synthetic_study import study_table
-from study import verdicts
+from linscale_jax.fit.synthetic_study import study_table
+from linscale_jax.study import verdicts
 
 LIN = ("tnl", "hgrn2")
 SIZES = (5e4, 1e5, 1.9e5, 3.2e5)  # the cpu preset's four ladder sizes
@@ -40,7 +40,7 @@ def test_outcome_four_ways_with_failed_share_and_detectable_effect():
     d[:300] = np.nan
     r = verdicts.outcome(d, 0.05)
     assert r["verdict"] == "not_resolved" and r["reason"] == "fit unstable" and r["ci_low"] is None
-    from study.findings import label
+    from linscale_jax.study.findings import label
 
     assert label(r) == "not_resolved (fit unstable)"
 
@@ -71,7 +71,7 @@ def test_draws_keep_every_size():
 
 
 def test_the_seed_sd_uncertainty_widens_the_interval():
-    from fit import bootstrap as bs
+    from linscale_jax.fit import bootstrap as bs
 
     sd = bs.SeedSd(0.02, 1, "measured")
     lo, hi = sd.interval()
@@ -102,7 +102,7 @@ def test_power_law_finding_uses_the_held_out_size():
 
 
 def test_failing_fits_give_not_resolved_fit_unstable(monkeypatch):
-    from fit import approach1_draws
+    from linscale_jax.fit import approach1_draws
 
     t = table({"llama": 0.0, "tnl": 0.3}, seed=4)
     real = approach1_draws.fit_draws

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from study import backends, workers
+from linscale_jax.study import backends, workers
 
 
 @dataclasses.dataclass
@@ -138,7 +138,7 @@ def test_a_finished_run_whose_config_changed_is_refused_with_the_trainers_line(t
     from linscale_jax.run import checkpoint as ckpt
     from linscale_jax.run.identity import RunIdentityError
     from linscale_jax.train import loop as trainer
-    from study import runner
+    from linscale_jax.study import runner
 
     old = tiny_config(steps=4)
     run = FakeRun("llama-d64", str(tmp_path / "run"), 1.0, steps=4, config=old.copy_and_resolve_references())
@@ -157,7 +157,7 @@ def test_a_finished_run_whose_config_changed_is_refused_with_the_trainers_line(t
 def test_workers_for_rules():
     from ml_collections import ConfigDict
 
-    from study import runner
+    from linscale_jax.study import runner
 
     assert runner.workers_for(ConfigDict(dict(workers=2)), 20, None) == 2
     assert runner.workers_for(ConfigDict(dict(workers=4)), 3, None) == 3  # at most one per run
@@ -167,7 +167,7 @@ def test_workers_for_rules():
 
 
 def test_eta_scales_with_flops_until_sizes_spread_enough_to_fit_a_slope():
-    from study import runner
+    from linscale_jax.study import runner
 
     assert runner.eta_seconds([(10.0, 100.0)], [5.0, 20.0]) == 250.0  # proportional to FLOPs
     near = [(10.0, 100.0), (10.1, 140.0)]  # nearly equal FLOPs: no wild slope from two points

@@ -1,5 +1,5 @@
 """Failures end in one line naming the fix, with REAL processes (2 processes x 1 CPU device on
-127.0.0.1 over gloo, each under its supervisor, linscale_jax.dist.supervise):
+127.0.0.1 over gloo, each under its supervisor, linscale_jax.parallel.supervise):
 
   - kill -9 of process 1, then of process 0: the survivor exits by itself within the peer timeout
     (10 s here, LINSCALE_PEER_TIMEOUT) with ONE `ERROR:` line naming the dead process, the
@@ -23,7 +23,7 @@ import time
 import pytest
 from helpers.train import ROOT, cli_overrides, tiny_config
 
-from linscale_jax.dist import distributed
+from linscale_jax.parallel import distributed
 
 pytestmark = pytest.mark.slow  # real processes: over 30 s on 2 CPU cores
 
@@ -161,7 +161,7 @@ def test_read_only_workdir_train_and_eval(tmp_path):
     log = line.rsplit("[traceback: ", 1)[1].rstrip("]")
     assert not log.startswith(str(workdir)) and "Read-only file system" in open(log).read()
 
-    evaluate = [*ro, sys.executable, "-m", "eval", f"--workdir={workdir}", "--steps=last",
+    evaluate = [*ro, sys.executable, "-m", "linscale_jax.eval", f"--workdir={workdir}", "--steps=last",
                 "--val_batches=1"]
     r = subprocess.run(evaluate, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=600)
     assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stdout + r.stderr

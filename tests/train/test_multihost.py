@@ -10,7 +10,7 @@ each, equal to the 1-process rows). Against a 1-process x 4-device reference run
     reference losses;
   - a mesh whose 'tensor' axis spans both processes (each process holds all rows, half of the
     sequence) gives the reference losses;
-  - `python -m eval` on one device reads the checkpoints written by 2 processes, and eval run as 2
+  - `python -m linscale_jax.eval` on one device reads the checkpoints written by 2 processes, and eval run as 2
     processes (validation batches split between them) gives the same validation loss.
 """
 
@@ -28,7 +28,7 @@ import pytest
 from helpers.train import ROOT, cli_overrides, tiny_config
 
 from linscale_jax.run import checkpoint as ckpt
-from linscale_jax.dist import distributed
+from linscale_jax.parallel import distributed
 
 pytestmark = pytest.mark.slow  # over 30 s on 2 CPU cores: deselect with -m "not slow"
 
@@ -179,7 +179,7 @@ def test_each_process_reads_only_its_rows_and_they_equal_the_one_process_rows():
 
 
 def eval_cmd(workdir, *launch):
-    return [sys.executable, "-m", "eval", f"--workdir={workdir}", "--steps=last", "--tasks=val_loss",
+    return [sys.executable, "-m", "linscale_jax.eval", f"--workdir={workdir}", "--steps=last", "--tasks=val_loss",
             "--val_batches=2", *launch]
 
 
@@ -188,7 +188,7 @@ def eval_rows(workdir):
 
 
 def test_eval_on_one_device_reads_the_two_process_checkpoints(tensor_across_processes, tmp_path):
-    """Then `python -m eval` as 2 processes (batches split between them) gives the same figures."""
+    """Then `python -m linscale_jax.eval` as 2 processes (batches split between them) gives the same figures."""
     workdir = tensor_across_processes
     r = subprocess.run(eval_cmd(workdir), cwd=ROOT, env=env(1), capture_output=True, text=True,
                        timeout=TIMEOUT)

@@ -8,7 +8,7 @@ import threading
 import jax
 import pytest
 
-from linscale_jax.dist import distributed
+from linscale_jax.parallel import distributed
 
 CLUSTER = ("TPU_WORKER_HOSTNAMES", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "JAX_COORDINATOR_ADDRESS",
            *distributed.ENV)

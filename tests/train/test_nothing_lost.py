@@ -78,7 +78,7 @@ def live(tmp_path_factory):
         c = start(train_cmd(root / "x" / ".." / "real"))
         out["c"] = (c.wait(timeout=TIMEOUT), *c.communicate())
         out["x_exists"] = (root / "x").exists()
-        from eval.__main__ import main as eval_main  # a reader on the alias, failing
+        from linscale_jax.eval.__main__ import main as eval_main  # a reader on the alias, failing
 
         out["eval_alias_rc"] = eval_main([f"--workdir={root / 'x' / '..' / 'real'}", "--steps=999"])
         wait_for("8 checkpoints", lambda: len(ckpt.list_steps(real)) >= 8, [b])
@@ -125,7 +125,7 @@ def test_three_signals_to_eval_are_one_stop_and_keep_the_rows(live):
     real = live["real"]
     steps = ckpt.list_steps(real)
     results = real / "eval" / "results.jsonl"
-    p = start([sys.executable, "-m", "eval", f"--workdir={real}", "--val_batches=50"])
+    p = start([sys.executable, "-m", "linscale_jax.eval", f"--workdir={real}", "--val_batches=50"])
     try:
         wait_for("eval's first row", lambda: results.exists() and results.read_text().strip(), [p])
         rc, out, err, _ = signalled(p)

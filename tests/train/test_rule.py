@@ -102,7 +102,7 @@ def test_rule_refuses_outside_its_range_in_one_line(tmp_path):
 
 def test_shipped_rule_refuses_the_paper_scale():
     doc = rule.load()
-    assert doc["data"]["vocab"] == "byte" and doc["range"]["n_max"] < 1e7 and doc["command"].startswith("python -m study")
+    assert doc["data"]["vocab"] == "byte" and doc["range"]["n_max"] < 1e7 and doc["command"].startswith("python -m linscale_jax.study")
     assert doc["cells"] and all("loss" in c for c in doc["cells"])
     cfg = load_config("configs/paper.py", "tnl-70m")
     cfg.optim.rule = "tuned"
@@ -111,7 +111,7 @@ def test_shipped_rule_refuses_the_paper_scale():
 
 
 def test_cpu_preset_runs_on_the_tuned_rule_and_its_paper_twin(tmp_path):
-    from study import plan
+    from linscale_jax.study import plan
 
     doc = rule.load()
     tuned = plan.build_plan(load_config("configs/study/cpu.py"), str(tmp_path))

@@ -13,7 +13,7 @@ import ml_collections
 import pytest
 from jax.sharding import AbstractMesh, PartitionSpec as P
 
-from linscale_jax.dist import sharding
+from linscale_jax.parallel import sharding
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -141,7 +141,7 @@ def test_weight_decay_mask_skips_norms_and_lower_bounds():
     LRPE θ [h, e] or the TPE decay rates ('gain' dims are not matrix dims)."""
     from linscale_jax.train import optim
     from linscale_jax.config import model_defaults
-    from linscale_jax.dist.sharding import _flatten, model_parts
+    from linscale_jax.parallel.sharding import _flatten, model_parts
 
     for arch in ("hgrn2", "cosformer2", "llama"):
         m = model_defaults()

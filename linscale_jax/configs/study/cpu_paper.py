@@ -1,0 +1,17 @@
+"""The main job under the paper's protocol: configs/study/cpu.py with one learning rate for every
+size and arch (optim.rule=paper: lr 3e-3, batch 8 × 128, β2 0.95, 64 warmup steps), as the paper
+trains every size at Adam lr 3e-4. The report judges each finding under both protocols from this
+study and the main job's.
+
+    python -m linscale_jax.study --config=configs/study/cpu_paper.py --workdir=DIR_PAPER
+Costs about as much as the main job (figures: docs/results.md "The main job").
+"""
+
+from linscale_jax.study.presets import preset
+
+
+def get_config():
+    c = preset("cpu")
+    c.overrides.optim.update(rule="paper", lr=3e-3, warmup_steps=64, b2=0.95)
+    c.overrides.train.batch_size = 8
+    return c

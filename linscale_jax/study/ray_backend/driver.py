@@ -1,0 +1,169 @@
+"""The driver of a study on Ray (study.ray_backend): every run as Ray tasks, retried when lost.
+
+    out = run(study, runs, finals, process=runner.process_run, workdir=DIR, address=None, log=print,
+              eta=runner.eta_seconds)        # {"failed": {run: line}, "stopped": [...], "signal", "slots"}
+
+Runs are submitted longest first (their exact FLOPs), each attempt one task per host
+(study.ray_backend.task) with the resources of its placement; they start as resources free up. The
+driver prints one line per started and finished run with the ETA (study.backends.progress).
+
+Failures. A run whose worker process, node or slice was lost (study.ray_backend.outcomes) is
+resubmitted, at most cluster.max_retries times, and resumes from its newest checkpoint as any
+resumed run does. A gang is resubmitted whole: when one host task ends badly the others are
+cancelled first. An error of the run itself (divergence, bad data, checkpoints trained with another
+config, which runner.process_run refuses with the trainer's line) is not retried: the run is named
+with its log in one line, and the other runs finish.
+
+Ctrl-C or SIGTERM to the driver asks every run to stop: each run's process gets SIGTERM (the
+trainer saves a checkpoint; an evaluation stops between rows), queued runs are cancelled, and the
+study ends with one line and exit status 0 (runner.run_study); re-running resumes. Every process
+takes one stop only (linscale_jax.run.signals): later signals change nothing.
+"""
+
+from __future__ import annotations
+
+import time
+
+from linscale_jax import contract
+from linscale_jax.run import signals
+from linscale_jax.train.metrics import fmt_time
+from linscale_jax.study.backends import progress
+from linscale_jax.study.ray_backend.cluster import connect
+from linscale_jax.study.ray_backend.outcomes import Attempt, end_gang, outcome, verdict
+from linscale_jax.study.ray_backend.placement import placement, slots as slots_of
+from linscale_jax.study.ray_backend.status import now, read_status, write_status
+from linscale_jax.study.ray_backend.storage import check_storage
+from linscale_jax.study.ray_backend.control import Control
+from linscale_jax.study.ray_backend.task import host_task
+
+
+def run(study, runs: list, finals: dict, process, workdir: str, address: str | None = None,
+        log=print, eta=None) -> dict:
+    """Process `runs` as Ray tasks (module docstring); returns {"failed": {run: line}, "stopped":
+    [runs], "signal": name or None, "slots": runs at once}."""
+    ray, started_here = connect(address, log)
+    try:
+        return _drive(ray, study, runs, finals, process, workdir, log, eta, local=started_here)
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+def _drive(ray, study, runs, finals, process, workdir, log, eta, local: bool) -> dict:
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    cluster = study.get("cluster", {})
+    max_retries = int(cluster.get("max_retries", 3))
+    places = {r.name: placement(r, cluster) for r in runs}
+    if not local:
+        check_storage(ray, workdir)
+    failed = {}
+    order = sorted(runs, key=lambda r: -r.flops_exact)
+    task = ray.remote(max_calls=1, max_retries=0)(host_task)
+    control = ray.remote(Control).options(
+        num_cpus=0, resources={"node:__internal_head__": 0.001}).remote()
+    slots = min(slots_of(ray, p) for p in places.values()) if places else 1
+    p0 = next(iter(places.values()), None)
+    log(f"[study] {len(order)} run(s) as Ray tasks, {p0.describe() if p0 else '-'}, up to {slots} at "
+        f"once, longest first; each run's output: <run workdir>/study.log")
+
+    def submit(run, number: int) -> Attempt:
+        p = places[run.name]
+        pg, strategies = None, [None]
+        if p.hosts > 1:
+            if p.tpu_slice:
+                from ray.util import tpu
+
+                pg = tpu.slice_placement_group(*p.tpu_slice)  # .shutdown() releases the slice
+                group = pg.placement_group
+            else:
+                pg = group = placement_group([dict(p.bundle)] * p.hosts, strategy="SPREAD")
+            strategies = [PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=i)
+                          for i in range(p.hosts)]
+        write_status(run.workdir, state="queued", attempt=number, submitted=now(), ended=None,
+                     error=None)
+        refs = [task.options(**p.options, scheduling_strategy=s).remote(
+                    study, run, finals[run.name], process, number, i, p.hosts, p.accelerator, control,
+                    str(workdir)) for i, s in enumerate(strategies)]
+        return Attempt(run, number, refs, pg)
+
+    live = {r.name: submit(r, 1) for r in order}
+    stopped, done, started, timed = [], set(), {}, []
+    t0 = time.time()
+
+    def on_stop(_signum):  # the first signal (linscale_jax.run.signals; main thread only)
+        control.request_stop.remote()
+        for name, a in live.items():  # queued runs: cancelled; running ones stop after a save
+            if name not in started:
+                for ref in a.refs:
+                    ray.cancel(ref)
+
+    def line(name: str, what: str) -> None:
+        if stop.name:
+            return  # stopping: one line at the end (runner.run_study)
+        finished = done | set(failed) | set(stopped)
+        log(f"[study] {name} {what}{progress(order, started, finished, timed, eta, slots, t0)}")
+
+    def settle(a: Attempt) -> None:
+        name, run = a.run.name, a.run
+        del live[name]
+        if hasattr(a.pg, "shutdown"):
+            a.pg.shutdown()
+        elif a.pg is not None:
+            remove_placement_group(a.pg)
+        outcomes = [a.outcomes[i] for i in sorted(a.outcomes)]
+        state, msg = verdict(outcomes, bool(stop.name))
+        host0 = a.outcomes.get(0, {})
+        entry = dict(attempt=a.number, outcome=state, message=msg or None, ended=now(),
+                     node=host0.get("node") or read_status(run.workdir).get("node"))
+        history = read_status(run.workdir).get("history", []) + [entry]
+        if state == "done":
+            done.add(name)
+            timed.append((run.flops_exact, time.time() - started.get(name, (t0,))[0]))
+            write_status(run.workdir, state="done", ended=entry["ended"], history=history)
+            line(name, f"done in {fmt_time(time.time() - started.get(name, (t0,))[0])}"
+                       f"{f' (attempt {a.number})' if a.number > 1 else ''}")
+        elif state == "stopped":
+            if name in started:  # a queued run that was cancelled is not "stopped"
+                stopped.append(name)
+            write_status(run.workdir, state="stopped", ended=entry["ended"], history=history)
+        elif state == "lost" and a.number <= max_retries and not stop.name:
+            write_status(run.workdir, state="retrying", ended=entry["ended"], error=msg, history=history)
+            where = host0.get("ip") or read_status(run.workdir).get("ip") or "its node"
+            log(f"[study] {name} lost on {where} (attempt {a.number}: {msg}); "
+                f"retry {a.number}/{max_retries} resumes from its newest checkpoint")
+            started.pop(name, None)
+            live[name] = submit(run, a.number + 1)
+        else:
+            if state == "lost":
+                msg = (f"lost {a.number} time(s), the last: {msg}" if not stop.name else
+                       f"lost while stopping: {msg}")
+            log_file = contract.workdir_file(run.workdir, contract.STUDY_LOG)
+            failed[name] = msg if "(log:" in msg else f"{msg} (log: {log_file})"
+            write_status(run.workdir, state="failed", ended=entry["ended"], error=failed[name],
+                         history=history)
+            line(name, f"FAILED: {failed[name]}")
+
+    with signals.deferred(on_stop) as stop:
+        while live:
+            pending = [ref for a in live.values() for i, ref in enumerate(a.refs) if i not in a.outcomes]
+            ready, _ = ray.wait(pending, num_returns=len(pending), timeout=1.0)
+            ready = set(ready)
+            for kind, name, number, ip, t in ray.get(control.drain.remote()):
+                a = live.get(name)
+                if kind == "start" and a is not None and a.number == number:
+                    started[name] = (t, ip)
+                    if not stop.name:
+                        log(f"[study] {ip}: {name} started (N={a.run.n_params:.3g}, {a.run.steps} "
+                            f"steps{f', attempt {number}' if number > 1 else ''}) | elapsed "
+                            f"{fmt_time(time.time() - t0)}")
+            for a in list(live.values()):
+                for i, ref in enumerate(a.refs):
+                    if i not in a.outcomes and ref in ready:
+                        a.outcomes[i] = outcome(ray, ref)
+                if any(o.get("state") != "done" for o in a.outcomes.values()):
+                    end_gang(ray, a)  # a host ended badly: the others are ended too
+                if len(a.outcomes) == len(a.refs):
+                    settle(a)
+    return {"failed": failed, "stopped": stopped, "signal": stop.name, "slots": slots}

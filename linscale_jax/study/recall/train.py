@@ -1,0 +1,328 @@
+"""The recall study's runs: one model per (arch label, shape, seed, lr), trained on MQAR through the
+trainer's optimizer and sharded step (linscale_jax.train.loop.step_functions), with early stopping,
+then scored per number of pairs.
+
+    runs = build_runs(study, workdir)
+    result = process_run(study, runs[0])   # DIR/runs/<run>/result.json, reused while settings hold
+
+A shape "d64e16" is d_model 64 with head dim 16; study.n_layers layers; GLU width 8·ceil(int(8d/3)/8).
+An arch label is a registered arch or a variant "<arch>+<model field>=<value>" (sizes.split_variant),
+e.g. tnl+short_conv=4. The baseline (contract.BASELINE_ARCH) runs at study.baseline_shapes for at
+most study.baseline_max_steps steps (when set), the others at study.shapes for study.max_steps;
+study.sweep_steps (when set) trains every label that many steps instead (the sweep: its rates are
+chosen at each label's max_steps from the validation history).
+Learning rates: study.lr (module `learning_rates`), else the rates file study.rates
+(study.recall.rates).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import math
+import os
+import re
+import time
+
+import numpy as np
+
+from linscale_jax.contract import BASELINE_ARCH
+from linscale_jax.study.recall import rates as rates_file
+from linscale_jax.study.recall.table import DID_NOT_TRAIN, TRAINED, did_not_train, split_list
+
+
+def _print(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def parse_shape(shape: str) -> tuple[int, int]:
+    """'d64e16' -> (d_model 64, head dim 16)."""
+    m = re.fullmatch(r"d(\d+)e(\d+)", shape.strip())
+    if not m or int(m.group(1)) % int(m.group(2)):
+        raise ValueError(f"recall shape {shape!r}: write d<d_model>e<head dim> with the head dim "
+                         "dividing d_model, e.g. d64e16")
+    return int(m.group(1)), int(m.group(2))
+
+
+def _is_baseline(label: str) -> bool:
+    return label.split("+")[0] == BASELINE_ARCH
+
+
+def shapes_of(study, label: str) -> list[str]:
+    """The shapes `label` runs at: study.baseline_shapes for the baseline, study.shapes otherwise."""
+    base = _is_baseline(label) and study.get("baseline_shapes")
+    return split_list(study.baseline_shapes if base else study.shapes)
+
+
+def max_steps_of(study, label: str) -> int:
+    """The most steps `label` trains: study.baseline_max_steps for the baseline (the positive
+    control) when set, study.max_steps otherwise."""
+    return int(study.get("baseline_max_steps") or study.max_steps) if _is_baseline(label) else int(study.max_steps)
+
+
+def train_steps(study, label: str) -> int:
+    """The steps `label` trains: study.sweep_steps when set (the sweep), else max_steps_of."""
+    return int(study.get("sweep_steps") or 0) or max_steps_of(study, label)
+
+
+def learning_rates(study, label: str) -> list[float]:
+    """The rates of `label`: study.lr = '3e-3' (every label), 'llama:1e-3,tnl+short_conv=4:3e-3/1e-2'
+    (per label; a '/' list sweeps), or '' (the rates file study.rates)."""
+    spec = str(study.lr).strip()
+    if not spec:
+        return [rates_file.rate(str(study.rates), label)]
+    if ":" not in spec:
+        return [float(x) for x in spec.split("/")]
+    table = dict(item.rsplit(":", 1) for item in split_list(spec))
+    if label not in table:
+        raise ValueError(f"study.lr={spec!r} gives no rate for {label!r}; add '{label}:<lr>'")
+    return [float(x) for x in table[label].split("/")]
+
+
+def model_config(study, label: str, d: int, e: int):
+    from linscale_jax.data import mqar
+    from linscale_jax.models import ModelConfig, sizes
+
+    arch, changes = sizes.split_variant(label)
+    return ModelConfig(arch=arch, size=f"d{d}e{e}", n_layers=int(study.n_layers), d_model=d,
+                       n_heads=d // e, ffn_dim=sizes.paper_ffn_dim(d, 8),
+                       vocab_size=mqar.vocab_size(int(study.n_keys), int(study.n_values)),
+                       max_seq_len=int(study.seq_len), **changes)
+
+
+def usable_state_floats(cfg, seq_len: int, state_floats: int) -> int:
+    """The state a layer can hold over the whole context, averaged over layers: for an arch with a
+    fixed per-head decay (describe_extras' decay_per_layer: TNL) only the heads whose memory
+    1/(-ln λ) reaches seq_len count (λ^seq_len >= 1/e); for the others the nominal state."""
+    from linscale_jax.models import registry
+
+    decay = registry.get(cfg.arch).describe_extras(cfg).get("decay_per_layer")
+    if not decay:
+        return int(state_floats)
+    spans = np.mean([np.mean([lam >= math.exp(-1.0 / seq_len) for lam in layer]) for layer in decay])
+    head_state = state_floats - _conv_floats(cfg)
+    return int(round(spans * head_state)) + _conv_floats(cfg)
+
+
+def _conv_floats(cfg) -> int:
+    from linscale_jax.models.linear_common import short_conv_state_floats
+
+    return short_conv_state_floats(cfg)
+
+
+def mqar_options(study) -> dict:
+    return dict(n_pairs=[int(p) for p in split_list(study.n_pairs)], n_keys=int(study.n_keys),
+                n_values=int(study.n_values), placement=str(study.placement),
+                power_a=float(study.power_a))
+
+
+def variant_of(label: str) -> str:
+    """'tnl+short_conv=4' -> 'short_conv=4'; '' for a registered arch as the paper defines it."""
+    return label.partition("+")[2]
+
+
+@dataclasses.dataclass
+class Run:
+    """One training run (the fields workers.run_parallel reads: name, workdir, steps, n_params,
+    flops_exact). arch: the label (a registered arch or a variant)."""
+
+    arch: str
+    d_model: int
+    head_dim: int
+    seed: int
+    lr: float
+    workdir: str
+    steps: int  # at most; early stopping may end sooner
+    n_params: int
+    flops_exact: float
+    state_floats: int
+    usable_state_floats: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.arch}-d{self.d_model}e{self.head_dim}-s{self.seed}-lr{self.lr:g}"
+
+    @property
+    def variant(self) -> str:
+        return variant_of(self.arch)
+
+    def config(self, study):
+        """The trainer's experiment config of this run (linscale_jax.config.base_config with the
+        study's model, optimizer and step settings)."""
+        from linscale_jax.config import base_config
+
+        c = base_config()
+        c.model.update(model_config(study, self.arch, self.d_model, self.head_dim).to_dict())
+        c.optim.update(lr=self.lr, schedule=str(study.schedule), warmup_steps=int(study.warmup_steps),
+                       weight_decay=float(study.weight_decay))
+        c.train.update(steps=self.steps, batch_size=int(study.batch_size), seq_len=int(study.seq_len),
+                       seed=self.seed)
+        c.mesh.update(data=1, fsdp=1, tensor=1, seq=1)
+        return c
+
+    def settings(self, study) -> dict:
+        """What the run's result depends on: the model section, the optimizer and step fields of the
+        trainer's config and the task (a stored result is reused while these match: `matches`)."""
+        keys = ("n_pairs", "n_keys", "n_values", "placement", "power_a", "eval_every", "val_sequences",
+                "stop_accuracy", "eval_sequences")
+        c = self.config(study)
+        return dict(arch=self.arch, model=c.model.to_dict(),
+                    optim={k: c.optim[k] for k in OPTIM_FIELDS},
+                    train={k: c.train[k] for k in ("steps", "batch_size", "seq_len", "grad_accum", "seed")},
+                    **{k: str(study[k]) for k in keys})
+
+
+# the optimizer fields a run's result depends on (linscale_jax.train.optim.make_optimizer reads them)
+OPTIM_FIELDS = ("lr", "weight_decay", "b1", "b2", "eps", "schedule", "warmup_steps", "min_lr_ratio",
+                "decay_fraction", "clip_norm")
+
+
+def matches(stored, wanted) -> bool:
+    """True when `stored` holds every field of `wanted` with its value (nested dicts compared field by
+    field; fields only `stored` has, from a config with more fields, are ignored)."""
+    if isinstance(wanted, dict):
+        return isinstance(stored, dict) and all(k in stored and matches(stored[k], v)
+                                                for k, v in wanted.items())
+    return stored == wanted
+
+
+def build_runs(study, workdir: str) -> list[Run]:
+    from linscale_jax.models import accounting, registry
+
+    seq_len, runs = int(study.seq_len), []
+    for label in split_list(study.archs):
+        steps = train_steps(study, label)
+        tokens = steps * int(study.batch_size) * seq_len
+        for shape in shapes_of(study, label):
+            d, e = parse_shape(shape)
+            mc = model_config(study, label, d, e)
+            state = int(registry.get(mc.arch).state_floats(mc, seq_len))
+            for lr in learning_rates(study, label):
+                for seed in (int(s) for s in split_list(study.seeds)):
+                    run = Run(label, d, e, seed, lr, "", steps,
+                              accounting.param_counts(mc)["non_embedding"],
+                              3 * accounting.flops_per_token_exact(mc, seq_len) * tokens, state,
+                              usable_state_floats(mc, seq_len, state))
+                    run.workdir = os.path.join(workdir, "runs", run.name)
+                    runs.append(run)
+    return runs
+
+
+def _evaluator(graphdef):
+    import jax
+    import jax.numpy as jnp
+    import optax
+    from flax import nnx
+
+    @jax.jit
+    def sums(params, rest, batch):
+        """(correct queries, queries, summed query cross-entropy) of one batch."""
+        logits = nnx.merge(graphdef, params, rest)(batch["inputs"]).astype(jnp.float32)
+        q = batch["weights"] > 0
+        ce = optax.softmax_cross_entropy_with_integer_labels(logits, batch["targets"])
+        return (jnp.sum((jnp.argmax(logits, -1) == batch["targets"]) & q), jnp.sum(q),
+                jnp.sum(jnp.where(q, ce, 0.0)))
+
+    def evaluate(params, rest, batches) -> tuple[int, int, float]:
+        k = n = 0
+        loss = 0.0
+        for b in batches:
+            c, m, l = sums(params, rest, b)
+            k, n, loss = k + int(c), n + int(m), loss + float(l)
+        return k, n, loss
+
+    return evaluate
+
+
+def train_run(study, run: Run, log=_print) -> dict:
+    """Train one run with early stopping (the trainer's step), then score it per number of pairs."""
+    import jax
+
+    from linscale_jax.data import mqar
+    from linscale_jax.parallel import sharding
+    from linscale_jax.train import loop as trainer
+    from linscale_jax.train.batches import BATCH_KEYS
+
+    trainer.enable_compilation_cache()
+    config = run.config(study)
+    fns, _ = trainer.step_functions(config)
+    params, rest = fns.init_params(), fns.rest()
+    opt_state = fns.init_opt(params)
+    evaluate = _evaluator(sharding.model_parts(model_config(study, run.arch, run.d_model,
+                                                            run.head_dim), run.seed).graphdef)
+    opts, seq_len, bs = mqar_options(study), int(study.seq_len), int(study.batch_size)
+
+    def draw(rng, n, pairs):
+        return mqar.batch(rng, n, seq_len, pairs, opts["n_keys"], opts["n_values"], opts["placement"],
+                          opts["power_a"])
+
+    def stream(split, seed):
+        """Batch i of a split: rng(seed, split, i) as in mqar.MQARRows, P drawn per row from n_pairs."""
+        for i in itertools.count():
+            rng = np.random.default_rng([seed, mqar.SPLITS[split], i, 0, 1])
+            yield draw(rng, bs, rng.choice(opts["n_pairs"], size=bs))
+
+    train = stream("train", run.seed)
+    val_it = stream("validation", 0)  # one validation set for every run
+    val = [next(val_it) for _ in range(max(1, int(study.val_sequences) // bs))]
+    every, stop_at = int(study.eval_every), float(study.stop_accuracy)
+    t0, losses, history, step, acc = time.time(), [], [], 0, 0.0
+    while step < run.steps:
+        batch = sharding.global_batch(next(train), fns.b_shard, BATCH_KEYS)
+        params, opt_state, m = fns.step_fn(params, opt_state, rest, batch)
+        step += 1
+        losses.append(m["loss"])
+        if step % every == 0 or step == run.steps:
+            k, n, vl = evaluate(params, rest, val)
+            acc, train_loss = k / max(n, 1), float(np.mean(jax.device_get(losses)))
+            losses = []
+            history.append(dict(step=step, train_loss=train_loss, val_loss=vl / max(n, 1), val_accuracy=acc))
+            el = time.time() - t0
+            eta = el / step * (run.steps - step)
+            log(f"[recall] {run.name} step {step}/{run.steps} | train loss {train_loss:.3f} | val loss "
+                f"{vl / max(n, 1):.3f} | val accuracy {acc:.3f} | {step * bs * seq_len / el:,.0f} tok/s | "
+                f"{el:.0f}s, ETA {eta:.0f}s")
+            if acc >= stop_at:
+                break
+    per_pairs, k_all, n_all, loss_all = {}, 0, 0, 0.0
+    n_seq = int(study.eval_sequences)
+    for p in opts["n_pairs"]:
+        rng = np.random.default_rng([run.seed, mqar.SPLITS["test"], p])
+        k, n, loss = evaluate(params, rest, [draw(rng, min(bs, n_seq - s), p) for s in range(0, n_seq, bs)])
+        per_pairs[str(p)] = dict(correct=k, queries=n, loss=loss / max(n, 1))
+        k_all, n_all, loss_all = k_all + k, n_all + n, loss_all + loss
+    test_loss = loss_all / max(n_all, 1)
+    status = DID_NOT_TRAIN if did_not_train(test_loss, opts["n_values"], float(study.dnt_margin)) else TRAINED
+    return dict(settings=run.settings(study), steps=step, stopped_early=step < run.steps,
+                val_accuracy=acc, test_loss=test_loss, status=status, per_pairs=per_pairs,
+                history=history, seconds=time.time() - t0)
+
+
+def result_path(run: Run) -> str:
+    return os.path.join(run.workdir, "result.json")
+
+
+def load_result(study, run: Run) -> dict | None:
+    """The stored result of `run`, if its settings match the study's."""
+    try:
+        with open(result_path(run)) as f:
+            res = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return res if matches(res.get("settings"), json.loads(json.dumps(run.settings(study)))) else None
+
+
+def process_run(study, run: Run, log=_print, final: bool = True) -> dict:
+    """Train and score `run` unless its result is stored; write DIR/runs/<run>/result.json."""
+    res = load_result(study, run)
+    if res is None:
+        res = train_run(study, run, log)
+        os.makedirs(run.workdir, exist_ok=True)
+        tmp = result_path(run) + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(res, f, indent=1)
+        os.replace(tmp, result_path(run))
+    log(f"[recall] {run.name}: {res['status']}, {res['steps']} steps, test loss {res['test_loss']:.3f}, "
+        + ", ".join(f"P={p}: {v['correct'] / max(v['queries'], 1):.3f}" for p, v in res["per_pairs"].items()))
+    return res

@@ -1,0 +1,321 @@
+"""A study's results, computed once and written as data; report.md and the plots only render them.
+
+    found = write(study, runs, workdir, fit_errors, wall, log)   # -> findings.json's dict
+
+Reads DIR/fit/table*.csv (one per loss estimator) and the runs' eval rows; writes
+  DIR/findings.json       verdicts (study.verdicts.judge_all; per estimator and, with
+                          study.protocol_from, per learning-rate protocol), seed sds with df and
+                          intervals, the paired comparisons at C*, each arch's L(N, D) with its lack
+                          of fit, bracketing and the measured optimum, the retrieval probes, the runs,
+                          the design and the wall time
+  DIR/fit/bracketing.csv  arch, estimator, interior, smallest, largest, one_size: shares of the
+                          log-compute grid where the envelope's winner is an interior size, the
+                          smallest or largest size reaching that compute, or the only one
+  DIR/fit/envelope.csv    every arch's envelope per estimator (compute, loss, winner N, tokens, clamped)
+  DIR/holdout.csv, holdout_curves.csv, holdout.json (study.holdout)
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from linscale_jax import contract
+from linscale_jax.study import compare, findings, holdout, plan
+
+BRACKETING_COLUMNS = ("arch", "estimator", "interior", "smallest", "largest", "one_size")
+CLAMPED = {"interior": 0, "smallest": -1, "largest": 1, "one_size": 2}  # approach1.Envelope.clamped
+# Tokens per parameter at the compute-optimal point: Hoffmann et al. (2022, Chinchilla), about 20
+# (parameters with embeddings); Porian et al. (2024) from linscale_jax/fit/data at their largest common budget.
+CHINCHILLA_TOKENS_PER_PARAM = 20.0
+PORIAN = (("reproducing_kaplan", "Porian et al.: Kaplan's settings, long warmup, non-embedding count"),
+          ("att_correct_warmup", "Porian et al.: warmup corrected, attention FLOPs counted"),
+          ("att_optimizer_tuning_no_decay", "Porian et al.: + learning rate, batch and β2 tuned per size"))
+PROTOCOL = "learning-rate protocol"
+
+
+def porian_tokens_per_param(flops: float = 1.25e16, dataset: str = "rw") -> list[dict]:
+    """[{config, label, tokens_per_param, n_opt}] from linscale_jax/fit/data/porian2024_optimal_pairs.csv at `flops`."""
+    from linscale_jax import fit
+
+    path = Path(fit.__file__).parent / "data" / "porian2024_optimal_pairs.csv"
+    rows = {r["config"]: r for r in csv.DictReader(open(path))
+            if r["dataset"] == dataset and float(r["flops"]) == flops}
+    return [dict(config=c, label=label, n_opt=float(rows[c]["n_opt"]),
+                 tokens_per_param=float(rows[c]["t_opt"]) / float(rows[c]["n_opt"]))
+            for c, label in PORIAN if c in rows]
+
+
+def tables(study, workdir: str) -> dict:
+    """{estimator: Table} of the study's fit tables (C in PF-days), the laws' first."""
+    from linscale_jax.study import verdicts
+
+    names = plan.estimators(study)
+    specs = [f"{n}={contract.study_path(workdir, contract.STUDY_FIT, contract.fit_table_name(n, i == 0))}"
+             for i, n in enumerate(names)]
+    return verdicts.load_tables([x for x in specs if os.path.exists(x.split("=", 1)[1])])
+
+
+def bracketing(tabs: dict, workdir: str) -> dict:
+    """{estimator: {arch: {interior, smallest, largest, one_size}}}; writes bracketing.csv and
+    envelope.csv. An arch with too few runs for an envelope is left out."""
+    from linscale_jax.fit import approach1
+    from linscale_jax.fit.table import FitError
+
+    out, env_rows = {}, []
+    for est, t in tabs.items():
+        out[est] = {}
+        for a in t.archs:
+            try:
+                env = approach1.envelope(t.select(a))
+            except FitError:
+                continue
+            out[est][a] = {k: float(np.mean(env.clamped == v)) for k, v in CLAMPED.items()}
+            env_rows += [dict(arch=a, estimator=est, compute=f"{c:.6g}", loss=f"{l:.6f}", n_params=f"{n:.6g}",
+                              tokens=f"{d:.6g}", clamped=int(k))
+                         for c, l, n, d, k in zip(env.compute, env.loss, env.n_params, env.tokens, env.clamped)]
+    fit_dir = contract.study_path(workdir, contract.STUDY_FIT)
+    with open(os.path.join(fit_dir, contract.BRACKETING_CSV), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(BRACKETING_COLUMNS)
+        for est, archs in out.items():
+            for a, s in archs.items():
+                w.writerow([a, est, *(f"{s[k]:.4f}" for k in BRACKETING_COLUMNS[2:])])
+    with open(os.path.join(fit_dir, contract.ENVELOPE_CSV), "w", newline="") as f:
+        w = csv.DictWriter(f, ("arch", "estimator", "compute", "loss", "n_params", "tokens", "clamped"))
+        w.writeheader()
+        w.writerows(env_rows)
+    return out
+
+
+def optimum(table, counts: dict) -> dict:
+    """Per arch, where its envelope (the laws' estimator) is interior: the measured N_opt and D_opt
+    and tokens per parameter at the optimum under the paper's count (Table 1, non-embedding), the
+    parameter tree's non-embedding count and the count with embedding and head. `counts`: {arch:
+    {table n_params: {"paper", "total"}}} from the model configs' accounting."""
+    from linscale_jax.fit import approach1
+    from linscale_jax.fit.table import FitError
+
+    out = {}
+    for a in table.archs:
+        try:
+            env = approach1.envelope(table.select(a))
+        except FitError:
+            continue
+        inner = env.clamped == 0
+        r = dict(interior=float(np.mean(inner)), points=int(inner.sum()))
+        if inner.any():
+            n, d, c = env.n_params[inner], env.tokens[inner], env.compute[inner]
+            by = {"non_embedding": n,
+                  "paper": np.array([counts.get(a, {}).get(float(x), {}).get("paper", np.nan) for x in n]),
+                  "total": np.array([counts.get(a, {}).get(float(x), {}).get("total", np.nan) for x in n])}
+            r.update(compute=[float(c.min()), float(c.max())], d_opt=[float(d.min()), float(d.max())],
+                     n_opt={k: [float(np.nanmin(v)), float(np.nanmax(v))] for k, v in by.items()
+                            if np.isfinite(v).any()},
+                     tokens_per_param={k: dict(median=float(np.nanmedian(d / v)), low=float(np.nanmin(d / v)),
+                                               high=float(np.nanmax(d / v)))
+                                       for k, v in by.items() if np.isfinite(v).any()})
+        out[a] = r
+    return out
+
+
+def param_counts(runs) -> dict:
+    """{arch: {non-embedding N: {"paper": Table-1 N, "total": with embedding and head}}} from each
+    run's model config (linscale_jax.models.accounting)."""
+    from linscale_jax.models import ModelConfig, accounting
+
+    out = {}
+    for r in runs:
+        mc = ModelConfig.from_config(r.config.model)
+        out.setdefault(r.arch, {})[float(r.n_params)] = dict(paper=float(accounting.paper_params(mc)),
+                                                             total=float(accounting.param_counts(mc)["total"]))
+    return out
+
+
+def _final_rows(run) -> dict:
+    from linscale_jax.eval.runner import read_results
+
+    rows = read_results(run.workdir) if os.path.exists(run.workdir) else []
+    last = max((r["step"] for r in rows), default=None)
+    return {r["task"]: r for r in rows if r["step"] == last}
+
+
+def _timing(run) -> dict:
+    """The sums over a run's invocations in <run>/timing.jsonl (train, eval and their compile)."""
+    path = os.path.join(run.workdir, contract.TIMING)
+    keys = ("train_s", "train_compile_s", "eval_s", "eval_compile_s", "cooldown_s", "cooldown_compile_s")
+    tot = dict.fromkeys(keys, 0.0)
+    if os.path.exists(path):
+        for line in open(path):
+            row = json.loads(line)
+            for k in keys:
+                tot[k] += float(row.get(k, 0.0))
+    return tot
+
+
+def run_rows(runs, workdir: str, counts: dict) -> list[dict]:
+    """Per run: its size, counts, budget, final val_loss / probe / NIAH and timing sums."""
+    out = []
+    for r in runs:
+        fr = _final_rows(r)
+        niah = next(((t, row) for t, row in fr.items() if t.startswith("niah")), (None, {}))
+        heat = niah[1].get("niah_heatmap")
+        out.append(dict(name=r.name, arch=r.arch, size=r.size, seed=r.seed, n_params=r.n_params,
+                        **counts.get(r.arch, {}).get(float(r.n_params), {}), steps=r.steps, tokens=r.tokens,
+                        pf_days=r.pf_days, val_loss=fr.get("val_loss", {}).get("val_loss"),
+                        probe_acc=fr.get("probe", {}).get("probe_acc"),
+                        probe_items=fr.get("probe", {}).get("probe_items"),
+                        niah_task=niah[0], niah_weighted_acc=niah[1].get("niah_weighted_acc"),
+                        niah_score=niah[1].get("niah_score"),
+                        niah_heatmap=os.path.relpath(heat, workdir) if heat else None, timing=_timing(r)))
+    return out
+
+
+def probes(rows: list[dict], workdir: str, seed: int) -> dict:
+    """NIAH and the line probe of each arch's largest model (seed 0): accuracies and llama − arch."""
+    largest = {}
+    for r in rows:
+        if not r["seed"] and (r["arch"] not in largest or r["n_params"] > largest[r["arch"]]["n_params"]):
+            largest[r["arch"]] = r
+    cells, acc, n_items = {}, {}, {}
+    for a, r in largest.items():
+        if r["niah_heatmap"]:
+            js = os.path.join(workdir, os.path.splitext(r["niah_heatmap"])[0] + ".json")
+            if os.path.exists(js):
+                cells[a] = ((np.asarray(json.load(open(js))["scores"], float) - 1.0) / 9.0).ravel()
+        if r["probe_acc"] is not None:
+            acc[a], n_items[a] = float(r["probe_acc"]), int(r["probe_items"])
+    out = {}
+    if cells:
+        per, diffs = compare.niah_comparison(cells, seed=seed)
+        out["niah"] = dict(by_arch=per, diffs=diffs)
+    if acc:
+        per, diffs = compare.probe_comparison(acc, n_items)
+        out["probe"] = dict(by_arch=per, diffs=diffs)
+    return out
+
+
+def design(study, runs) -> dict:
+    c = runs[0].config
+    return dict(archs=plan.split_list(study.archs), sizes=plan.split_list(study.sizes), runs=len(runs),
+                tokens=runs[0].tokens, steps=spread(runs, lambda r: r.steps),
+                batch=spread(runs, lambda r: r.config.train.batch_size), seq_len=int(c.train.seq_len),
+                lr=spread(runs, lambda r: r.config.optim.lr), b2=spread(runs, lambda r: r.config.optim.b2),
+                schedule=str(c.optim.schedule), warmup=spread(runs, lambda r: r.config.optim.warmup_steps),
+                protocol=next((r.config.optim.get("rule", None) for r in runs if "+" not in r.arch),
+                              c.optim.get("rule", None)),  # variants pin their arch's settings
+                data_task=str(c.data.task),
+                vocab=str(c.data.get("vocab", "")), vocab_size=int(c.model.vocab_size),
+                fit_min_step=plan.fit_min_step(runs), approach=int(study.fit.approach),
+                bootstrap=int(study.fit.bootstrap), include_clamped=bool(study.fit.include_clamped))
+
+
+def spread(runs, value) -> str:
+    """'8' when every run has the same value, else 'lo..hi' over the runs (a learning-rate rule's
+    lr, batch, β2, warmup and steps per arch and size)."""
+    vals = sorted({value(r) for r in runs})
+    return f"{vals[0]:g}" if len(vals) == 1 else f"{vals[0]:g}..{vals[-1]:g}"
+
+
+def protocol_sources(study) -> tuple[dict | None, str]:
+    """(findings.json of the study named by study.protocol_from, its workdir) or (None, '')."""
+    src = str(study.get("protocol_from", "") or "")
+    if not src:
+        return None, ""
+    path = contract.study_path(src, contract.FINDINGS_JSON)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"study.protocol_from={src!r} has no {contract.FINDINGS_JSON}; run the other "
+                                "learning-rate protocol's study first "
+                                f"(`python -m linscale_jax.study --config=... --workdir={src}`)")
+    return json.load(open(path)), src
+
+
+def by_protocol(found: dict, own_label: str, other: dict, src: str) -> dict:
+    """Every finding (and finding-2/1 arch) judged under both protocols: {label: verdict}, and the
+    verdict 'depends on the learning-rate protocol' where they disagree."""
+    from linscale_jax.study import verdicts
+
+    other_label = (other.get("design") or {}).get("protocol") or "protocol_from"
+    if other_label == own_label:
+        other_label = f"{other_label} ({os.path.basename(os.path.normpath(src))})"
+    out = dict(labels=[own_label, other_label], source=src)
+    for key, f in found["findings"].items():
+        g = other["findings"].get(key, {})
+        for mine, theirs in ((f, g), *((r, g.get("archs", {}).get(a, {})) for a, r in f.get("archs", {}).items())):
+            t = theirs.get("own_verdict") or theirs.get("verdict", "not measured")
+            mine["own_verdict"] = mine["verdict"]
+            mine["by_protocol"] = {own_label: mine["verdict"], other_label: t}
+            heads = {k: v.split(":", 1)[0] for k, v in mine["by_protocol"].items()}  # retrieval: verdict: why
+            if len(set(heads.values())) > 1:
+                mine["verdict"] = verdicts.combine(heads, PROTOCOL)
+    return out
+
+
+def write(study, runs, workdir: str, fit_errors: dict | None = None, wall: dict | None = None,
+          log=print) -> dict:
+    """Compute and write the study's results (module docstring); returns findings.json's dict.
+    `wall`: {runs_s, workers, t0} of this invocation (t0: when the join began)."""
+    from linscale_jax.fit.bootstrap import SeedSd
+    from linscale_jax.study import verdicts
+
+    tabs = tables(study, workdir)
+    first = next(iter(tabs))
+    v = study.get("verdicts", {})
+    recall_rows, recall_src = findings.recall_rows_from(study)
+    found = verdicts.judge_all(tabs, recall_rows, recall_src,
+                               margin=float(v.get("margin", verdicts.DEFAULT_MARGIN)),
+                               tolerance=float(v.get("tolerance", verdicts.DEFAULT_TOLERANCE)),
+                               seed_sd=float(study.get("noise", {}).get("seed_sd", 0.0)) or None,
+                               n_boot=max(int(study.fit.bootstrap), 20), seed=int(study.fit.seed))
+    per = found["by_estimator"]
+    found.update(common_compute=per[first]["common_compute"], law_at_common_compute=per[first]["law_at_common_compute"],
+                 n_boot=per[first]["n_boot"], checkpoint_sd=compare.checkpoint_sd(tabs[first]))
+    pool = per[first]["seed_sd_pooled"]
+    seed_sd = SeedSd(pool["sd"], pool["df"] if pool["df"] is not None else np.inf, pool["source"])
+    found["holdout"] = holdout.write(tabs[first], seed_sd, workdir, n_boot=max(int(study.fit.bootstrap), 20),
+                                     seed=int(study.fit.seed))
+    found["laws_nd"] = laws_nd(tabs, per)
+    found["bracketing"] = bracketing(tabs, workdir)
+    counts = param_counts(runs)
+    found["optimum"] = optimum(tabs[first], counts)
+    found["reference_tokens_per_param"] = dict(chinchilla=CHINCHILLA_TOKENS_PER_PARAM,
+                                               porian=porian_tokens_per_param())
+    found["runs"] = run_rows(runs, workdir, counts)
+    found["probes"] = probes(found["runs"], workdir, int(study.fit.seed))
+    found["design"] = design(study, runs)
+    found["fit_errors"] = fit_errors or {}
+    other, src = protocol_sources(study)
+    if other is not None:
+        found["protocols"] = by_protocol(found, found["design"]["protocol"] or "this study", other, src)
+    if wall is not None:
+        found["wall"] = dict(runs_s=wall.get("runs_s"), workers=wall.get("workers", 1),
+                             fit_s=time.time() - wall["t0"])
+    found = verdicts.plain(found)
+    with open(contract.study_path(workdir, contract.FINDINGS_JSON), "w") as f:
+        json.dump(found, f, indent=2)
+    return found
+
+
+def laws_nd(tabs: dict, per: dict) -> dict:
+    """{estimator: {arch: fit.holdout.full_law}}: approach 3 on every size, its lack of fit against
+    the estimator's pooled seed sd (the law study.calibrate simulates from)."""
+    from linscale_jax.fit import holdout as fh
+    from linscale_jax.fit.bootstrap import SeedSd
+    from linscale_jax.fit.table import FitError
+
+    out = {}
+    for est, t in tabs.items():
+        pool = per[est]["seed_sd_pooled"]
+        sd = SeedSd(pool["sd"], pool["df"] if pool["df"] is not None else np.inf, pool["source"])
+        out[est] = {}
+        for a in t.archs:
+            try:
+                out[est][a] = fh.full_law(t.select(a), sd)
+            except FitError as e:
+                out[est][a] = dict(note=str(e))
+    return out

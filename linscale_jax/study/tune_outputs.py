@@ -1,0 +1,223 @@
+"""The tuning grid's outputs (study.tune): DIR/tune/cells.csv and cells.md, rule.json (the fitted
+rules with intervals, provenance and every cell's loss: the file linscale_jax.train.rule reads),
+lr.png and summary.md.
+
+    write_outputs(study, workdir, {cell: (loss, val_loss)})   # -> the rule file's dict
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+
+import numpy as np
+
+from linscale_jax import contract
+from linscale_jax.study import plan as plan_lib
+from linscale_jax.study import tune_fit
+from linscale_jax.study.tune_fit import Cell, lr_of
+from linscale_jax.study.tune_grid import (beta2_of, cell_config, cell_name, n_params_of, names, rule_of, sizes_of)
+
+TUNE_DIR = "tune"
+
+
+def _print(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def machine() -> str:
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
+    except OSError:
+        pass
+    return f"{platform.machine()} {model}, {os.cpu_count()} cores, {platform.system()}".strip()
+
+
+def code_version() -> str:
+    try:
+        return subprocess.run(["git", "-C", str(plan_lib.REPO), "rev-parse", "HEAD"], capture_output=True,
+                              text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def cell_rows(study, seen: dict) -> list[dict]:
+    """One row per cell; best = the lowest seed-0 loss of its (arch, size)."""
+    t = study.tune
+    best = {}
+    for c, (cool, _) in seen.items():
+        key = (c.arch, c.size)
+        if c.seed == 0 and np.isfinite(cool) and (key not in best or cool < seen[best[key]][0]):
+            best[key] = c
+    rows = []
+    for c in sorted(seen, key=lambda c: (c.arch, n_params_of(study, c.arch, c.size), c.batch, c.beta2, c.k, c.seed)):
+        cool, val = seen[c]
+        rows.append(dict(arch=c.arch, size=c.size, n_params=int(n_params_of(study, c.arch, c.size)),
+                         lr=lr_of(c.k, float(t.lr_base)), batch=c.batch, beta2=c.beta2, seed=c.seed,
+                         loss=round(cool, 4) if np.isfinite(cool) else "diverged",
+                         val_loss=round(val, 4) if np.isfinite(val) else "diverged",
+                         best=int(best.get((c.arch, c.size)) == c)))
+    return rows
+
+
+def _fmt_ci(ci, fmt="{:.3g}") -> str:
+    return "" if ci is None else "[" + ", ".join(fmt.format(x) for x in ci) + "]"
+
+
+def write_outputs(study, workdir: str, seen: dict, log=_print) -> dict:
+    from linscale_jax.study import tune_plot
+
+    t = study.tune
+    out_dir = contract.study_path(workdir, TUNE_DIR)
+    os.makedirs(out_dir, exist_ok=True)
+    loss = {c: v[0] for c, v in seen.items()}
+    fitted = rule_of(study, loss)
+    sigma, pairs = tune_fit.seed_sd(loss)
+    rows = cell_rows(study, seen)
+    with open(os.path.join(out_dir, "cells.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    rule = rule_file(study, loss, fitted, sigma, pairs, rows)
+    with open(os.path.join(out_dir, "rule.json"), "w") as f:
+        json.dump(rule, f, indent=1)
+    png = tune_plot.plot_lr(rows, fitted, os.path.join(out_dir, "lr.png"))
+    md = summary_md(study, rule, rows)
+    with open(os.path.join(out_dir, "cells.md"), "w") as f:
+        f.write(md)
+    log(md)
+    log(f"[tune] wrote {out_dir}/cells.csv, cells.md, rule.json, {os.path.basename(png)}; ship the rule "
+        f"with: cp {out_dir}/rule.json linscale_jax/train/tuned_rule.json")
+    return {"rule": rule, "rows": rows, "dir": out_dir}
+
+
+def _law_json(law: dict) -> dict:
+    return {k: law[k] for k in ("coefficient", "exponent", "coefficient_ci", "exponent_ci")}
+
+
+def _sizes_json(f: dict, lr_base: float) -> dict:
+    out = {}
+    for i, s in enumerate(f["sizes"]):
+        o = f["optima"][s]
+        out[s] = {"n_params": f["n"][i], "lr_opt": f["lr"]["values"][i], "batch_opt": f["batch"]["values"][i],
+                  "lr_opt_ci": f["lr"]["values_ci"][i] if f["lr"]["values_ci"] else None,
+                  "batch_opt_ci": f["batch"]["values_ci"][i] if f["batch"]["values_ci"] else None,
+                  "lr_edge": o.lr_edge, "batch_edge": o.batch_edge, "best": cell_name(o.best, lr_base),
+                  "loss": o.loss}
+    return out
+
+
+def rule_file(study, loss: dict, fitted: dict, sigma: float, pairs: int, rows: list[dict]) -> dict:
+    """The rule file (linscale_jax.train.rule): laws per arch, range, data, provenance, cells."""
+    t = study.tune
+    ref_arch = plan_lib.split_list(study.archs)[0]
+    archs = {arch: {"lr": _law_json(f["lr"]), "batch": _law_json(f["batch"]), "beta2": beta2_of(f),
+                    "sizes": _sizes_json(f, float(t.lr_base))} for arch, f in fitted.items()}
+    for arch, ch in check_summary(study, loss, fitted[ref_arch]).items():
+        if arch in archs:
+            continue
+        if ch["own_rule"]:  # a law through its checked sizes; llama's batch and β2
+            own = tune_fit.fit_power_law([v["n_params"] for v in ch["sizes"].values()],
+                                         [v["lr_opt"] for v in ch["sizes"].values()], what=f"{arch} lr rule")
+            archs[arch] = {"lr": {"coefficient": own.coefficient, "exponent": own.exponent,
+                                  "coefficient_ci": None, "exponent_ci": None},
+                           "batch": archs[ref_arch]["batch"], "beta2": archs[ref_arch]["beta2"], "check": ch}
+        else:
+            archs[arch] = {"same_as": ref_arch, "check": ch}
+    for arch, entry in archs.items():  # the sizes each arch was tuned or checked at
+        ns = list(fitted[arch]["n"]) if arch in fitted else [v["n_params"] for v in entry["check"]["sizes"].values()]
+        entry["range"] = {"n_min": min(ns), "n_max": max(ns)}
+    cfg = cell_config(study, Cell(ref_arch, sizes_of(study)[0], 0, int(t.batch), float(t.beta2)))
+    ns = [n for entry in archs.values() for n in entry["range"].values()]
+    return {
+        "what": ("AdamW peak learning rate, batch (sequences) and beta2 per arch and size, tuned on a "
+                 "grid at a fixed token budget and selected by the loss under the cooldown estimator; "
+                 "lr = coefficient * N^exponent, batch likewise rounded to a power of two, "
+                 "warmup = warmup_tokens_per_param * N tokens, N non-embedding parameters"),
+        "command": "python -m linscale_jax.study " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+        "machine": machine(),
+        "code": code_version(),
+        "data": {"task": str(cfg.data.task), "vocab": str(cfg.data.vocab), "seq_len": int(cfg.train.seq_len),
+                 "tokens": float(study.tokens), "schedule": str(cfg.optim.schedule),
+                 "estimator": f"cooldown ({float(study.cooldown.fraction):g} of the steps, {study.cooldown.shape})",
+                 "val_batches": int(study.eval.val_batches)},
+        "range": {"n_min": min(ns), "n_max": max(ns), "n_count": "non_embedding"},
+        "warmup_tokens_per_param": float(t.warmup_tokens_per_param),
+        "default": ref_arch,
+        "seed_sd": {"value": sigma, "pairs": pairs},
+        "archs": archs,
+        "cells": rows,
+    }
+
+
+def check_summary(study, loss: dict, ref: dict) -> dict:
+    """Per checked arch and size: the rule's rate, the best checked rate (parabola vertex), their
+    ratio, and whether the arch gets its own rule (a ratio beyond tune.own_rule_factor)."""
+    t = study.tune
+    out = {}
+    for arch in names(t.check_archs):
+        sizes = {}
+        for s in plan_lib.split_list(str(t.check_sizes)):
+            cells = [c for c in loss if (c.arch, c.size) == (arch, s)]
+            if not cells:
+                continue
+            n = n_params_of(study, arch, s)
+            o = tune_fit.size_optimum(cells, loss)
+            lr_opt = float(t.lr_base) * 2.0 ** o.log2_lr
+            rule_lr = tune_fit.law_value(ref["lr"], n)
+            sizes[s] = {"n_params": n, "rule_lr": rule_lr, "lr_opt": lr_opt, "ratio": lr_opt / rule_lr,
+                        "lr_edge": o.lr_edge, "loss": o.loss,
+                        "best": cell_name(o.best, float(t.lr_base))}
+        if sizes:
+            factor = float(t.own_rule_factor)
+            out[arch] = {"sizes": sizes, "own_rule": any(not 1 / factor <= v["ratio"] <= factor
+                                                         for v in sizes.values())}
+    return out
+
+
+def summary_md(study, rule: dict, rows: list[dict]) -> str:
+    """cells.md: the rules with intervals, the per-arch checks, then every cell."""
+    lines = ["# Tuning grid", "", f"`{rule['command']}` on {rule['machine']}.", "",
+             f"Loss: validation loss (nats per byte) at the budget's end under the {rule['data']['estimator']}"
+             f" estimator; {rule['data']['tokens']:.4g} tokens per cell; seed-to-seed sd "
+             f"{rule['seed_sd']['value']:.4f} ({rule['seed_sd']['pairs']} replicate pairs), the intervals' noise.", "",
+             "| arch | lr* = c·N^e | c [95 %] | e [95 %] | batch* = c·N^e | c [95 %] | e [95 %] | β2 |",
+             "|---|---|---|---|---|---|---|---|"]
+    for arch, a in rule["archs"].items():
+        if "same_as" in a:
+            continue
+        lr, b = a["lr"], a["batch"]
+        lines.append(f"| {arch} | {lr['coefficient']:.3g}·N^{lr['exponent']:+.3f} | {_fmt_ci(lr['coefficient_ci'])} | "
+                     f"{_fmt_ci(lr['exponent_ci'], '{:+.3f}')} | {b['coefficient']:.3g}·N^{b['exponent']:+.3f} | "
+                     f"{_fmt_ci(b['coefficient_ci'])} | {_fmt_ci(b['exponent_ci'], '{:+.3f}')} | {a['beta2']:g} |")
+    lines += ["", "Per size (vertex of the parabola through the best cell and its neighbours; 'edge': the best "
+              "was the end of its line, a bound):", "",
+              "| arch | size | N | lr* [95 %] | batch* [95 %] | best cell | loss |", "|---|---|---|---|---|---|---|"]
+    for arch, a in rule["archs"].items():
+        for s, v in a.get("sizes", {}).items():
+            lines.append(f"| {arch} | {s} | {v['n_params']:.4g} | {v['lr_opt']:.3g} {_fmt_ci(v['lr_opt_ci'])}"
+                         f"{' edge' if v['lr_edge'] else ''} | {v['batch_opt']:.3g} {_fmt_ci(v['batch_opt_ci'])}"
+                         f"{' edge' if v['batch_edge'] else ''} | {v['best']} | {v['loss']:.4f} |")
+    checks = {arch: a["check"] for arch, a in rule["archs"].items() if "check" in a}
+    if checks:
+        lines += ["", f"Linear archs checked against {rule['default']}'s rule (own rule when the best rate is "
+                  "more than the preset's factor away at a size):", "",
+                  "| arch | size | rule lr | best lr | ratio | own rule |", "|---|---|---|---|---|---|"]
+        for arch, ch in checks.items():
+            for s, v in ch["sizes"].items():
+                lines.append(f"| {arch} | {s} | {v['rule_lr']:.3g} | {v['lr_opt']:.3g}{' edge' if v['lr_edge'] else ''}"
+                             f" | {v['ratio']:.2f} | {'yes' if ch['own_rule'] else 'no'} |")
+    lines += ["", "Every cell (loss under cooldown; val_loss at the last checkpoint; **best** per size):", "",
+              "| arch | size | lr | batch | β2 | seed | loss | val_loss |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        mark = "**" if r["best"] else ""
+        lines.append(f"| {r['arch']} | {r['size']} | {r['lr']:g} | {r['batch']} | {r['beta2']:g} | {r['seed']} | "
+                     f"{mark}{r['loss']}{mark} | {r['val_loss']} |")
+    return "\n".join(lines) + "\n"
