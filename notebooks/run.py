@@ -11,11 +11,13 @@ when the project is not importable, JAX_PLATFORMS picks the platform (default: t
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))  # the clone's linscale_jax, for the one-line errors
+if importlib.util.find_spec("linscale_jax") is None:  # not installed: the clone's, for the one-line errors
+    sys.path.insert(0, os.path.dirname(HERE))
 
 from linscale_jax.errors import ArgumentParser, UserError  # noqa: E402
 
