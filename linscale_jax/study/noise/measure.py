@@ -1,20 +1,21 @@
-"""Measure the noise sources of a study's loss points on one small size.
+"""Measure the noise sources of a study's loss points on one small size (the steps of the "noise"
+kind, study.experiments).
 
-    python -m linscale_jax.study.noise --workdir=DIR [--config=configs/study/cpu.py] [--arch=llama]
-        [--size=d16] [--steps=384] [--every=32] [--seeds=3] [--val=2,8,32] [--cooldown=0.2]
-        [--cooldowns=3] [--average=0.25]
+    python -m linscale_jax.study --config=noise --workdir=DIR [--config.preset=cpu] [--config.arch=llama]
+        [--config.size=d16] [--config.steps=384] [--config.every=32] [--config.seeds=3]
+        [--config.val=2,8,32] [--config.cooldown=0.2] [--config.cooldowns=3] [--config.average=0.25]
 
-Trains `seeds` runs of one size with the preset's constant learning rate (run i: train.seed =
-data.seed = i, so initialisation and data order both change), a checkpoint every `every` steps.
-Every checkpoint is evaluated on the largest validation sample (max of --val, batches of the
-preset's batch × seq_len tokens, one fixed sample for all runs), batch by batch, so that the loss on
-the first v batches gives each smaller sample size for free. Measured, per estimator of a
-checkpoint's loss:
+Trains `seeds` runs of one size with the base preset's (study.preset) constant learning rate (run i:
+train.seed = data.seed = i, so initialisation and data order both change), a checkpoint every
+`every` steps: DIR/runs/<arch>-<size>-seed<i>/. Every checkpoint is evaluated on the largest
+validation sample (max of `val`, batches of the preset's batch × seq_len tokens, one fixed sample
+for all runs), batch by batch, so that the loss on the first v batches gives each smaller sample size
+for free (each run's <run>/noise_losses.npz). Measured, per estimator of a checkpoint's loss:
 
   raw@v      the checkpoint's weights on the first v validation batches
   avg@v      the mean weights of the checkpoints in the last `average` fraction of the steps so
              far (eval.val_loss.averaged_model: the study's val_loss_avg, an offline EMA)
-  cool@v     a cooldown branch (study.cooldown: linear decay to 0 over `cooldown` ×
+  cool@v     a cooldown branch (scaling.cooldown: linear decay to 0 over `cooldown` ×
              step more steps) from each of the last `cooldowns` checkpoints
 
 and for each: checkpoint-to-checkpoint sd (RMS residual of each run's late checkpoints — the second
@@ -34,24 +35,11 @@ import numpy as np
 
 from linscale_jax import contract
 
-
-def study_preset(preset: str):
-    """The study preset's ConfigDict (a path relative to the repository or absolute)."""
-    import importlib.util
-    from pathlib import Path
-
-    from linscale_jax.study import plan
-
-    path = Path(preset)
-    path = path if path.is_absolute() else plan.REPO / path
-    spec = importlib.util.spec_from_file_location(f"_noise_{path.stem}", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.get_config()
+LOSSES = "noise_losses.npz"  # <run>/: per-batch (nll, tokens) of every checkpoint, averaged and cooled down
 
 
 def run_config(study, arch: str, size: str, steps: int, every: int, seed: int):
-    from linscale_jax.study import plan
+    from linscale_jax.study.scaling import plan
 
     cfg = plan.run_config(study, arch, size)
     if str(cfg.optim.schedule) != "constant":
@@ -91,46 +79,81 @@ def sample_sd(bl: np.ndarray, v: int) -> float:
     return float(np.std(vals, ddof=1))
 
 
-def measure(workdir: str, preset: str = "configs/study/cpu.py", arch: str = contract.BASELINE_ARCH,
-            size: str = "d16",
-            steps: int = 384, every: int = 32, seeds: int = 3, val=(2, 8, 32), cooldown: float = 0.2,
-            cooldowns: int = 3, average: float = 0.25, log=print) -> dict:
-    from linscale_jax.run import checkpoint as ckpt
-    from linscale_jax import data
-    from linscale_jax.train import loop as trainer
-    from linscale_jax.study import cooldown as cool
-    from linscale_jax.eval.val_loss import averaged_model
-    from linscale_jax.study.compare import residual_sd
+def _sizes(study) -> list[int]:
+    from linscale_jax.contract import split_list
 
-    t0 = time.time()
-    study = study_preset(preset)
-    val = sorted(int(v) for v in val)
-    vmax = val[-1]
-    eval_cfg = run_config(study, arch, size, steps, every, 0)  # one fixed sample for every run
-    batches = data.eval_batches(eval_cfg, split="validation", num_batches=vmax)
-    ck = list(range(every, steps + 1, every))
-    late = ck[len(ck) // 2:]
-    raw, avg, coo, cool_steps = [], [], [], []
-    for s in range(seeds):
-        cfg = run_config(study, arch, size, steps, every, s)
-        wd = os.path.join(workdir, f"seed{s}")
-        log(f"[noise] seed {s}: training {arch}-{size} for {steps} steps ({time.time() - t0:.0f}s)")
-        trainer.train(cfg, wd)
-        raw.append([batch_losses(ckpt.load_model(wd, c)[0], batches) for c in ck])
-        avg.append([batch_losses(averaged_model(ckpt.load_model(wd, c)[0], wd, c, average)[0], batches)
-                    for c in late])
-        row = []
-        for c in ck[-cooldowns:]:
-            out = os.path.join(workdir, f"seed{s}-cool{c}")
-            log(f"[noise] seed {s}: cooldown from step {c} ({time.time() - t0:.0f}s)")
-            cool.cooldown(cfg, wd, c, cooldown, out, shape="linear")
-            row.append(batch_losses(ckpt.load_model(out)[0], batches))
-        coo.append(row)
-        cool_steps = [c + cool.cooldown_steps(c, cooldown) for c in ck[-cooldowns:]]
-    raw, avg, coo = np.array(raw), np.array(avg), np.array(coo)  # [seeds, k, vmax, 2]
-    rows = []
+    return sorted(int(v) for v in split_list(study.val, "study.val"))
+
+
+def _checkpoints(study) -> tuple[list[int], list[int]]:
+    """(every checkpoint step, the late ones: the second half)."""
+    ck = list(range(int(study.every), int(study.steps) + 1, int(study.every)))
+    return ck, ck[len(ck) // 2:]
+
+
+def plan(study, workdir: str) -> list:
+    """One run per seed (scaling.plan.Run, DIR/runs/<arch>-<size>-seed<i>)."""
+    from linscale_jax.study.presets import preset
+    from linscale_jax.study.scaling import plan as plan_lib
+
+    base, arch, size = preset(str(study.preset)), str(study.arch), str(study.size)
+    return [plan_lib.make_run(base, run_config(base, arch, size, study.steps, study.every, s), arch, size, s,
+                              workdir, index=s) for s in range(int(study.seeds))]
+
+
+def _losses_path(run) -> str:
+    return os.path.join(run.workdir, LOSSES)
+
+
+def finished(study, run) -> bool:
+    return os.path.exists(_losses_path(run))
+
+
+def process_run(study, run, log=print, final: bool = False) -> None:
+    """Train one seed, then every checkpoint's per-batch validation losses (raw, averaged, cooled
+    down) into <run>/noise_losses.npz."""
+    from linscale_jax import data
+    from linscale_jax.eval.val_loss import averaged_model
+    from linscale_jax.run import checkpoint as ckpt
+    from linscale_jax.study.presets import preset
+    from linscale_jax.study.scaling import cooldown as cool
+    from linscale_jax.train import loop as trainer
+
+    t0, base = time.time(), preset(str(study.preset))
+    eval_cfg = run_config(base, str(study.arch), str(study.size), study.steps, study.every, 0)  # one sample for all
+    batches = data.eval_batches(eval_cfg, split="validation", num_batches=_sizes(study)[-1])
+    ck, late = _checkpoints(study)
+    wd, cfg = run.workdir, run.config
+    log(f"[noise] {run.name}: training {study.steps} steps")
+    trainer.train(cfg, wd)
+    raw = [batch_losses(ckpt.load_model(wd, c)[0], batches) for c in ck]
+    avg = [batch_losses(averaged_model(ckpt.load_model(wd, c)[0], wd, c, float(study.average))[0], batches)
+           for c in late]
+    cooled = []
+    for c in ck[-int(study.cooldowns):]:
+        out = os.path.join(wd, contract.COOLDOWNS, str(c))
+        log(f"[noise] {run.name}: cooldown from step {c} ({time.time() - t0:.0f}s)")
+        cool.cooldown(cfg, wd, c, float(study.cooldown), out, shape="linear")
+        cooled.append(batch_losses(ckpt.load_model(out)[0], batches))
+    np.savez(_losses_path(run) + ".tmp.npz", raw=np.array(raw), avg=np.array(avg), cool=np.array(cooled))
+    os.replace(_losses_path(run) + ".tmp.npz", _losses_path(run))
+
+
+def join(study, runs, workdir: str, ctx) -> dict:
+    """The statistics of every estimator from the runs' losses: DIR/noise.json."""
+    from linscale_jax.study.scaling import cooldown as cool
+    from linscale_jax.study.scaling.compare import residual_sd
+
+    have = [r for r in runs if finished(study, r)]
+    if not have:
+        raise FileNotFoundError(f"no finished noise runs under {workdir}/runs; train them first")
+    got = [np.load(_losses_path(r)) for r in have]
+    raw, avg, coo = (np.array([g[k] for g in got]) for k in ("raw", "avg", "cool"))  # [seeds, k, vmax, 2]
+    ck, late = _checkpoints(study)
+    cool_steps = [c + cool.cooldown_steps(c, float(study.cooldown)) for c in ck[-int(study.cooldowns):]]
+    seeds, rows = len(have), []
     for kind, arr, st in (("raw", raw, ck), ("avg", avg, late), ("cool", coo, cool_steps)):
-        for v in val:
+        for v in _sizes(study):
             L = np.array([[loss_at(b, v) for b in run] for run in arr])  # [seeds, k]
             k0 = len(st) - len(late) if kind != "cool" else 0
             sd_ck, rise = residual_sd(np.log(np.array(st[k0:], float)), L[:, k0:]) if len(st[k0:]) >= 3 \
@@ -140,14 +163,22 @@ def measure(workdir: str, preset: str = "configs/study/cpu.py", arch: str = cont
                              ckpt_sd=sd_ck, rise_share=rise,
                              seed_sd=float(np.std(L[:, -1], ddof=1)) if seeds > 1 else float("nan"),
                              sample_sd=float(np.mean([sample_sd(r[-1], v) for r in arr]))))
-    out = dict(arch=arch, size=size, steps=steps, every=every, seeds=seeds, val=val, cooldown=cooldown,
-               cooldowns=cooldowns, average=average, preset=preset, seconds=time.time() - t0, rows=rows)
-    os.makedirs(workdir, exist_ok=True)
+    out = dict(arch=str(study.arch), size=str(study.size), steps=int(study.steps), every=int(study.every),
+               seeds=seeds, val=_sizes(study), cooldown=float(study.cooldown), cooldowns=int(study.cooldowns),
+               average=float(study.average), preset=str(study.preset), seconds=ctx.runs_s or 0.0, rows=rows)
     with open(os.path.join(workdir, contract.NOISE_JSON), "w") as f:
         json.dump(out, f, indent=2)
-    with open(os.path.join(workdir, contract.NOISE_MD), "w") as f:
-        f.write(table_md(out) + "\n")
     return out
+
+
+def report(study, workdir: str, joined: dict, ctx) -> str:
+    """DIR/noise.md: the table."""
+    path = os.path.join(workdir, contract.NOISE_MD)
+    text = table_md(joined)
+    with open(path, "w") as f:
+        f.write(text + "\n")
+    ctx.log(text)
+    return path
 
 
 def table_md(out: dict) -> str:
@@ -156,7 +187,7 @@ def table_md(out: dict) -> str:
          f"late = second half of the checkpoints; avg = mean weights of the checkpoints in the last "
          f"{out['average']:.0%} of the steps (the study's val_loss_avg); "
          f"cool = linear cooldown over {out['cooldown']:.0%} more steps from each of the last "
-         f"{out['cooldowns']} checkpoints. Measured in {out['seconds']:.0f} s.", "",
+         f"{out['cooldowns']} checkpoints. Runs took {out['seconds']:.0f} s.", "",
          "| estimator | val tokens | final loss | ckpt-to-ckpt sd | rising share | seed sd (final) | "
          "val-sample sd |", "|---|---|---|---|---|---|---|"]
     f = (lambda x, d=4: "—" if not np.isfinite(x) else f"{x:.{d}f}")  # noqa: E731
@@ -164,29 +195,3 @@ def table_md(out: dict) -> str:
         L.append(f"| {r['estimator']} | {r['val_tokens']} | {f(r['final_loss'])} | {f(r['ckpt_sd'])} | "
                  f"{f(r['rise_share'], 2)} | {f(r['seed_sd'])} | {f(r['sample_sd'])} |")
     return "\n".join(L)
-
-
-def main(argv=None) -> None:
-    from linscale_jax.errors import ArgumentParser
-
-    p = ArgumentParser(prog="python -m linscale_jax.study.noise", description=__doc__.split("\n")[0])
-    p.add_argument("--workdir", required=True)
-    p.add_argument("--config", default="configs/study/cpu.py", help="study preset (its model/data/train)")
-    p.add_argument("--arch", default=contract.BASELINE_ARCH)
-    p.add_argument("--size", default="d16")
-    p.add_argument("--steps", type=int, default=384)
-    p.add_argument("--every", type=int, default=32)
-    p.add_argument("--seeds", type=int, default=3)
-    p.add_argument("--val", default="2,8,32", help="validation sample sizes in batches")
-    p.add_argument("--cooldown", type=float, default=0.2, help="cooldown length / step")
-    p.add_argument("--cooldowns", type=int, default=3, help="cool down from this many last checkpoints")
-    p.add_argument("--average", type=float, default=0.25,
-                   help="avg@v averages the checkpoints in this last fraction of the steps")
-    a = p.parse_args(argv)
-    out = measure(a.workdir, a.config, a.arch, a.size, a.steps, a.every, a.seeds,
-                  [int(x) for x in a.val.split(",")], a.cooldown, a.cooldowns, a.average)
-    print(table_md(out))
-
-
-if __name__ == "__main__":
-    main()
