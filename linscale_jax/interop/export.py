@@ -11,7 +11,7 @@
 
 An export is exact or refused: a layout holds only the models its code computes, so each lists the
 fields it fixes (the released variants' switches, e.g. TransNormerLLM's full-rank linear output
-gate, tnl_gate="linear"), and a model with another value is refused in one line naming the field,
+gate, model.tnl.gate="linear"), and a model with another value is refused in one line naming the field,
 what the layout has, and the overrides that train an exportable model. cosFormer2 has no released
 home and is refused. `variant` is the one place that reads ModelConfig's arch-specific fields.
 """
@@ -32,12 +32,13 @@ class ExportError(Refusal, ValueError):
 
 
 def variant(cfg) -> dict:
-    """The fields of a ModelConfig beyond its shape that the exports read (and `check` compares):
-    the one place that knows where ModelConfig keeps them."""
-    return dict(n_kv_heads=cfg.kv_heads, rope_theta=cfg.rope_theta, tnl_gate=cfg.tnl_gate,
-                tnl_lrpe=cfg.tnl_lrpe, tnl_decay_rule=cfg.tnl_decay_rule, hgrn2_q_scale=cfg.hgrn2_q_scale,
-                glu_act=cfg.glu_act, norm_scale=cfg.norm_scale, norm_eps=cfg.norm_eps,
-                mixer_norm_eps=cfg.out_norm_eps, embed_scale=cfg.embed_scale, short_conv=cfg.short_conv)
+    """The fields of a ModelConfig beyond its shape that the exports read (and `check` compares),
+    keyed by their path under `model`: the one place that knows where ModelConfig keeps them."""
+    return {"llama.n_kv_heads": cfg.llama.n_kv_heads or cfg.n_heads, "llama.rope_theta": cfg.llama.rope_theta,
+            "tnl.gate": cfg.tnl.gate, "tnl.lrpe": cfg.tnl.lrpe, "tnl.decay_rule": cfg.tnl.decay_rule,
+            "hgrn2.q_scale": cfg.hgrn2.q_scale, "glu_act": cfg.glu_act, "norm_scale": cfg.norm_scale,
+            "norm_eps": cfg.norm_eps, "mixer_norm_eps": cfg.out_norm_eps, "embed_scale": cfg.embed_scale,
+            "short_conv": cfg.short_conv}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,14 +56,14 @@ _SIMPLE_NORMS = (("norm_scale", False, "its norms have no weights"),
 LAYOUTS = {
     "hf-llama": Layout("llama", "Hugging Face LlamaForCausalLM", hf_llama.from_params),
     "transnormerllm": Layout("tnl", "TransNormerLLM (TransnormerForCausalLM)", transnormerllm.from_params, (
-        ("tnl_gate", "linear", "its output gate is a full-rank linear map, no sigmoid"),
-        ("tnl_decay_rule", "alibi_layer", "its decay is ALiBi slopes scaled per layer, fixed in its code"),
+        ("tnl.gate", "linear", "its output gate is a full-rank linear map, no sigmoid"),
+        ("tnl.decay_rule", "alibi_layer", "its decay is ALiBi slopes scaled per layer, fixed in its code"),
         ("glu_act", "none", "its GLU has no activation"), *_SIMPLE_NORMS)),
     "hgrn2-official": Layout("hgrn2", "hgru2-pytorch Hgrn2ForCausalLM", hgrn2.official_from_params, (
-        ("hgrn2_q_scale", "one", "it does not scale q"), *_SIMPLE_NORMS)),
+        ("hgrn2.q_scale", "one", "it does not scale q"), *_SIMPLE_NORMS)),
     "hgrn2-fla": Layout("hgrn2", "fla HGRN2ForCausalLM", hgrn2.fla_from_params, (
         ("glu_act", "silu", "its channel mixer is SwiGLU"),
-        ("hgrn2_q_scale", "rsqrt_k", "its kernels scale q by (d/h)^-1/2"),
+        ("hgrn2.q_scale", "rsqrt_k", "its kernels scale q by (d/h)^-1/2"),
         ("mixer_norm_eps", 1e-5, "its output norm eps is 1e-5"),
         ("embed_scale", "none", "it does not scale the embedding"),
         ("short_conv", 0, "the importer reads no short convolution"))),

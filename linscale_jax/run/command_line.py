@@ -23,6 +23,7 @@ from importlib import resources
 from absl import flags
 
 from linscale_jax import console
+from linscale_jax.run import config_file
 
 HELP = ("--help", "-h", "-?", "--helpshort", "--helpfull")
 _CONFIG_HELP = flags.DEFINE_bool("config_help", False, "Print the fields of the --config file with their "
@@ -32,8 +33,9 @@ _NOTE_FILES = (  # where fields are documented: file, section, from, to
     ("models/config.py", "model", "class ModelConfig", "    def "))
 
 
-def parser(doc: str, config=None):
-    """A flags_parser for absl's app.run (module docstring); config: the DEFINE_config_file holder."""
+def parser(doc: str, config=None, folder: str = ""):
+    """A flags_parser for absl's app.run (module docstring); config: the DEFINE_config_file holder,
+    folder: where under linscale_jax/configs its packaged names are (linscale_jax.run.config_file)."""
 
     def parse(argv):
         args = list(argv[1:])
@@ -42,7 +44,7 @@ def parser(doc: str, config=None):
             sys.exit(0)
         spec = config_spec(args, config)
         if spec:
-            missing = missing_file(spec)
+            missing = missing_file(spec, folder)
             if missing:
                 fail(missing)
         asked = any(a in ("--config_help", "--config_help=true", "--config_help=True") for a in args)
@@ -84,7 +86,7 @@ def shipped_configs() -> str:
     return str(resources.files("linscale_jax") / "configs")
 
 
-def missing_file(spec: str) -> str | None:
+def missing_file(spec: str, folder: str = "") -> str | None:
     """The line for a config path that is not a readable file, else None."""
     path = spec.split(":", 1)[0]
     cause = ("is a directory" if os.path.isdir(path) else "does not exist" if not os.path.exists(path)
@@ -92,8 +94,10 @@ def missing_file(spec: str) -> str | None:
     if cause is None:
         return None
     where = "" if os.path.isabs(path) else f" (relative to {os.getcwd()})"
-    return (f"config file {path} {cause}{where}; pass --config=FILE[:ARG] with an existing .py file: "
-            f"the shipped ones are in {shipped_configs()} (tiny.py, ladder.py, paper.py, study/).")
+    names = config_file.packaged(folder)
+    return (f"config file {path} {cause}{where}; pass a packaged config by name ({', '.join(names)}: "
+            f"--config={names[0] if names else 'NAME'}[:ARG]) or the path of a .py file "
+            f"(the packaged ones are in {shipped_configs()}{'/' + folder if folder else ''}).")
 
 
 def error_line(e: BaseException, spec: str | None, args: list[str] = ()) -> str:

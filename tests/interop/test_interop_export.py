@@ -62,12 +62,12 @@ def random_model(section, seed):
 
 BASE = dict(n_layers=3, d_model=32, n_heads=2, ffn_dim=48, vocab_size=40, max_seq_len=64)
 ROUND_TRIPS = {
-    "transnormerllm": dict(arch="tnl", tnl_gate="linear", tnl_decay_rule="alibi_layer", tnl_lrpe=True,
+    "transnormerllm": dict(arch="tnl", tnl=dict(gate="linear", decay_rule="alibi_layer", lrpe=True),
                            embed_scale="sqrt_d", tie_embeddings=False),
     "hgrn2-official": dict(arch="hgrn2", glu_act="silu", tie_embeddings=False, scan_layers=True),
-    "hgrn2-fla": dict(arch="hgrn2", glu_act="silu", hgrn2_q_scale="rsqrt_k", mixer_norm_eps=1e-5,
+    "hgrn2-fla": dict(arch="hgrn2", glu_act="silu", hgrn2=dict(q_scale="rsqrt_k"), mixer_norm_eps=1e-5,
                       norm_scale=True, norm_eps=1e-5, tie_embeddings=True),
-    "hf-llama": dict(arch="llama", n_kv_heads=1, rope_theta=5e5, tie_embeddings=False),
+    "hf-llama": dict(arch="llama", llama=dict(n_kv_heads=1, rope_theta=5e5), tie_embeddings=False),
 }
 
 
@@ -104,10 +104,10 @@ def cfg(**fields):
 
 
 def test_what_a_layout_cannot_hold_is_refused_naming_the_fields():
-    with pytest.raises(export.ExportError, match=r"tnl_gate='lowrank' \(its output gate is a full-rank.*"
-                       r"--config.model.tnl_gate=linear --config.model.tnl_decay_rule=alibi_layer"):
+    with pytest.raises(export.ExportError, match=r"model.tnl.gate='lowrank' \(its output gate is a full-rank.*"
+                       r"--config.model.tnl.gate=linear --config.model.tnl.decay_rule=alibi_layer"):
         export.check("transnormerllm", cfg(arch="tnl"))  # the paper's TNL
-    with pytest.raises(export.ExportError, match=r"glu_act='none'.*hgrn2_q_scale='one'.*--to=hgrn2-official"):
+    with pytest.raises(export.ExportError, match=r"glu_act='none'.*hgrn2.q_scale='one'.*--to=hgrn2-official"):
         export.check("hgrn2-fla", cfg(arch="hgrn2"))
     export.check("hgrn2-official", cfg(arch="hgrn2"))  # the paper's HGRN2 is the official block
     with pytest.raises(export.ExportError, match="cosFormer2 has no released checkpoint layout"):

@@ -47,8 +47,11 @@ def test_config_help_lists_fields_values_and_notes():
 def test_missing_and_unloadable_config_files_are_one_line(tmp_path):
     line = one_error_line(train("--config=configs/nonexist.py", f"--workdir={tmp_path / 'run'}"))
     assert line.startswith(f"ERROR: config file configs/nonexist.py does not exist (relative to {REPO}); "
-                           "pass --config=FILE[:ARG] with an existing .py file"), line
+                           "pass a packaged config by name (ladder, paper, tiny: --config=ladder[:ARG]) or the "
+                           "path of a .py file"), line
     assert str(REPO / "linscale_jax" / "configs") in line
+    line = one_error_line(train("--config=tinyy", f"--workdir={tmp_path / 'run'}"))  # a packaged name
+    assert line.startswith("ERROR: bad command line: no packaged config 'tinyy'") and "tiny" in line, line
     broken = tmp_path / "broken.py"
     broken.write_text("from linscale_jax.config import base_config\n\ndef get_config(:\n")
     line = one_error_line(train(f"--config={broken}", f"--workdir={tmp_path / 'run'}"))
