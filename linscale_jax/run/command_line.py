@@ -95,8 +95,9 @@ def missing_file(spec: str, folder: str = "") -> str | None:
         return None
     where = "" if os.path.isabs(path) else f" (relative to {os.getcwd()})"
     names = config_file.packaged(folder)
+    example = "tiny" if "tiny" in names else (names or ["NAME"])[0]
     return (f"config file {path} {cause}{where}; pass a packaged config by name ({', '.join(names)}: "
-            f"--config={names[0] if names else 'NAME'}[:ARG]) or the path of a .py file "
+            f"--config={example}[:ARG]) or the path of a .py file "
             f"(the packaged ones are in {shipped_configs()}{'/' + folder if folder else ''}).")
 
 

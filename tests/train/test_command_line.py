@@ -47,7 +47,7 @@ def test_config_help_lists_fields_values_and_notes():
 def test_missing_and_unloadable_config_files_are_one_line(tmp_path):
     line = one_error_line(train("--config=configs/nonexist.py", f"--workdir={tmp_path / 'run'}"))
     assert line.startswith(f"ERROR: config file configs/nonexist.py does not exist (relative to {REPO}); "
-                           "pass a packaged config by name (ladder, paper, tiny: --config=ladder[:ARG]) or the "
+                           "pass a packaged config by name (ladder, paper, tiny: --config=tiny[:ARG]) or the "
                            "path of a .py file"), line
     assert str(REPO / "linscale_jax" / "configs") in line
     line = one_error_line(train("--config=tinyy", f"--workdir={tmp_path / 'run'}"))  # a packaged name
