@@ -154,7 +154,9 @@ def short_conv(z, kernel, positions, history=None):
 
     y_t = sum_{s=0}^{K-1} kernel[K-1-s] * z_{t-s} [positions_t >= s]: a tap never reaches before its
     document's first token (packed documents). Inputs before the sequence are `history` (zeros when
-    None). Sums in float32 for narrower dtypes."""
+    None). Sums in float32 for narrower dtypes. The K-1 lagged taps run as one `lax.scan` over the
+    lags (a dynamic slice each), so the program, and its compile time, do not grow with K; at K = 4
+    it also runs faster than the taps written out one by one (`python bench/short_conv.py`)."""
     width, t = kernel.shape[0], z.shape[1]
     dtype = jnp.promote_types(z.dtype, jnp.float32)
     if history is None:
@@ -162,11 +164,16 @@ def short_conv(z, kernel, positions, history=None):
     else:
         full = jnp.concatenate([history.astype(z.dtype), z], axis=1)
     w = kernel.astype(dtype)
+    bcast = positions.shape + (1,) * (z.ndim - 2)
+
+    def tap(y, j):  # input j of the window [t - K + 1, t]: lag K - 1 - j
+        x = jax.lax.dynamic_slice_in_dim(full, j, t, axis=1).astype(dtype)
+        inside = (positions >= width - 1 - j).astype(dtype).reshape(bcast)
+        return y + x * w[j] * inside, None
+
     y = z.astype(dtype) * w[width - 1]
-    for j in range(width - 1):
-        lag = width - 1 - j
-        inside = (positions >= lag).astype(dtype).reshape(positions.shape + (1,) * (z.ndim - 2))
-        y = y + full[:, j:j + t].astype(dtype) * w[j] * inside
+    if width > 1:
+        y, _ = jax.lax.scan(tap, y, jnp.arange(width - 1))
     return y.astype(z.dtype), full[:, t:].astype(jnp.float32)
 
 
