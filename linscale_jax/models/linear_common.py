@@ -66,7 +66,9 @@ def _varying_axes(x):
     return set(mat.varying) if mat is not None else set(getattr(aval, "vma", ()))
 
 
-def _vary(x, axes):
+def vary(x, axes):
+    """x marked as varying over the manual mesh `axes` it does not yet vary over (inside
+    shard_map; a no-op in the forward, the kernels' custom VJPs expect it)."""
     missing = tuple(sorted(set(axes) - _varying_axes(x)))
     return jax.lax.pcast(x, missing, to="varying") if missing else x
 
@@ -108,7 +110,7 @@ def run_linear_attention(cfg: ModelConfig, q, k, v, log_decay, segment_ids, cach
     def local(*xs):
         # every operand varies over every manual axis, as the kernels' custom VJPs expect (a
         # no-op in the forward; the backward sums a replicated operand's cotangent over the axis)
-        xs = [_vary(x, manual) for x in xs]
+        xs = [vary(x, manual) for x in xs]
         q, k, v = xs[:3]
         rest = xs[3:]
         ld = rest.pop(0) if log_decay is not None else None
@@ -195,9 +197,9 @@ def make_short_conv(cfg: ModelConfig, keys: KeyGen):
     return ShortConv(cfg, keys=keys) if cfg.short_conv else None
 
 
-def short_conv_params(cfg) -> int:
-    """Parameters of the short convolutions of all layers: l·K·3d (0 when off)."""
-    return cfg.n_layers * cfg.short_conv * N_PROJ * cfg.d_model
+def short_conv_layer_params(cfg) -> int:
+    """Parameters of one layer's short convolution: K·3d (0 when off)."""
+    return cfg.short_conv * N_PROJ * cfg.d_model
 
 
 def short_conv_flops(cfg) -> int:
