@@ -292,15 +292,14 @@ class Decoder(nnx.Module):
         if not self.has_kv_cache:  # O(1) recurrent state
             b, t = check_tokens(tokens, np.iinfo(np.int32).max)
         else:
-            b, t = check_tokens(tokens, self.cfg.max_seq_len)
-            pos = state["pos"]
+            pos, t = state["pos"], tokens.shape[-1]
             if not isinstance(pos, jax.core.Tracer):
-                end = int(np.asarray(pos)) + t
                 cap = self._kv_capacity(state)
-                if end > cap:  # cap <= model.max_seq_len (init_state)
+                if int(np.asarray(pos)) + t > cap:  # cap <= model.max_seq_len (init_state)
                     raise ValueError(
                         f"extend: the KV cache holds {cap} tokens but position {int(pos)} + {t} new "
                         "tokens exceeds it; call init_state with a larger max_len (at most "
                         "model.max_seq_len) or start a new state.")
+            b, t = check_tokens(tokens, self.cfg.max_seq_len)
         positions = state["pos"] + jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32)[None], (b, t))
         return self._run(tokens, positions, None, state)

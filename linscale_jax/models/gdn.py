@@ -46,7 +46,7 @@ from linscale_jax.axes import logical_to_spec
 from linscale_jax.models import registry
 from linscale_jax.models.config import ModelConfig
 from linscale_jax.models.layers import KeyGen, Linear, dense, merge_heads
-from linscale_jax.models.linear_common import kernel_mesh, short_conv, vary
+from linscale_jax.models.linear_common import kernel_mesh, kernel_shard_map, short_conv
 from linscale_jax.models.options import option
 
 L2_EPS = 1e-6  # fla's l2norm: x / sqrt(Σx² + eps)
@@ -183,29 +183,15 @@ def run_delta_rule(cfg, q, k, v, beta, log_decay, segment_ids, state):
                          "(batch and heads shard over data, fsdp and tensor).")
     act = logical_to_spec(("batch", "length", "heads", "kv"), q.shape, mesh, where="delta_rule q")
     b_ax, h_ax = act[0], act[2]
-    per_token = P(b_ax, None, h_ax)
-    args = [q, k, v, beta, log_decay]
-    specs = [P(b_ax, None, h_ax, None)] * 3 + [per_token, per_token]
-    if segment_ids is not None:
-        args.append(segment_ids)
-        specs.append(P(b_ax, None))
-    if state is not None:
-        args.append(state)
-        specs.append(P(b_ax, h_ax, None, None))
-    manual = {a for spec in specs for ax in spec for a in ((ax,) if isinstance(ax, str) else ax or ())}
+    o_spec, per_token, state_spec = P(b_ax, None, h_ax, None), P(b_ax, None, h_ax), P(b_ax, h_ax, None, None)
+    operands = [(q, o_spec), (k, o_spec), (v, o_spec), (beta, per_token), (log_decay, per_token),
+                (segment_ids, P(b_ax, None)), (state, state_spec)]
 
-    def local(*xs):
-        xs = [vary(x, manual) for x in xs]
-        q, k, v, beta, g = xs[:5]
-        rest = xs[5:]
-        seg = rest.pop(0) if segment_ids is not None else None
-        s = rest.pop(0) if state is not None else None
+    def kernel(q, k, v, beta, g, seg, s):
         o, new = _local_delta_rule(cfg, q, k, v, beta, g, seg, s)
         return o if state is None else (o, new)
 
-    o_spec = P(b_ax, None, h_ax, None)
-    out = jax.shard_map(local, mesh=mesh, in_specs=tuple(specs),
-                        out_specs=o_spec if state is None else (o_spec, P(b_ax, h_ax, None, None)))(*args)
+    out = kernel_shard_map(mesh, kernel, operands, o_spec if state is None else (o_spec, state_spec))
     return (out, None) if state is None else out
 
 

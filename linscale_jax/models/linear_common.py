@@ -93,36 +93,33 @@ def run_linear_attention(cfg: ModelConfig, q, k, v, log_decay, segment_ids, cach
     act = logical_to_spec(_ACT_NAMES, q.shape, mesh, where="linear_attention q")
     b_ax, t_ax, h_ax = act[0], act[1], act[2]
     state_spec = P(b_ax, h_ax, None, None)
-    args, specs = [q, k, v], [act, act, P(b_ax, t_ax, h_ax, None)]
-    kind = DecayKind.of(log_decay)
-    if log_decay is not None:
-        args.append(log_decay)
-        specs.append(act if kind.per_token else P(h_ax))
-    if segment_ids is not None:
-        args.append(segment_ids)
-        specs.append(P(b_ax, t_ax))
-    if cache is not None:
-        args.append(cache)
-        specs.append(state_spec)
+    o_spec = P(b_ax, t_ax, h_ax, None)
+    per_token = DecayKind.of(log_decay).per_token
+    operands = [(q, act), (k, act), (v, o_spec), (log_decay, act if per_token else P(h_ax)),
+                (segment_ids, P(b_ax, t_ax)), (cache, state_spec)]
 
-    manual = {a for spec in specs for ax in spec for a in ((ax,) if isinstance(ax, str) else ax or ())}
-
-    def local(*xs):
-        # every operand varies over every manual axis, as the kernels' custom VJPs expect (a
-        # no-op in the forward; the backward sums a replicated operand's cotangent over the axis)
-        xs = [vary(x, manual) for x in xs]
-        q, k, v = xs[:3]
-        rest = xs[3:]
-        ld = rest.pop(0) if log_decay is not None else None
-        seg = rest.pop(0) if segment_ids is not None else None
-        c = rest.pop(0) if cache is not None else None
+    def kernel(q, k, v, ld, seg, c):
         o, state = _local_attention(cfg, q, k, v, ld, seg, c, t_ax)
         return o if cache is None else (o, state)
 
-    o_spec = P(b_ax, t_ax, h_ax, None)
-    out = jax.shard_map(local, mesh=mesh, in_specs=tuple(specs),
-                        out_specs=o_spec if cache is None else (o_spec, state_spec))(*args)
+    out = kernel_shard_map(mesh, kernel, operands, o_spec if cache is None else (o_spec, state_spec))
     return (out, None) if cache is None else out
+
+
+def kernel_shard_map(mesh, kernel, operands, out_specs):
+    """kernel(*arrays) inside `jax.shard_map` over `mesh`: operands [(array or None, its spec)],
+    the None ones passed to the kernel as None. Every operand is marked varying over every manual
+    axis, as the kernels' custom VJPs expect (a no-op in the forward; the backward sums a
+    replicated operand's cotangent over the axis)."""
+    present = [(x, spec) for x, spec in operands if x is not None]
+    specs = tuple(spec for _, spec in present)
+    manual = {a for spec in specs for ax in spec for a in ((ax,) if isinstance(ax, str) else ax or ())}
+
+    def local(*xs):
+        given = iter(vary(x, manual) for x in xs)
+        return kernel(*(None if x is None else next(given) for x, _ in operands))
+
+    return jax.shard_map(local, mesh=mesh, in_specs=specs, out_specs=out_specs)(*(x for x, _ in present))
 
 
 def zero_state(batch_size: int, n_heads: int, key_dim: int, value_dim: int):

@@ -54,6 +54,9 @@ def _cfg(cfg, gen: TpuGeneration) -> ModelConfig:
 def mixer_costs(cfg: ModelConfig, gen: TpuGeneration, batch: int, seq_len: int) -> list:
     """The token mixer's kernel costs over all layers and the batch."""
     h, e, layers = cfg.n_heads, cfg.head_dim, cfg.n_layers
+    if cfg.hybrid:
+        raise ValueError(f"roofline: the hybrid stack model.layers={cfg.layers!r} is not modelled; "
+                         "take each arch's rows from its pure config (model.layers='').")
     if cfg.arch in SOFTMAX:
         per = kr.flash_attention_costs(1, seq_len, h, e)
     elif cfg.arch in LINEAR_MIXERS:
