@@ -21,9 +21,6 @@ ENTRY = {  # command -> the files that define its flags
     "linscale_jax.eval.generate": ["linscale_jax/eval/generate.py"],
     "linscale_jax.fit": ["linscale_jax/fit/cli.py"],
     "linscale_jax.study": ["linscale_jax/study/__main__.py", *LAUNCH],
-    "linscale_jax.study.noise": ["linscale_jax/study/noise.py"],
-    "linscale_jax.study.calibrate": ["linscale_jax/study/calibrate.py"],
-    "linscale_jax.study.verdicts": ["linscale_jax/study/verdicts.py"],
 }
 ABSL = {"help", "helpfull", "helpshort", "verbosity", "flagfile"}
 FLAG_DEF = re.compile(r'(?:add_argument|DEFINE_\w+)\(\s*"(-{0,2}[\w-]+)"')

@@ -161,7 +161,8 @@ def test_a_convolution_wider_than_the_sequence_is_refused_in_one_line(tmp_path):
 
 
 def test_a_study_plan_with_a_convolution_wider_than_the_sequence_is_refused():
-    from linscale_jax.study import plan, presets
+    from linscale_jax.study import presets
+    from linscale_jax.study.scaling import plan
 
     study = presets.preset("quick")
     study.archs = "tnl+short_conv=1000"
