@@ -209,8 +209,9 @@ def unit_lower_inverse(l, dt):
     i, j = _iota(c)
     x = _f(i == j)
     p = 1
+    block = lambda x, n: jax.lax.div(x, jnp.int32(n))  # noqa: E731 (x >= 0: floor division)
     while p < c:
-        off = (i // (2 * p) == j // (2 * p)) & (i // p != j // p)
+        off = (block(i, 2 * p) == block(j, 2 * p)) & (block(i, p) != block(j, p))
         x = x - mm(mm(x, jnp.where(off, l, 0.0), dt, split=True), x, dt, split=True)
         p *= 2
     return x
