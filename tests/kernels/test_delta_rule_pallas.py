@@ -7,7 +7,12 @@ The kernels run in Pallas TPU interpret mode on CPU (out-of-bounds reads raise, 
 NaN), so these tests execute the real kernel code. Shapes are tiny: interpret mode is slow.
 Legend: b batch, t sequence, h heads, k key dim, v value dim."""
 
+import json
+import os
+import subprocess
+import sys
 from functools import partial
+from pathlib import Path
 
 import jax.numpy as jnp
 import numpy as np
@@ -61,7 +66,6 @@ def err_ratio(x, ref) -> float:
     return float(np.sqrt(np.mean((x - ref) ** 2)) / (np.sqrt(np.mean(ref ** 2)) + 1e-8))
 
 
-@pytest.mark.slow
 def test_bf16_within_fla_bounds():
     """bf16 q, k, v, cotangent rounded once; the reference runs on those values in float32. bf16
     MXU operands (the recurrence's float32 products as hi + lo pairs): every output within fla's
@@ -94,3 +98,19 @@ def test_bf16_within_fla_bounds():
         else:
             bad = {n: e for n, e in errs.items() if n not in ("o", "dq", "dk", "dv") and e > 1e-5}
         assert not bad, (mdt, bad, errs)
+
+
+def test_pallas_inside_shard_map_8_devices(tmp_path):
+    """Batch x head sharded shard_map over 8 simulated CPU devices (the mixers' layout) equals the
+    unsharded kernel: outputs, final state and every gradient (helpers.pallas_shard_map_check)."""
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "errors.json"
+    env = dict(os.environ, JAX_PLATFORMS="cpu",
+               PYTHONPATH=os.pathsep.join([str(root), str(root / "tests")]),
+               XLA_FLAGS=os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8")
+    res = subprocess.run([sys.executable, "-m", "helpers.pallas_shard_map_check", str(out),
+                          "delta_rule"], env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+    errors = json.loads(out.read_text())
+    assert sorted(errors) == sorted(("o", "state", "dq", "dk", "dv", "dbeta", "dlog_decay", "ds0"))
+    assert all(e < 1e-5 for e in errors.values()), errors
