@@ -68,8 +68,8 @@ def delta_rule(
         from kernels_pallas.delta_rule.xla import delta_rule_xla
 
         o, state = delta_rule_xla(q, k, v, beta, log_decay, initial_state, starts,
-                                  chunk_size=default_chunk_size("xla") if chunk_size is None
-                                  else chunk_size)
+                                  chunk_size=default_chunk_size("xla", key_dim=q.shape[-1])
+                                  if chunk_size is None else chunk_size)
     else:
         from kernels_pallas.delta_rule.pallas import delta_rule_pallas
 

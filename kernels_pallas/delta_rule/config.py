@@ -1,7 +1,8 @@
 """Per-backend block sizes of the delta rule: the one place the defaults live.
 
-`default_chunk_size(impl)` is what `delta_rule(..., chunk_size=None)` uses: xla -> XLA_CHUNK of the
-backend; pallas -> the generation's DeltaRuleBlocks (TPU_BLOCKS, chosen from jax's device kind by
+`default_chunk_size(impl, key_dim=...)` is what `delta_rule(..., chunk_size=None)` uses: xla -> the
+key head dim clamped to [XLA_CHUNK, XLA_CHUNK_MAX] of the backend, swept in blocks of XLA_BLOCK
+tokens; pallas -> the generation's DeltaRuleBlocks (TPU_BLOCKS, chosen from jax's device kind by
 `default_blocks`; DEFAULTS off TPU, where the kernels run in interpret mode); reference -> 1.
 
 Pallas blocks: the chunk C (one grid step each; a power of two, as the in-kernel inverse doubles
@@ -19,10 +20,24 @@ import jax
 from kernels_pallas import tpu
 from kernels_pallas.linear_attention.config import GRID_ORDERS, _tile
 
-# Chunk length of the xla form per backend: the UT transform's inverse costs ~c² per token and
-# the within-chunk products 2c(k + v), against 6kv for the state (bench/delta_rule.py
-# --chunk-sizes sweeps; docs/results.md, "Delta rule speed").
-XLA_CHUNK = {"tpu": 64, "gpu": 64, "cpu": 32}
+# Chunk length of the xla form per backend: the key head dim rounded up to a power of two,
+# clamped to [XLA_CHUNK, XLA_CHUNK_MAX] of the backend (fixed on TPU and GPU). The within-chunk
+# products cost 2c(3k + 2v) per token and head and the UT inverse ~c², against 6kv for the
+# state. CPU [16, 32]: `bench/delta_rule.py --chunk-sizes` sweeps put the best at 16 for k = 16
+# and at 16-32 for k = 64 (docs/results.md, "Delta rule speed").
+XLA_CHUNK = {"tpu": 64, "gpu": 64, "cpu": 16}
+XLA_CHUNK_MAX = {"tpu": 64, "gpu": 64, "cpu": 32}
+
+# Tokens per step of the xla form's outer sequential sweep over blocks (None: the whole sequence
+# at once). On CPU a block keeps one step's [n, c, c] arrays in cache, so the time grows linearly
+# with the length.
+XLA_BLOCK = {"tpu": None, "gpu": None, "cpu": 512}
+
+
+def xla_block_len(chunk_size: int, backend: str | None = None) -> int | None:
+    """Block length of the xla form (a multiple of chunk_size), or None for no blocking."""
+    block = XLA_BLOCK.get(backend or jax.default_backend(), XLA_BLOCK["cpu"])
+    return None if block is None else max(1, block // chunk_size) * chunk_size
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,10 +87,17 @@ def default_blocks(backend: str | None = None, device_kind: str | None = None) -
     return TPU_BLOCKS[gen.name] if gen else DEFAULTS["tpu"]
 
 
-def default_chunk_size(impl: str, backend: str | None = None) -> int:
+def default_chunk_size(impl: str, backend: str | None = None, key_dim: int | None = None) -> int:
+    """The chunk used when delta_rule gets chunk_size=None: xla -> the key head dim rounded up to
+    a power of two, clamped to [XLA_CHUNK, XLA_CHUNK_MAX] of the backend (XLA_CHUNK without
+    key_dim); pallas -> the blocks' chunk; reference -> unused (1)."""
     backend = backend or jax.default_backend()
     if impl == "xla":
-        return XLA_CHUNK.get(backend, XLA_CHUNK["cpu"])
+        low = XLA_CHUNK.get(backend, XLA_CHUNK["cpu"])
+        if not key_dim:
+            return low
+        high = XLA_CHUNK_MAX.get(backend, XLA_CHUNK_MAX["cpu"])
+        return min(high, max(low, 1 << (int(key_dim) - 1).bit_length()))
     if impl == "pallas":
         return default_blocks(backend).chunk_size
     return 1

@@ -100,7 +100,10 @@ def test_blocks_per_generation_and_vmem():
         assert 2 * need <= blocks.vmem_limit_bytes <= tpu.GENERATIONS[name].vmem_bytes, name
     assert config.default_blocks("tpu", "TPU v9 future") == config.DEFAULTS["tpu"]
     assert config.default_chunk_size("pallas", "cpu") == config.DEFAULTS["cpu"].chunk_size
-    assert config.default_chunk_size("xla", "cpu") == config.XLA_CHUNK["cpu"]
+    for key_dim, chunk in ((8, 16), (16, 16), (20, 32), (64, 32), (128, 32)):  # CPU: [16, 32]
+        assert config.default_chunk_size("xla", "cpu", key_dim=key_dim) == chunk
+    assert config.default_chunk_size("xla", "tpu", key_dim=16) == 64
+    assert config.xla_block_len(16, "cpu") == 512 and config.xla_block_len(64, "tpu") is None
     with pytest.raises(ValueError, match="power of two"):
         config.DeltaRuleBlocks(48)
     with pytest.raises(ValueError, match="VMEM"):

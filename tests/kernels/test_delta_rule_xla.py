@@ -79,3 +79,26 @@ def test_bad_chunk_size_raises():
     args, _ = inputs(4, (1, 8, 1, 4, 4))
     with pytest.raises(ValueError, match="chunk_size must be a positive int"):
         delta_rule(*args[:4], impl="xla", chunk_size=0)
+
+
+def test_xla_blocked_sweep_with_segments():
+    """The outer sweep over blocks (block_len 16 = 2 chunks of 8; t = 37: 2 blocks and a 5-token
+    tail) with packed documents (starts inside a block, on a block edge (16, 32), in the tail)
+    equals the reference: values and gradients."""
+    from kernels_pallas.delta_rule.xla import delta_rule_xla
+    from kernels_pallas.linear_attention.api import segment_starts
+
+    ids = IDS.copy()
+    ids[0, 34:] = 9
+    starts = segment_starts(jnp.asarray(ids))
+
+    def blocked(q, k, v, beta, g, s0):
+        return delta_rule_xla(q, k, v, beta, g, s0, starts, chunk_size=8, block_len=16)
+
+    def reference(q, k, v, beta, g, s0):
+        return delta_rule(q, k, v, beta, log_decay=g, initial_state=s0, return_final_state=True,
+                          segment_ids=jnp.asarray(ids), impl="reference")
+
+    args, cot = inputs(6, (B, T, 2, 8, 6), "random")
+    compare(values_and_grads(blocked, args, cot), values_and_grads(reference, args, cot),
+            FP32_TOL, "blocked")
