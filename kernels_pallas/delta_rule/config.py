@@ -108,16 +108,17 @@ def vmem_bytes(blocks: DeltaRuleBlocks, key_dim: int, value_dim: int, itemsize: 
     """Estimated VMEM bytes of each kernel (forward, states, reverse) for one grid step:
     2 x (input + output blocks) for double buffering + scratch + temporaries (twelve [C, C] and
     ten [C, max(k, v)] float32 arrays). q, k, v, o, do blocks take `itemsize`; the [C, 1] gate
-    columns and segment counts a full [C, 128] f32 tile each; states and gradients f32."""
+    columns and segment counts a full [C, 128] f32 tile each; T [C, C], states and gradients
+    f32."""
     c, k, v, f = blocks.chunk_size, key_dim, value_dim, 4
-    q_, v_, col = _tile(c, k, itemsize), _tile(c, v, itemsize), _tile(c, 1, f)
+    q_, v_, col, tri = _tile(c, k, itemsize), _tile(c, v, itemsize), _tile(c, 1, f), _tile(c, c, f)
     state = _tile(k, v, f)
     gates = col * (1 + gated + segments)
     temps = 12 * _tile(c, c, f) + 10 * _tile(c, max(k, v), f)
     io = {
-        "forward": (gates + 2 * q_ + v_ + state, v_ + state, state),
-        "states": (gates + q_ + v_ + state, state, state),
-        "reverse": (gates + 2 * q_ + 2 * v_ + 2 * state, 2 * _tile(c, k, f) + _tile(c, v, f)
+        "forward": (gates + 2 * q_ + v_ + state, v_ + state + tri, state),
+        "states": (gates + q_ + v_ + tri + state, state, state),
+        "reverse": (gates + 2 * q_ + 2 * v_ + tri + 2 * state, 2 * _tile(c, k, f) + _tile(c, v, f)
                     + col * (1 + gated) + state, state),
     }
     return {name: 2 * (i + o) + scratch + temps for name, (i, o, scratch) in io.items()}

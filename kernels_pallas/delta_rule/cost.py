@@ -36,10 +36,12 @@ def per_step_flops(st, kernel: str) -> int:
     f32_in = jnp.dtype(st.in_dtype) == jnp.float32  # q, k, v, do: split when float32
     scaled_rows = st.gated or st.segments  # q ⊙ e_start, k ⊙ e_end are float32 products
     ff = _passes(st, True, True)
-    flops = 2 * c ** 3 if st.gated else 0  # the pairs' log-decay range sums
-    # the UT transform: K Kᵀ (Q Kᵀ), the inverse, U = T βV, Wk = T (β e_start K); then W = U − Wk S
-    flops += 2 * c * c * k * (1 if kernel == "states" else 2)
-    flops += levels * 2 * 2 * c ** 3 * ff + 2 * c * c * (k + v) * ff + 2 * c * k * v * ff
+    # the pairs' log-decay range sums, K Kᵀ and Q Kᵀ (none in the state sweep: it reads T)
+    flops = 0 if kernel == "states" else (2 * c ** 3 if st.gated else 0) + 2 * 2 * c * c * k
+    # the UT transform: the inverse (forward only: the backward reads the forward's T),
+    # U = T βV, Wk = T (β e_start K); then W = U − Wk S
+    flops += levels * 2 * 2 * c ** 3 * ff if kernel == "forward" else 0
+    flops += 2 * c * c * (k + v) * ff + 2 * c * k * v * ff
     if kernel == "forward":  # o = (e_start Q) S + (QKᵀ ⊙ Γ) W
         flops += 2 * c * k * v + 2 * c * c * v
     if kernel in ("forward", "states"):  # S' = dec S + (e_end K)ᵀ W
@@ -60,10 +62,10 @@ def kernel_flops(st, kernel: str, b: int, t: int) -> int:
 
 
 def kernel_transcendentals(st, kernel: str, b: int, t: int) -> int:
-    """exp evaluations of one kernel call: the gate's C² pair factors, 2C row factors and the
-    chunk decay, once per grid step in every kernel (none without the gate)."""
+    """exp evaluations of one kernel call: the gate's C² pair factors (not in the state sweep),
+    2C row factors and the chunk decay, once per grid step (none without the gate)."""
     c = st.chunk
-    per = c * c + 2 * c + 1 if st.gated else 0
+    per = (c * c * (kernel != "states") + 2 * c + 1) if st.gated else 0
     return per * b * st.num_heads * (t // c)
 
 

@@ -8,7 +8,9 @@ Shapes (legend: b batch, t sequence, h heads, k key dim, v value dim): q, k [b, 
 [b, t, h, v] in float32 or bfloat16; beta, log_decay (None: no gate) [b, t, h]; initial_state
 [b, h, k, v]; starts None | [b, t] bool segment starts (linear_attention.api.segment_starts).
 
-Forward: pallas_fwd.forward (one sweep, the state in VMEM scratch). Backward: pallas_fwd.states
+Forward: pallas_fwd.forward (one sweep, the state in VMEM scratch); under differentiation it also
+keeps every chunk's T = (I + L)^{-1} ([b, h, t, C] float32: C floats a token and head, against
+k + v of the inputs) for the backward, so the UT inverse runs once. Backward: pallas_fwd.states
 recomputes the chunk-start states (one sweep), pallas_bwd.backward runs the reverse sweep and
 returns every gradient (q, k, v, beta, log_decay, initial_state). `matmul_dtype` (default the
 input dtype): bfloat16 feeds the MXU bf16 operands with f32 accumulation (the recurrence's
@@ -96,15 +98,16 @@ def _core(st, q, k, v, beta, g, s0, seg):
 
 
 def _core_fwd(st, q, k, v, beta, g, s0, seg):
-    return pallas_fwd.forward(st, q, k, v, beta, g, s0, seg), (q, k, v, beta, g, s0, seg)
+    o, s_final, tri = pallas_fwd.forward(st, q, k, v, beta, g, s0, seg, emit_tri=True)
+    return (o, s_final), (q, k, v, beta, g, tri, s0, seg)
 
 
 def _core_bwd(st, res, cts):
-    q, k, v, beta, g, s0, seg = res
+    q, k, v, beta, g, tri, s0, seg = res
     do, ds_final = cts
-    states = pallas_fwd.states(st, k, v, beta, g, s0, seg)
+    states = pallas_fwd.states(st, k, v, beta, g, tri, s0, seg)
     dq, dk, dv, dbeta, dg, ds0 = pallas_bwd.backward(
-        st, q, k, v, beta, g, states, do.astype(q.dtype), ds_final.astype(F32), seg)
+        st, q, k, v, beta, g, tri, states, do.astype(q.dtype), ds_final.astype(F32), seg)
     d_seg = None if seg is None else jnp.zeros_like(seg)  # segment counts are not differentiated
     return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), dbeta, dg, ds0, d_seg
 

@@ -9,7 +9,8 @@ dim, v value dim, n = t / C chunks):
     seg: [b, t, 1] float32 (segments only): the starts counted from the chunk start up to and
          including each position
     state: [b, h, k, v] float32 (S as in the math, so every matmul is NN, NT or TN);
-    states: [b, h, n*k, v] float32, the chunk-start states of the backward pass.
+    states: [b, h, n*k, v] float32, the chunk-start states of the backward pass;
+    tri: [b, h, t, C] float32, every chunk's T (a residual of the forward for the backward).
 
 One chunk, rows i, j (the math of xla.py): Γ_ij = exp(Σ_{j<r<=i} g_r) for j <= i in one segment;
 e_start_i = exp(Σ_{r<=i} g_r) (0 after a start in the chunk), e_end_j = exp(Σ_{r>j} g_r) (0 before
@@ -116,6 +117,13 @@ def states_spec(st: Static, reverse: bool = False):
                         lambda i, j, c: (*st.batch_head(i, j), at(c), 0))
 
 
+def tri_spec(st: Static, reverse: bool = False):
+    """[b, h, t, C]: chunk c's T."""
+    at = _chunk(reverse)
+    return pl.BlockSpec((None, None, st.chunk, st.chunk),
+                        lambda i, j, c: (*st.batch_head(i, j), at(c), 0))
+
+
 def gate_specs(st: Static, reverse: bool = False):
     """In-specs of (g if gated, seg if segments, beta), the order of `split_gates`."""
     return ([gate_spec(st, reverse)] if st.gated else []) + \
@@ -165,7 +173,8 @@ class Decay:
     g: object = None
 
 
-def chunk_decay(st: Static, g_ref, seg_ref) -> Decay:
+def chunk_decay(st: Static, g_ref, seg_ref, pairs: bool = True) -> Decay:
+    """The chunk's factors; pairs=False (the state sweep, which reads T) leaves gam None."""
     c = st.chunk
     i, j = _iota(c)
     mask = j <= i
@@ -179,9 +188,10 @@ def chunk_decay(st: Static, g_ref, seg_ref) -> Decay:
         return Decay(gam=_f(mask), start=cont, end=to_end, dec=alive, mask=_f(mask))
     g = g_ref[...].astype(F32)  # [C, 1]
     g_row = row_of(g)  # [1, C]
-    # Σ_{j<r<=i} g_r = Σ_r [r <= i] (g_r [r > j]): a 0/1 mask times the log decays, at HIGHEST
-    pair = mm(_f(j <= i), jnp.where(i > j, g, 0.0), F32)  # rows r of the rhs: g_r [r > j]
-    gam = jnp.where(mask, jnp.exp(pair), 0.0)
+    gam = None
+    if pairs:  # Σ_{j<r<=i} g_r = Σ_r [r <= i] (g_r [r > j]): a 0/1 mask times the log decays
+        pair = mm(_f(j <= i), jnp.where(i > j, g, 0.0), F32)  # rows r of the rhs: g_r [r > j]
+        gam = jnp.where(mask, jnp.exp(pair), 0.0)
     upto = jnp.sum(jnp.where(j <= i, g_row, 0.0), axis=1, keepdims=True)  # Σ_{r<=i} g_r
     after = jnp.sum(jnp.where(j > i, g_row, 0.0), axis=1, keepdims=True)  # Σ_{r>i} g_r
     start, end, dec = jnp.exp(upto), jnp.exp(after), jnp.exp(upto[c - 1:c, :])
@@ -219,8 +229,8 @@ def unit_lower_inverse(l, dt):
 
 @dataclasses.dataclass
 class Chunk:
-    """The chunk's state-independent terms: decay (Decay), kk = K Kᵀ, qk = Q Kᵀ [C, C] float32,
-    tri = T [C, C], u = T (β V) [C, v], wk = T (β e_start K) [C, k]."""
+    """The chunk's state-independent terms: decay (Decay), kk = K Kᵀ, qk = Q Kᵀ [C, C] float32
+    (None where unused), tri = T [C, C], u = T (β V) [C, v], wk = T (β e_start K) [C, k]."""
 
     decay: Decay
     kk: object
@@ -230,15 +240,16 @@ class Chunk:
     wk: object
 
 
-def chunk_terms(st: Static, q, k, v, beta, decay: Decay) -> Chunk:
+def chunk_terms(st: Static, q, k, v, beta, decay: Decay, tri=None) -> Chunk:
     """q (None: no outputs wanted), k [C, k], v [C, v] in the input dtype (direct matmul
-    operands); beta [C, 1] float32."""
+    operands); beta [C, 1] float32; tri: T [C, C] when known (the backward reads the forward's),
+    else computed here."""
     dt = st.dt
-    i, j = _iota(st.chunk)
-    kk = mm(k, k, dt, _NT)
+    kk = None if tri is not None and q is None else mm(k, k, dt, _NT)  # the state sweep: unused
     qk = None if q is None else mm(q, k, dt, _NT)
-    l = jnp.where(i > j, beta * kk * decay.gam, 0.0)
-    tri = unit_lower_inverse(l, dt)
+    if tri is None:
+        i, j = _iota(st.chunk)
+        tri = unit_lower_inverse(jnp.where(i > j, beta * kk * decay.gam, 0.0), dt)
     u = mm(tri, beta * v.astype(F32), dt, split=True)
     wk = mm(tri, _scale(beta, decay.start) * k.astype(F32), dt, split=True)
     return Chunk(decay, kk, qk, tri, u, wk)

@@ -22,8 +22,9 @@ def test_kernels_lower_to_mosaic_for_tpu():
     ungated, with and without segments: 4 x 3 kernels (forward; state sweep and reverse sweep of
     the backward). Each decoded Mosaic kernel carries its cost estimate; every matmul takes bf16
     operands with f32 accumulation except the gate's log-decay range sums ([C, C] 0/1 mask times
-    f32 log decays at fp32 contract precision: one per gated forward and state sweep, two per
-    gated reverse sweep). The Mosaic compiler itself (libtpu) is not available here."""
+    f32 log decays at fp32 contract precision: one per gated forward, two per gated reverse sweep,
+    none in the state sweep, which reads the forward's T). The Mosaic compiler itself (libtpu) is
+    not available here."""
     b, t, h, d, c = 1, 256, 2, 128, 64
 
     def loss(q, k, v, beta, g, s0, starts):
@@ -49,10 +50,11 @@ def test_kernels_lower_to_mosaic_for_tpu():
         assert cost and cost["flops"] > 0 and cost["bytes_accessed"] > 0, cost
         f32 = [m for m in kern["matmuls"] if not is_bf16(m)]
         assert all(m[0] == m[1] == f"vector<{c}x{c}xf32>" and m[3] for m in f32), f32
-        assert sum(is_bf16(m) for m in kern["matmuls"]) > 40
-        assert (cost["transcendentals"] > 0) == bool(f32)  # gated kernels: exps and range sums
-        range_sums.append(len(f32))
-    assert sorted(range_sums) == [0] * 6 + [1] * 4 + [2] * 2
+        assert sum(is_bf16(m) for m in kern["matmuls"]) >= 10
+        range_sums.append((len(f32), cost["transcendentals"] > 0))
+    # (range sums, exps): ungated x 6; gated state sweeps, forwards, reverse sweeps x 2 each
+    assert sorted(range_sums) == [(0, False)] * 6 + [(0, True), (0, True), (1, True), (1, True),
+                                                     (2, True), (2, True)]
     with pytest.raises(ValueError, match="multiple of 128"):
         x = jnp.zeros((1, 32, 2, 64))
         delta_rule_pallas(x, x, x, jnp.zeros((1, 32, 2)), interpret=False)
