@@ -16,8 +16,8 @@ T = (I + L)^{-1} (the UT transform, `wy.unit_lower_inverse`)
     O = diag(e^γ) Q S_0 + (Q Kᵀ ⊙ Γ) W,   S_c = e^{γ_c} S_0 + (diag(e^{γ_c − γ}) K)ᵀ W
 
 Every exponent is a log-decay sum over a contiguous range (<= 0), formed as a direct sum
-(`wy.range_sums`, cumulative sums from the chunk start or to its end), never a difference of
-prefix sums. Segments are masks beside it: pairs interact inside one segment, rows before the
+(`wy.range_sums`, a 0/1 mask times the log decays; cumulative sums from the chunk start or to its
+end), never a difference of prefix sums. Segments are masks beside it: pairs interact inside one segment, rows before the
 chunk's first start read S_0, keys of the chunk's last segment reach S_c, S_0 crosses a chunk
 without a start. t is padded to a multiple of the chunk with zeros (β = 0 writes nothing, g = 0
 keeps the state). All work is float32; o has q's dtype. Gradients: JAX autodiff, with the
