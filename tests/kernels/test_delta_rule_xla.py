@@ -102,3 +102,21 @@ def test_xla_blocked_sweep_with_segments():
     args, cot = inputs(6, (B, T, 2, 8, 6), "random")
     compare(values_and_grads(blocked, args, cot), values_and_grads(reference, args, cot),
             FP32_TOL, "blocked")
+
+
+@pytest.mark.parametrize("c", [1, 5, 16])
+def test_unit_lower_inverse_and_its_vjp(c):
+    """wy.unit_lower_inverse (block doubling; c = 5 padded to 8) equals numpy's inverse of I + L,
+    and its custom VJP equals autodiff of jnp.linalg.inv restricted to L's strictly lower part."""
+    import jax
+
+    from kernels_pallas.delta_rule.wy import unit_lower_inverse
+
+    rng = np.random.default_rng(c)
+    low = np.tril(0.4 * rng.standard_normal((3, c, c)), -1).astype(np.float32)
+    dx = rng.standard_normal((3, c, c)).astype(np.float32)
+    x = np.asarray(unit_lower_inverse(jnp.asarray(low)), np.float64)
+    np.testing.assert_allclose(x, np.linalg.inv(np.eye(c) + low.astype(np.float64)), atol=1e-5)
+    got = jax.grad(lambda m: jnp.sum(unit_lower_inverse(m) * dx))(jnp.asarray(low))
+    want = jax.grad(lambda m: jnp.sum(jnp.linalg.inv(jnp.eye(c) + m) * dx))(jnp.asarray(low))
+    np.testing.assert_allclose(got, np.tril(np.asarray(want), -1), rtol=1e-4, atol=1e-5)
