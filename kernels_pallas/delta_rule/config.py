@@ -18,7 +18,7 @@ import dataclasses
 import jax
 
 from kernels_pallas import tpu
-from kernels_pallas.linear_attention.config import GRID_ORDERS, _tile
+from kernels_pallas.linear_attention.config import GRID_ORDERS, _tile, blocks_for, require_vmem
 
 # Chunk length of the xla form per backend: the key head dim rounded up to a power of two,
 # clamped to [XLA_CHUNK, XLA_CHUNK_MAX] of the backend (fixed on TPU and GPU). The within-chunk
@@ -77,14 +77,7 @@ DEFAULTS = {"tpu": DeltaRuleBlocks(64), "gpu": DeltaRuleBlocks(64), "cpu": Delta
 def default_blocks(backend: str | None = None, device_kind: str | None = None) -> DeltaRuleBlocks:
     """The backend's blocks; on TPU the generation's row of TPU_BLOCKS (DEFAULTS["tpu"] for an
     unknown one), found from `device_kind` (default: the first device's kind)."""
-    backend = backend or jax.default_backend()
-    if backend != "tpu":
-        return DEFAULTS.get(backend, DEFAULTS["cpu"])
-    if device_kind is None:
-        devices = jax.devices()
-        device_kind = devices[0].device_kind if devices[0].platform == "tpu" else None
-    gen = tpu.generation(device_kind)
-    return TPU_BLOCKS[gen.name] if gen else DEFAULTS["tpu"]
+    return blocks_for(TPU_BLOCKS, DEFAULTS, backend, device_kind)
 
 
 def default_chunk_size(impl: str, backend: str | None = None, key_dim: int | None = None) -> int:
@@ -127,14 +120,8 @@ def vmem_bytes(blocks: DeltaRuleBlocks, key_dim: int, value_dim: int, itemsize: 
 def check_vmem(blocks: DeltaRuleBlocks, key_dim: int, value_dim: int, itemsize: int,
                gated: bool, segments: bool) -> None:
     """Raise a ValueError when the largest kernel's estimate exceeds half the VMEM limit."""
-    if blocks.vmem_limit_bytes is None:
-        return
-    need = max(vmem_bytes(blocks, key_dim, value_dim, itemsize, gated, segments).values())
-    if 2 * need > blocks.vmem_limit_bytes:
-        raise ValueError(
-            f"delta_rule(impl='pallas'): blocks {blocks} need ~{need / 2**20:.1f} MiB of VMEM per "
-            f"kernel, over half the {blocks.vmem_limit_bytes / 2**20:.0f} MiB limit; use a smaller "
-            "chunk_size or pass blocks with a larger vmem_limit_bytes.")
+    require_vmem("delta_rule", blocks,
+                 lambda: vmem_bytes(blocks, key_dim, value_dim, itemsize, gated, segments))
 
 
 def check_tiling(chunk: int, key_dim: int, value_dim: int, num_heads: int, dtype,

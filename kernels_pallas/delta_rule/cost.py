@@ -19,6 +19,8 @@ import math
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
+from kernels_pallas.linear_attention.cost import cost_estimate
+
 KERNELS = ("forward", "states", "reverse")
 
 
@@ -69,15 +71,7 @@ def kernel_transcendentals(st, kernel: str, b: int, t: int) -> int:
     return per * b * st.num_heads * (t // c)
 
 
-def _nbytes(x) -> int:
-    shape, dtype = (x.shape, x.dtype) if hasattr(x, "shape") else x
-    return math.prod(shape) * jnp.dtype(dtype).itemsize
-
-
 def estimate(st, kernel: str, b: int, t: int, args, outs) -> pl.CostEstimate:
     """args: the kernel's operands (arrays or ShapeDtypeStructs); outs: (shape, dtype) pairs."""
-    return pl.CostEstimate(
-        flops=int(kernel_flops(st, kernel, b, t)),
-        transcendentals=int(kernel_transcendentals(st, kernel, b, t)),
-        bytes_accessed=int(sum(_nbytes(x) for x in args) + sum(_nbytes(x) for x in outs)),
-    )
+    return cost_estimate(kernel_flops(st, kernel, b, t), kernel_transcendentals(st, kernel, b, t),
+                         args, outs)
