@@ -27,21 +27,10 @@ impl: "reference" (token-by-token `lax.scan`), "xla" (chunked WY form), "pallas"
 
 from __future__ import annotations
 
-import jax
-
 from kernels_pallas.delta_rule.checks import validate_inputs, validate_step
 from kernels_pallas.delta_rule.reference import delta_rule_reference
 from kernels_pallas.delta_rule.reference import delta_rule_step as _step
-from kernels_pallas.linear_attention.api import IMPLS, segment_starts
-
-
-def resolve_impl(impl: str) -> str:
-    if impl not in IMPLS:
-        raise ValueError(f"delta_rule: unknown impl={impl!r}; choose one of {IMPLS}.")
-    if impl == "auto":
-        # The Pallas kernels target TPU (Mosaic); GPU and CPU use the chunked XLA form.
-        return "pallas" if jax.default_backend() == "tpu" else "xla"
-    return impl
+from kernels_pallas.linear_attention.api import resolve_impl, segment_starts
 
 
 def delta_rule(
@@ -59,7 +48,7 @@ def delta_rule(
 ):
     """See the module docstring. Returns o, or (o, final_state) when return_final_state."""
     validate_inputs(q, k, v, beta, log_decay, initial_state, segment_ids)
-    impl = resolve_impl(impl)
+    impl = resolve_impl(impl, "delta_rule")
     starts = segment_starts(segment_ids)
     if impl == "reference":
         o, state = delta_rule_reference(q, k, v, beta, log_decay, initial_state, starts)
@@ -68,8 +57,8 @@ def delta_rule(
         from kernels_pallas.delta_rule.xla import delta_rule_xla
 
         o, state = delta_rule_xla(q, k, v, beta, log_decay, initial_state, starts,
-                                  chunk_size=default_chunk_size("xla") if chunk_size is None
-                                  else chunk_size)
+                                  chunk_size=default_chunk_size("xla", key_dim=q.shape[-1])
+                                  if chunk_size is None else chunk_size)
     else:
         from kernels_pallas.delta_rule.pallas import delta_rule_pallas
 

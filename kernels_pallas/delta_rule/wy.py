@@ -2,7 +2,8 @@
 a unit lower-triangular matrix with an exact custom VJP, and the pairwise log-decay range sums.
 
     unit_lower_inverse(l)     (I + l)^{-1}, l [..., c, c] strictly lower triangular
-    range_sums(g)             R [..., c, c], R_ij = Σ_{j<r<=i} g_r for j <= i, else 0
+    range_sums(g)             R [..., c, c], R_ij = Σ_{j<r<=i} g_r for j <= i, else 0 (a 0/1
+                              mask times the log decays: a direct sum, no difference)
 
 Inverse: block-recursive doubling, exact and made of matmuls only. X_p, the inverse of the
 block-diagonal part of I + l in blocks of p, merges pairs of blocks into blocks of 2p as
@@ -70,9 +71,11 @@ unit_lower_inverse.defvjp(_inverse_fwd, _inverse_bwd)
 
 
 def range_sums(g):
-    """g [..., c] -> R [..., c, c] with R_ij = Σ_{j<r<=i} g_r for j <= i (a direct sum over the
-    range, by a cumulative sum from each j: no difference of prefix sums), 0 for j > i."""
+    """g [..., c] -> R [..., c, c] with R_ij = Σ_{j<r<=i} g_r for j <= i, 0 for j > i: a direct sum
+    over the range (the 0/1 mask [r <= i] times g_r [r > j], a matmul at HIGHEST precision; adding
+    the masked zeros is exact), never a difference of prefix sums."""
     c = g.shape[-1]
+    upto = np.tril(np.ones((c, c), np.float32))  # [i, r]: r <= i
     after = np.arange(c)[:, None] > np.arange(c)[None, :]  # [r, j]: r > j
-    terms = jnp.where(after, g[..., :, None], 0.0)  # [..., r, j]
-    return jnp.cumsum(terms, axis=-2)  # [..., i, j]; zero above the diagonal
+    return jnp.einsum("ir,...rj->...ij", upto, jnp.where(after, g[..., :, None], 0.0),
+                      precision=jax.lax.Precision.HIGHEST)

@@ -16,8 +16,8 @@ T = (I + L)^{-1} (the UT transform, `wy.unit_lower_inverse`)
     O = diag(e^γ) Q S_0 + (Q Kᵀ ⊙ Γ) W,   S_c = e^{γ_c} S_0 + (diag(e^{γ_c − γ}) K)ᵀ W
 
 Every exponent is a log-decay sum over a contiguous range (<= 0), formed as a direct sum
-(`wy.range_sums`, cumulative sums from the chunk start or to its end), never a difference of
-prefix sums. Segments are masks beside it: pairs interact inside one segment, rows before the
+(`wy.range_sums`, a 0/1 mask times the log decays; cumulative sums from the chunk start or to its
+end), never a difference of prefix sums. Segments are masks beside it: pairs interact inside one segment, rows before the
 chunk's first start read S_0, keys of the chunk's last segment reach S_c, S_0 crosses a chunk
 without a start. t is padded to a multiple of the chunk with zeros (β = 0 writes nothing, g = 0
 keeps the state). All work is float32; o has q's dtype. Gradients: JAX autodiff, with the
@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from kernels_pallas.delta_rule.config import xla_block_len
 from kernels_pallas.delta_rule.wy import range_sums, unit_lower_inverse
 from kernels_pallas.linear_attention.xla import _sum_after
 
@@ -41,10 +42,50 @@ _F32 = jnp.float32
 
 
 def delta_rule_xla(q, k, v, beta, log_decay=None, initial_state=None, starts=None, *,
-                   chunk_size=64):
-    """Returns (o [b, t, h, v] in q.dtype, final_state [b, h, k, v] float32); see the module doc."""
+                   chunk_size=64, block_len="auto"):
+    """Returns (o [b, t, h, v] in q.dtype, final_state [b, h, k, v] float32); see the module doc.
+    block_len: tokens per step of an outer sequential sweep over blocks ("auto":
+    config.xla_block_len for this backend; None: one block), which keeps one step's [n, c, c]
+    arrays in cache so the time grows linearly with t; the last t mod block_len tokens are one more
+    (static) call."""
     if not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
         raise ValueError(f"delta_rule_xla: chunk_size must be a positive int; got {chunk_size!r}.")
+    if block_len == "auto":
+        block_len = xla_block_len(int(chunk_size))
+    t = q.shape[1]
+    if block_len is None or t < 2 * block_len:
+        return _chunked(q, k, v, beta, log_decay, initial_state, starts, int(chunk_size))
+    nb, tail = divmod(t, block_len)
+    main = nb * block_len
+
+    def blocks(x):  # [b, t, ...] -> [nb, b, block_len, ...] (the first nb * block_len tokens)
+        if x is None:
+            return None
+        x = x[:, :main]
+        return jnp.moveaxis(x.reshape(x.shape[0], nb, block_len, *x.shape[2:]), 1, 0)
+
+    b, _, h, dk = q.shape
+    state = jnp.zeros((b, h, dk, v.shape[-1]), _F32) if initial_state is None else initial_state
+    state = state.astype(_F32) + jnp.zeros_like(q[:, 0, :, :, None], dtype=_F32)
+
+    def step(state, xs):
+        qb, kb, vb, bb, gb, sb = xs
+        o, state = _chunked(qb, kb, vb, bb, gb, state, sb, int(chunk_size))
+        return state, o
+
+    xs = tuple(blocks(x) for x in (q, k, v, beta, log_decay, starts))
+    state, o = jax.lax.scan(step, state, xs)
+    o = jnp.moveaxis(o, 0, 1).reshape(b, main, h, -1)
+    if tail:
+        cut = lambda x: None if x is None else x[:, main:]  # noqa: E731
+        o_tail, state = _chunked(*(cut(x) for x in (q, k, v, beta, log_decay)), state,
+                                 cut(starts), int(chunk_size))
+        o = jnp.concatenate([o, o_tail], axis=1)
+    return o, state
+
+
+def _chunked(q, k, v, beta, log_decay, initial_state, starts, chunk_size):
+    """One block: the chunked form over all of q's t tokens. Returns (o, final state)."""
     b, t, h, dk = q.shape
     dv = v.shape[-1]
     c = min(int(chunk_size), t)

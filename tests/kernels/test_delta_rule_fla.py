@@ -4,7 +4,7 @@ for the ungated rule), through the fixture tests/fixtures/delta_rule_fla.npz mad
 repository (tests/fixtures/README.md says how). fla scales q by K^-1/2 inside its functions; ours
 takes q as given, so the test passes q · K^-1/2. Layout [b, t, h, d], beta and g [b, t, h] are
 fla 0.6.0's and ours alike. Gated: g from the fixture; ungated: log_decay=None against fla's g = 0
-and its delta_rule_recurrence."""
+and its delta_rule_recurrence. pallas runs the kernels in TPU interpret mode (forward only)."""
 
 import json
 from pathlib import Path
@@ -24,7 +24,7 @@ def fla():
     return dict(np.load(FIXTURE))
 
 
-@pytest.mark.parametrize("impl", ["reference", "xla"])
+@pytest.mark.parametrize("impl", ["reference", "xla", "pallas"])
 @pytest.mark.parametrize("gated", [True, False])
 def test_matches_fla_naive(fla, impl, gated):
     meta = json.loads(str(fla["meta_json"]))

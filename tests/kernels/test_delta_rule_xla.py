@@ -79,3 +79,44 @@ def test_bad_chunk_size_raises():
     args, _ = inputs(4, (1, 8, 1, 4, 4))
     with pytest.raises(ValueError, match="chunk_size must be a positive int"):
         delta_rule(*args[:4], impl="xla", chunk_size=0)
+
+
+def test_xla_blocked_sweep_with_segments():
+    """The outer sweep over blocks (block_len 16 = 2 chunks of 8; t = 37: 2 blocks and a 5-token
+    tail) with packed documents (starts inside a block, on a block edge (16, 32), in the tail)
+    equals the reference: values and gradients."""
+    from kernels_pallas.delta_rule.xla import delta_rule_xla
+    from kernels_pallas.linear_attention.api import segment_starts
+
+    ids = IDS.copy()
+    ids[0, 34:] = 9
+    starts = segment_starts(jnp.asarray(ids))
+
+    def blocked(q, k, v, beta, g, s0):
+        return delta_rule_xla(q, k, v, beta, g, s0, starts, chunk_size=8, block_len=16)
+
+    def reference(q, k, v, beta, g, s0):
+        return delta_rule(q, k, v, beta, log_decay=g, initial_state=s0, return_final_state=True,
+                          segment_ids=jnp.asarray(ids), impl="reference")
+
+    args, cot = inputs(6, (B, T, 2, 8, 6), "random")
+    compare(values_and_grads(blocked, args, cot), values_and_grads(reference, args, cot),
+            FP32_TOL, "blocked")
+
+
+@pytest.mark.parametrize("c", [1, 5, 16])
+def test_unit_lower_inverse_and_its_vjp(c):
+    """wy.unit_lower_inverse (block doubling; c = 5 padded to 8) equals numpy's inverse of I + L,
+    and its custom VJP equals autodiff of jnp.linalg.inv restricted to L's strictly lower part."""
+    import jax
+
+    from kernels_pallas.delta_rule.wy import unit_lower_inverse
+
+    rng = np.random.default_rng(c)
+    low = np.tril(0.4 * rng.standard_normal((3, c, c)), -1).astype(np.float32)
+    dx = rng.standard_normal((3, c, c)).astype(np.float32)
+    x = np.asarray(unit_lower_inverse(jnp.asarray(low)), np.float64)
+    np.testing.assert_allclose(x, np.linalg.inv(np.eye(c) + low.astype(np.float64)), atol=1e-5)
+    got = jax.grad(lambda m: jnp.sum(unit_lower_inverse(m) * dx))(jnp.asarray(low))
+    want = jax.grad(lambda m: jnp.sum(jnp.linalg.inv(jnp.eye(c) + m) * dx))(jnp.asarray(low))
+    np.testing.assert_allclose(got, np.tril(np.asarray(want), -1), rtol=1e-4, atol=1e-5)
