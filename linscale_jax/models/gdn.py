@@ -198,12 +198,13 @@ def run_delta_rule(cfg, q, k, v, beta, log_decay, segment_ids, state):
 # --- accounting --------------------------------------------------------------------------------
 
 def chunk_length(cfg, seq_len: int) -> int:
-    """The delta rule's chunk c: model.chunk_size, or the backend's default for model.impl
-    (kernels_pallas.delta_rule), at most seq_len."""
+    """The delta rule's chunk c: model.chunk_size, or the backend's default for model.impl and the
+    key head dim e (kernels_pallas.delta_rule), at most seq_len."""
     from kernels_pallas.delta_rule.api import resolve_impl
     from kernels_pallas.delta_rule.config import default_chunk_size
 
-    return min(cfg.chunk_size or default_chunk_size(resolve_impl(cfg.impl)), seq_len)
+    return min(cfg.chunk_size or default_chunk_size(resolve_impl(cfg.impl), key_dim=cfg.head_dim),
+               seq_len)
 
 
 def delta_rule_flops(n_heads: int, key_dim: int, value_dim: int, chunk: int) -> float:
