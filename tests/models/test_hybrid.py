@@ -187,6 +187,9 @@ def test_labels_options_and_refusals():
     for kw, match in cases:
         with pytest.raises(ValueError, match=match):
             ModelConfig(**base(**kw))
+    from linscale_jax.interop import export  # a layout holds one arch's layers: a hybrid is refused
+    with pytest.raises(export.ExportError, match=r"^a hybrid stack \(model.layers='tnl\*3,llama'\) has no released"):
+        export.check("transnormerllm", cfg)
 
 
 def test_a_hybrid_trains_resumes_and_evaluates(tmp_path):
