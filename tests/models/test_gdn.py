@@ -66,16 +66,19 @@ def test_mixer_matches_the_formulas(r, width):
     c = cfg(gdn=dict(expand_v=r, conv_size=width))
     m = GatedDeltaNet(c, keys=KeyGen(jax.random.key(r)))
     x = jax.random.normal(jax.random.key(7), (1, T, D), jnp.float32)
-    y, _ = m(x, positions=jnp.arange(T)[None], segment_ids=None, cache=None, extra=None)
+    y, _ = nnx.jit(lambda m, x: m(x, positions=jnp.arange(T)[None], segment_ids=None, cache=None,
+                                  extra=None))(m, x)
     np.testing.assert_allclose(y[0], reference(m, x, r, width, c.out_norm_eps), rtol=2e-4, atol=2e-5)
     # the chunked form (xla, chunks of 4 over 9 tokens) equals the token scan, values and gradients
     mx = GatedDeltaNet(c.replace(impl="xla", chunk_size=4), keys=KeyGen(jax.random.key(r)))
     pos = jnp.arange(T)[None]
 
-    def loss(m):
-        return jnp.sum(jnp.sin(m(x, positions=pos, segment_ids=None, cache=None, extra=None)[0]))
+    @nnx.jit
+    def value_and_grad(m):
+        return nnx.value_and_grad(lambda m: jnp.sum(jnp.sin(
+            m(x, positions=pos, segment_ids=None, cache=None, extra=None)[0])))(m)
 
-    (lr, gr), (lx, gx) = (nnx.value_and_grad(loss)(mm) for mm in (m, mx))
+    (lr, gr), (lx, gx) = (value_and_grad(mm) for mm in (m, mx))
     np.testing.assert_allclose(lx, lr, rtol=1e-5)
     for a, b in zip(jax.tree.leaves(nnx.state(gx, nnx.Param)), jax.tree.leaves(nnx.state(gr, nnx.Param))):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * float(jnp.abs(b).max()))
