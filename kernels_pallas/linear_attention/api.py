@@ -44,9 +44,10 @@ def segment_starts(segment_ids):
     return jnp.concatenate([first, segment_ids[:, 1:] != segment_ids[:, :-1]], axis=1)
 
 
-def resolve_impl(impl: str) -> str:
+def resolve_impl(impl: str, op: str = "linear_attention") -> str:
+    """impl checked against IMPLS ("auto" resolved for this backend); op names the entry point."""
     if impl not in IMPLS:
-        raise ValueError(f"linear_attention: unknown impl={impl!r}; choose one of {IMPLS}.")
+        raise ValueError(f"{op}: unknown impl={impl!r}; choose one of {IMPLS}.")
     if impl == "auto":
         # The Pallas kernels target TPU (Mosaic); GPU and CPU use the chunked XLA form.
         return "pallas" if jax.default_backend() == "tpu" else "xla"

@@ -132,14 +132,22 @@ def default_chunk_size(impl: str, backend: str | None = None, key_dim: int | Non
 def default_blocks(backend: str | None = None, device_kind: str | None = None) -> LinearAttentionBlocks:
     """The backend's blocks; on TPU the generation's row of TPU_BLOCKS, found from `device_kind`
     (default: the first device's kind), DEFAULTS["tpu"] for an unknown TPU."""
+    return blocks_for(TPU_BLOCKS, DEFAULTS, backend, device_kind)
+
+
+def blocks_for(table: dict, defaults: dict, backend: str | None = None,
+               device_kind: str | None = None):
+    """defaults[backend] off TPU (defaults["cpu"] for an unknown backend); on TPU table[generation]
+    found from `device_kind` (default: the first device's kind), defaults["tpu"] for an unknown
+    one."""
     backend = backend or jax.default_backend()
     if backend != "tpu":
-        return DEFAULTS.get(backend, DEFAULTS["cpu"])
+        return defaults.get(backend, defaults["cpu"])
     if device_kind is None:
         devices = jax.devices()
         device_kind = devices[0].device_kind if devices[0].platform == "tpu" else None
     gen = tpu.generation(device_kind)
-    return TPU_BLOCKS[gen.name] if gen else DEFAULTS["tpu"]
+    return table[gen.name] if gen else defaults["tpu"]
 
 
 def _tile(rows: int, width: int, itemsize: int) -> int:
@@ -173,13 +181,20 @@ def vmem_bytes(blocks: LinearAttentionBlocks, key_dim: int, value_dim: int, item
 def check_vmem(blocks: LinearAttentionBlocks, key_dim: int, value_dim: int, itemsize: int,
                data_decay: bool, segments: bool) -> None:
     """Raise a ValueError when the largest kernel's estimate exceeds half the VMEM limit."""
+    require_vmem("linear_attention", blocks,
+                 lambda: vmem_bytes(blocks, key_dim, value_dim, itemsize, data_decay, segments))
+
+
+def require_vmem(op: str, blocks, estimate) -> None:
+    """Raise a ValueError when max(estimate().values()) (VMEM bytes per kernel) exceeds half of
+    blocks.vmem_limit_bytes (no check without a limit). op names the entry point."""
     if blocks.vmem_limit_bytes is None:
         return
-    need = max(vmem_bytes(blocks, key_dim, value_dim, itemsize, data_decay, segments).values())
+    need = max(estimate().values())
     if 2 * need > blocks.vmem_limit_bytes:
         raise ValueError(
-            f"linear_attention(impl='pallas'): blocks {blocks} need ~{need / 2**20:.1f} MiB of VMEM "
-            f"per kernel, over half the {blocks.vmem_limit_bytes / 2**20:.0f} MiB limit; use a "
+            f"{op}(impl='pallas'): blocks {blocks} need ~{need / 2**20:.1f} MiB of VMEM per "
+            f"kernel, over half the {blocks.vmem_limit_bytes / 2**20:.0f} MiB limit; use a "
             "smaller chunk_size or pass blocks with a larger vmem_limit_bytes.")
 
 

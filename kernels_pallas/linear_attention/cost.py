@@ -80,8 +80,14 @@ def _nbytes(x) -> int:
 
 def estimate(st, kernel: str, b: int, t: int, args, outs) -> pl.CostEstimate:
     """args: the kernel's operands (arrays or ShapeDtypeStructs); outs: (shape, dtype) pairs."""
+    return cost_estimate(kernel_flops(st, kernel, b, t), kernel_transcendentals(st, kernel, b, t),
+                         args, outs)
+
+
+def cost_estimate(flops, transcendentals, args, outs) -> pl.CostEstimate:
+    """pl.CostEstimate with bytes_accessed = every operand (array or ShapeDtypeStruct) and output
+    ((shape, dtype) pair) once."""
     return pl.CostEstimate(
-        flops=int(kernel_flops(st, kernel, b, t)),
-        transcendentals=int(kernel_transcendentals(st, kernel, b, t)),
+        flops=int(flops), transcendentals=int(transcendentals),
         bytes_accessed=int(sum(_nbytes(x) for x in args) + sum(_nbytes(x) for x in outs)),
     )

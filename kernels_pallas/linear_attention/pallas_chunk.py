@@ -286,10 +286,11 @@ def scale_mask(x, m):
 
 
 def call(kernel, st: Static, grid, in_specs, out_specs, out_shape, scratch, sequential: bool,
-         cost=None):
+         cost=None, prefix="linear_attention_"):
     """pallas_call with TPU grid semantics; out_shape: (shape, dtype) pairs; cost: a
-    pl.CostEstimate (kernels_pallas.linear_attention.cost). Inside shard_map the outputs are
-    declared varying over every mesh axis any operand varies over."""
+    pl.CostEstimate (kernels_pallas.linear_attention.cost); prefix: of the call's name (then the
+    kernel function's). `st` needs `.interpret` and `.vmem_limit_bytes`. Inside shard_map the
+    outputs are declared varying over every mesh axis any operand varies over."""
     semantics = ("parallel", "parallel", "arbitrary" if sequential else "parallel")
     single = isinstance(out_shape, tuple)
 
@@ -309,7 +310,7 @@ def call(kernel, st: Static, grid, in_specs, out_specs, out_shape, scratch, sequ
                                                  vmem_limit_bytes=st.vmem_limit_bytes),
             interpret=st.interpret,
             cost_estimate=cost,
-            name="linear_attention_" + getattr(kernel, "func", kernel).__name__.strip("_")
+            name=prefix + getattr(kernel, "func", kernel).__name__.strip("_")
             .removesuffix("_kernel"),
         )
         if varying:  # every operand must vary over the same axes as the outputs

@@ -32,7 +32,7 @@ def get_config(arg: str = "tnl-410m"):
 
 def names():
     """All paper config names (24 main + the aspect-ratio variants)."""
-    from linscale_jax.config import ARCHS
+    from linscale_jax.models import registry
 
     all_sizes = list(sizes.PAPER_SIZES) + list(sizes.ASPECT_VARIANTS)
-    return [f"{a}-{s}" for a in ARCHS for s in all_sizes]
+    return [f"{a}-{s}" for a in registry.paper_archs() for s in all_sizes]

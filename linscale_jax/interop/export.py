@@ -76,6 +76,10 @@ NO_HOME = {"cosformer2": "cosFormer2 has no released checkpoint layout (its auth
 def check(fmt: str, cfg) -> None:
     """Refuse (ExportError) a model the layout `fmt` cannot hold exactly."""
     layout = LAYOUTS[fmt]
+    if cfg.hybrid:
+        raise ExportError(f"a hybrid stack (model.layers={cfg.layers!r}) has no released layout: each "
+                          f"--to= format holds one arch's layers; its checkpoints are read by eval and "
+                          "generate as they are.")
     if cfg.arch != layout.arch:
         if cfg.arch in NO_HOME:
             raise ExportError(f"{NO_HOME[cfg.arch]}, so there is nothing to export it to; its run's "

@@ -12,8 +12,11 @@ cfg: a ModelConfig (or a config's model section); n: sequence length. C in PFLOP
 C / PF_DAY. The shared terms (projections, GLU, LM head) are counted here; each architecture's own
 terms (mixer, gate, GQA, TPE, the short convolution, the paper's N and x) come from its registry
 entry; a linear mixer's short convolution (model.short_conv) adds its parameters to the paper's N
-and six times them to its C/D. The formulas and how they are checked: docs/models.md, "The two
-FLOP counts".
+and six times them to its C/D. A hybrid stack (model.layers) sums every layer's terms from its own
+architecture's entry. The formulas and how they are checked: docs/models.md, "The two FLOP counts".
+
+    state_floats_per_layer(cfg, n)       decoding state per layer for one sequence (mean over layers)
+    kv_cache_bytes_per_token(cfg)        bytes the softmax layers' KV caches grow per token
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from flax import nnx
 
 from linscale_jax import contract
 from linscale_jax.models import ModelConfig, build_model, registry
-from linscale_jax.models.linear_common import short_conv_params
+from linscale_jax.models.linear_common import short_conv_layer_params
 
 PF_DAY = contract.PF_DAY  # FLOPs in one PFLOP/s-day
 
@@ -56,30 +59,69 @@ def _param_counts(cfg) -> tuple:
     return (("total", total), ("embedding", embedding), ("non_embedding", total - embedding))
 
 
-def paper_params(cfg) -> int:
-    """Table-1 N (non-embedding, leading terms)."""
+def layer_counts(cfg) -> dict[str, int]:
+    """{arch: its number of layers} (one entry for a model of one arch; a hybrid stack's per arch)."""
+    kinds = _model_config(cfg).layer_archs
+    return {a: kinds.count(a) for a in dict.fromkeys(kinds)}
+
+
+def _per_arch(cfg):
+    """(arch, its layer count, its pure config, its ArchSpec) for every arch of the stack."""
     cfg = _model_config(cfg)
-    l, d, h = cfg.n_layers, cfg.d_model, cfg.n_heads
-    return 12 * l * d * d + _spec(cfg).paper_params_extra(l, d, h) + short_conv_params(cfg)
+    return [(a, n, cfg.pure(a), registry.get(a)) for a, n in layer_counts(cfg).items()]
+
+
+def paper_params(cfg) -> int:
+    """Table-1 N (non-embedding, leading terms): per layer 12·d² + its arch's term, plus
+    model.arch's once-only terms and the linear layers' short convolutions."""
+    cfg = _model_config(cfg)
+    d = cfg.d_model
+    layers = sum(n * (12 * d * d + spec.paper_params_layer(pure) + short_conv_layer_params(pure))
+                 for _, n, pure, spec in _per_arch(cfg))
+    return layers + _spec(cfg).paper_params_once(cfg.pure(cfg.arch))
 
 
 def paper_flops_per_token(cfg, seq_len: int) -> float:
-    """Table-1 C / D at sequence length n = seq_len."""
+    """Table-1 C / D at sequence length n = seq_len: per layer 72·d²·(1 + x) of its arch, plus six
+    times the linear layers' short-convolution parameters."""
     cfg = _model_config(cfg)
-    l, d, h, n = cfg.n_layers, cfg.d_model, cfg.n_heads, seq_len
-    x = _spec(cfg).paper_flops_x(d, h, n)
-    return 72.0 * l * d * d * (1.0 + x) + 6 * short_conv_params(cfg)
+    d = cfg.d_model
+    return float(sum(n * 72.0 * d * d * (1.0 + spec.paper_flops_x(pure, seq_len))
+                     + 6 * n * short_conv_layer_params(pure) for _, n, pure, spec in _per_arch(cfg)))
 
 
 def forward_flops_per_token(cfg, seq_len: int) -> float:
     """Exact forward FLOPs per token (matmuls, 2 per multiply-add)."""
     cfg = _model_config(cfg)
-    l, d, g, v = cfg.n_layers, cfg.d_model, cfg.ffn_dim, cfg.vocab_size
-    spec = _spec(cfg)
+    d, g, v = cfg.d_model, cfg.ffn_dim, cfg.vocab_size
     chunk = min(cfg.resolved_chunk_size, seq_len)
-    layer = 2 * 4 * d * d + 2 * 3 * d * g + spec.layer_flops(cfg, seq_len, chunk)
-    once = 2 * d * v + spec.once_flops(cfg, seq_len, chunk)
-    return float(l * layer + once)
+    layers = sum(n * (2 * 4 * d * d + 2 * 3 * d * g + spec.layer_flops(pure, seq_len, chunk))
+                 for _, n, pure, spec in _per_arch(cfg))
+    once = 2 * d * v + _spec(cfg).once_flops(cfg.pure(cfg.arch), seq_len, chunk)
+    return float(layers + once)
+
+
+def state_floats_per_layer(cfg, seq_len: int) -> float:
+    """Floats of the decoding state for one sequence of seq_len tokens, averaged over the layers
+    (ArchSpec.state_floats of each layer's arch: a linear layer's fixed state, a softmax layer's
+    KV cache at seq_len tokens)."""
+    parts = _per_arch(cfg)
+    return sum(n * spec.state_floats(pure, seq_len) for _, n, pure, spec in parts) / \
+        sum(n for _, n, _, _ in parts)
+
+
+def kv_cache_bytes_per_token(cfg) -> int:
+    """Bytes the KV caches of all softmax layers add per decoded token for one sequence: 2 (k and v)
+    · key/value heads · e · the cache dtype's bytes (model.dtype), summed over those layers; 0
+    for a model of linear layers only (its state does not grow)."""
+    import numpy as np
+
+    total = 0
+    for _, n, pure, spec in _per_arch(cfg):
+        if spec.softmax_block:
+            per_token = spec.state_floats(pure, 2) - spec.state_floats(pure, 1)
+            total += n * per_token * np.dtype(pure.dtype).itemsize
+    return int(total)
 
 
 def flops_per_token_exact(cfg, seq_len: int) -> float:

@@ -61,6 +61,7 @@ class ModelConfig:
     short_conv: int = 0  # linear mixers: causal depthwise convolution of width K on q, k, v (fla's use_short_conv; 0 = off, the paper)
     remat: str = "none"  # none | block | dots  (activation checkpointing per block)
     scan_layers: bool = False  # scan over a stacked layer axis (faster compiles for deep models)
+    layers: str = ""  # hybrid stacks: a layer pattern "<arch>[*n],..." repeated to n_layers, e.g. "tnl*3,llama" ("": every layer model.arch)
     # --- the decoder around the mixers, any arch (released checkpoints; defaults: the paper's) ---
     tie_embeddings: bool = True  # False: separate LM head `lm_head` [d, vocab]
     embed_scale: str = "none"  # none | sqrt_d (embedding output multiplied by sqrt(d))
@@ -99,9 +100,33 @@ class ModelConfig:
         return self.d_model // self.n_heads
 
     @property
+    def layer_archs(self) -> tuple[str, ...]:
+        """The architecture of every layer, [l]: model.layers repeated to n_layers (and cut there),
+        or model.arch in every layer."""
+        return layer_pattern(self.layers, self.n_layers) if self.layers else (self.arch,) * self.n_layers
+
+    @property
     def archs(self) -> tuple[str, ...]:
-        """The architectures whose layers the model has."""
-        return (self.arch,)
+        """The architectures whose layers the model has, model.arch first."""
+        return tuple(dict.fromkeys((self.arch,) + self.layer_archs))
+
+    @property
+    def hybrid(self) -> bool:
+        """More than one architecture in the stack."""
+        return len(self.archs) > 1
+
+    def pure(self, arch: str) -> "ModelConfig":
+        """The config of a model of `arch` alone with this one's common fields and `arch`'s options:
+        what a hybrid's layers of `arch` are built from (their block, mixer and accounting). Other
+        archs' options return to their defaults, and for a softmax block the linear block's
+        switches too."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "options"}
+        values.update(arch=arch, layers="", options={arch: getattr(self, arch)} if
+                      registry.get(arch).options is not None else {})
+        if registry.get(arch).softmax_block:
+            for name in _LINEAR_BLOCK:
+                values[name] = ModelConfig.__dataclass_fields__[name].default
+        return ModelConfig(**values)
 
     @property
     def resolved_chunk_size(self) -> int:
@@ -181,6 +206,7 @@ class ModelConfig:
                              "convolution width; 0 = off, e.g. --config.model.short_conv=4).")
         if self.mixer_norm_eps < 0:
             raise ValueError("model.mixer_norm_eps must be >= 0 (0 = use model.norm_eps).")
+        self._validate_layers()
         self._validate_linear_block()
         self._validate_options()
         self.check_sequence(self.max_seq_len, "model.max_seq_len")
@@ -202,12 +228,27 @@ class ModelConfig:
             if arch in self.archs and check is not None:
                 check(self, seq_len, name)
 
+    def _validate_layers(self) -> None:
+        """model.layers: registered archs, one period at most n_layers long (so each arch of the
+        pattern has a layer), model.arch among them, and one arch per stack under scan_layers."""
+        if not self.layers:
+            return
+        kinds = self.layer_archs
+        named = tuple(dict.fromkeys(a for a, _ in parse_pattern(self.layers, self.n_layers)))
+        if self.arch not in named:
+            raise ValueError(f"model.layers={self.layers!r} has no {self.arch} layer, and model.arch="
+                             f"{self.arch} gives the model its embedding stage; put {self.arch} in the "
+                             f"pattern or set --config.model.arch={named[0]}.")
+        if self.scan_layers and len(set(kinds)) > 1:
+            raise ValueError("model.scan_layers stacks identical layers, and a hybrid's layers differ "
+                             f"({', '.join(dict.fromkeys(kinds))}); set --config.model.scan_layers=False.")
+
     def _validate_linear_block(self) -> None:
         """The linear block's switches need a linear layer; llama's block fixes them."""
         if any(not registry.get(a).softmax_block for a in self.archs):
             return
         defaults = ModelConfig.__dataclass_fields__
-        for name in ("short_conv", "norm_scale", "mixer_norm_eps", "glu_act"):
+        for name in _LINEAR_BLOCK:
             if getattr(self, name) != defaults[name].default:
                 raise ValueError(
                     f"model.{name} applies to the linear mixers' blocks, not {self.arch!r} (whose "
@@ -228,6 +269,38 @@ class ModelConfig:
                     f"model.{arch}.{name}={getattr(value, name)!r} applies to {arch} layers, and "
                     f"this model has none (model.arch={self.arch}); drop it (default "
                     f"{getattr(default, name)!r}) or set --config.model.arch={arch}.")
+
+
+_LINEAR_BLOCK = ("short_conv", "norm_scale", "mixer_norm_eps", "glu_act")
+
+
+def parse_pattern(pattern: str, n_layers: int) -> list[tuple[str, int]]:
+    """'tnl*3,llama' -> [('tnl', 3), ('llama', 1)]: registered archs with counts >= 1, the whole
+    pattern at most n_layers long (a pattern is repeated to the depth, never built beyond it)."""
+    groups = []
+    for part in str(pattern).split(","):
+        name, star, count = part.strip().partition("*")
+        try:
+            n = int(count) if star else 1
+        except ValueError:
+            n = 0
+        if not name or n < 1:
+            raise ValueError(f"model.layers={pattern!r}: {part.strip()!r} must be <arch> or <arch>*<count "
+                             ">= 1> (e.g. --config.model.layers='tnl*3,llama').")
+        if name not in registry.ARCHS:
+            raise ValueError(f"model.layers={pattern!r}: unknown architecture {name!r}; choose from "
+                             f"{tuple(registry.ARCHS)}.")
+        groups.append((name, n))
+        if sum(c for _, c in groups) > n_layers:
+            raise ValueError(f"model.layers={pattern!r} is longer than model.n_layers={n_layers}; the "
+                             "pattern repeats to the depth: give one period of it.")
+    return groups
+
+
+def layer_pattern(pattern: str, n_layers: int) -> tuple[str, ...]:
+    """The arch of each of n_layers layers: one period of `pattern` repeated, cut at n_layers."""
+    period = [name for name, n in parse_pattern(pattern, n_layers) for _ in range(n)]
+    return tuple(period[j % len(period)] for j in range(n_layers))
 
 
 def _canonical_options(given: dict, field_names) -> tuple:
@@ -296,7 +369,7 @@ def shape_fields() -> tuple[str, ...]:
     """The model fields that fix parameter shapes (a resume cannot change them): the common ones
     and each arch's options marked shape=True, as dotted names under `model.`."""
     common = ("arch", "n_layers", "d_model", "n_heads", "ffn_dim", "vocab_size", "tie_embeddings",
-              "scan_layers", "norm_scale", "short_conv")
+              "scan_layers", "norm_scale", "short_conv", "layers")
     per_arch = [name for a in registry.ARCHS if registry.get(a).options is not None
                 for name in opt.shape_fields(a, registry.get(a).options)]
     return tuple(f"model.{k}" for k in common + tuple(per_arch))

@@ -102,8 +102,9 @@ def _once_flops(cfg, seq_len: int, chunk: int) -> float:
 
 registry.register(registry.ArchSpec(
     name="cosformer2", mixer=Cosformer2Attention, model=Cosformer2,
-    paper_params_extra=lambda l, d, h: 2 * l * d * d // h + d * d // h,
-    paper_flops_x=lambda d, h, n: 3 / (4 * h) + 23 / (72 * d),
+    paper_params_layer=lambda cfg: 2 * cfg.d_model * cfg.head_dim,  # the gate, 2d²/h
+    paper_params_once=lambda cfg: cfg.d_model * cfg.head_dim,  # the TPE, d²/h
+    paper_flops_x=lambda cfg, n: 3 / (4 * cfg.n_heads) + 23 / (72 * cfg.d_model),
     layer_flops=_layer_flops, once_flops=_once_flops, paper_layers={"410m": 25},
     state_floats=lambda cfg, n: (cfg.n_heads * 2 * cfg.head_dim * cfg.head_dim  # k = 2e (LRPE)
                                  + short_conv_state_floats(cfg)),

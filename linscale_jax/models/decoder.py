@@ -10,8 +10,16 @@ Each architecture supplies a token mixer with the interface
         -> (y [b,t,d], new_cache)      (cache None = parallel training forward; returns None)
     mixer.init_cache(batch_size, max_len) -> pytree
 
-and may override `layer_extras()` (per-layer inputs computed once, e.g. HGRN2's lower bounds) and
-`embed_tokens(...)` (e.g. cosFormer2's TPE). Execution forms:
+and, on its registry entry, model-level parameters of its layers and the per-layer inputs made from
+them (`stack_params`, `stack_extras`: HGRN2's lower bounds, TNL's decays); a Decoder subclass
+(`ArchSpec.model`) may override `embed_tokens(...)` (cosFormer2's TPE).
+
+Hybrid stacks (model.layers, e.g. "tnl*3,llama"): layer j is a block of its own architecture a_j,
+built from `cfg.pure(a_j)` (its mixer, its norms and GLU: LLaMA's RMSNorm scales and SwiGLU, the
+linear archs' SimpleRMSNorm and identity GLU), and the i-th layer of an architecture gets that
+architecture's i-th per-layer input, as in a model of its layers alone; the embedding stage, final
+norm and LM head are model.arch's. Decoding caches are per layer: a KV cache for softmax layers, a
+state for linear ones. Execution forms:
 
     model(tokens, segment_ids=None) -> logits [b,t,v]
     state = model.init_state(batch_size, max_len);  logits, state = model.extend(tokens, state)
@@ -72,7 +80,7 @@ def check_tokens(tokens, max_len: int, what: str = "tokens"):
 
 
 class Block(nnx.Module):
-    """Pre-norm residual block: x + mixer(norm(x)), then x + glu(norm(x)). x [b,t,d]."""
+    """Pre-norm residual block of cfg.arch: x + mixer(norm(x)), then x + glu(norm(x)). x [b,t,d]."""
 
     def __init__(self, cfg: ModelConfig, mixer: nnx.Module, *, keys: KeyGen):
         self.norm1, self.norm2 = make_norm(cfg), make_norm(cfg)
@@ -109,27 +117,38 @@ def stack_modules(modules):
 
 
 class Decoder(nnx.Module):
-    """Base model; builds the registered mixer of cfg.arch (subclasses add parameters and hooks).
+    """Base model; builds the registered mixer of each layer's arch (subclasses add model-level
+    parameters and hooks).
 
     model.scan_layers=False: `layers` is an nnx.List of l Blocks (parameters layers/<j>/...).
     model.scan_layers=True: `layers` is one Block whose parameters are stacked [l, ...] (logical
     axis 'layers'), applied with `lax.scan` (compile time independent of depth); decoding caches
-    are stacked the same way.
+    are stacked the same way. Each arch's stack parameters (ArchSpec.stack_params) are attributes:
+    `<name>`, or `<arch>_<name>` in a hybrid stack.
     """
 
     def __init__(self, cfg: ModelConfig, *, keys: KeyGen):
         self.cfg = cfg
         self.embed = Embed(cfg.vocab_size, cfg.d_model, keys=keys, std=cfg.init_std)
-        blocks = [Block(cfg, self.make_mixer(cfg, keys), keys=keys) for _ in range(cfg.n_layers)]
+        pure = {a: cfg.pure(a) for a in cfg.archs}
+        blocks = [Block(pure[a], self.make_mixer(pure[a], keys), keys=keys) for a in cfg.layer_archs]
         self.layers = stack_modules(blocks) if cfg.scan_layers else nnx.List(blocks)
-        self.final_norm = make_norm(cfg)
+        self.final_norm = make_norm(pure[cfg.arch])
         self.lm_head = None if cfg.tie_embeddings else Linear(
             cfg.d_model, cfg.vocab_size, keys=keys, std=cfg.init_std, axes=("embed", "vocab"))
+        stacks = []
+        for a in cfg.archs:
+            params = registry.get(a).stack_params(pure[a], cfg.layer_archs.count(a), keys)
+            for name, param in params.items():
+                setattr(self, self._stack_name(a, name), param)
+            stacks.append((a, tuple(params)))
+        self.stacks = tuple(stacks)  # ((arch, stack parameter names), ...)
 
     # --- hooks -------------------------------------------------------------------------------
     def make_mixer(self, cfg: ModelConfig, keys: KeyGen) -> nnx.Module:
-        """The registered architecture's mixer (registry.get(cfg.arch).mixer). model.short_conv > 0
-        needs a mixer built on linscale_jax.models.linear_common.project (its `conv`)."""
+        """The registered architecture's mixer (registry.get(cfg.arch).mixer; cfg: the layer's
+        pure config). model.short_conv > 0 needs a mixer built on linscale_jax.models.linear_common
+        .project (its `conv`)."""
         mixer = registry.get(cfg.arch).mixer(cfg, keys=keys)
         if cfg.short_conv and getattr(mixer, "conv", None) is None:
             raise ValueError(f"model.short_conv={cfg.short_conv}: the {cfg.arch} mixer has no short "
@@ -137,9 +156,18 @@ class Decoder(nnx.Module):
                              "--config.model.short_conv=0.")
         return mixer
 
+    def _stack_name(self, arch: str, name: str) -> str:
+        return f"{arch}_{name}" if self.cfg.hybrid else name
+
     def layer_extras(self):
-        """Per-layer extra mixer inputs as a pytree stacked over layers (leading axis l), or None."""
-        return None
+        """{arch: its layers' extra mixer inputs stacked [n_arch, ...] or None} (ArchSpec.stack_extras
+        from its stack parameters)."""
+        out = {}
+        for a, names in self.stacks:
+            params = {n: getattr(self, self._stack_name(a, n))[...] for n in names}
+            out[a] = registry.get(a).stack_extras(self.cfg.pure(a), self.cfg.layer_archs.count(a),
+                                                  params)
+        return out
 
     def embed_tokens(self, tokens, positions, segment_ids, cache):
         """tokens [b,t] -> (x [b,t,d] in compute dtype, new embedding-stage cache)."""
@@ -166,8 +194,10 @@ class Decoder(nnx.Module):
     def _layers_loop(self, x, positions, segment_ids, extras, caches):
         cfg = self.cfg
         new_caches = []
-        for j, block in enumerate(self.layers):
-            extra = jax.tree.map(lambda a: a[j], extras)
+        seen = dict.fromkeys(cfg.archs, 0)  # layers of each arch so far: the index of its extras
+        for j, (block, arch) in enumerate(zip(self.layers, cfg.layer_archs)):
+            extra = jax.tree.map(lambda a, i=seen[arch]: a[i], extras[arch])
+            seen[arch] += 1
             if caches is not None:
                 x, c = block(x, positions, None, caches[j], extra)
                 new_caches.append(c)
@@ -188,7 +218,7 @@ class Decoder(nnx.Module):
 
         if caches is None and self.cfg.remat != "none":
             body = jax.checkpoint(body, policy=_REMAT_POLICIES[self.cfg.remat])
-        x, new_caches = jax.lax.scan(body, x, (params, extras, caches))
+        x, new_caches = jax.lax.scan(body, x, (params, extras[self.cfg.arch], caches))
         return x, (new_caches if caches is not None else None)
 
     def _run(self, tokens, positions, segment_ids, state):
@@ -220,20 +250,25 @@ class Decoder(nnx.Module):
         logits, _ = self._run(tokens, positions, segment_ids, None)
         return logits
 
+    @property
+    def has_kv_cache(self) -> bool:
+        """Any softmax layer: its KV cache bounds decoding by max_len."""
+        return any(registry.get(a).softmax_block for a in self.cfg.archs)
+
     def init_state(self, batch_size: int, max_len: int | None = None):
         """Decoding state for `extend`: {'pos': int32 [], 'embed': ..., 'layers': per-layer caches
         (a list, or one pytree stacked [l, ...] with scan_layers)}.
-        max_len (default model.max_seq_len) sizes LLaMA's KV cache, which bounds the tokens fed
-        through `extend`; the linear models keep an O(1) state and decode without a length limit
-        (max_len is ignored there)."""
-        if not registry.get(self.cfg.arch).softmax_block:  # a recurrent state: no length to size
+        max_len (default model.max_seq_len) sizes the softmax layers' KV caches, which bound the
+        tokens fed through `extend`; a model of linear layers only keeps an O(1) state and decodes
+        without a length limit (max_len is ignored there)."""
+        if not self.has_kv_cache:  # a recurrent state: no length to size
             max_len = 1
         else:
             max_len = self.cfg.max_seq_len if max_len is None else int(max_len)
             if not 1 <= max_len <= self.cfg.max_seq_len:
                 raise ValueError(
                     f"init_state: max_len={max_len} must be in [1, model.max_seq_len="
-                    f"{self.cfg.max_seq_len}] (LLaMA's KV cache); raise "
+                    f"{self.cfg.max_seq_len}] (the softmax layers' KV cache); raise "
                     "--config.model.max_seq_len for longer decoding.")
         if self.cfg.scan_layers:  # one cache with a leading [l] axis
             one = self.layers.mixer.init_cache(batch_size, max_len)
@@ -243,21 +278,28 @@ class Decoder(nnx.Module):
         return {"pos": jnp.zeros((), jnp.int32), "embed": self.init_embed_cache(batch_size),
                 "layers": layers}
 
+    def _kv_capacity(self, state) -> int:
+        """Tokens the state's KV caches hold (the first softmax layer's cache length)."""
+        if self.cfg.scan_layers:
+            return state["layers"]["k"].shape[-3]
+        j = next(j for j, a in enumerate(self.cfg.layer_archs) if registry.get(a).softmax_block)
+        return state["layers"][j]["k"].shape[-3]
+
     def extend(self, tokens, state):
         """Continue from `state` with tokens [b,t] (prefill t>1 or one step t=1).
-        Returns (logits [b,t,v] float32, new state). The linear models continue past
+        Returns (logits [b,t,v] float32, new state). A model of linear layers only continues past
         model.max_seq_len (positions are int32; LRPE angles are formed in float32)."""
-        if not registry.get(self.cfg.arch).softmax_block:  # O(1) recurrent state
+        if not self.has_kv_cache:  # O(1) recurrent state
             b, t = check_tokens(tokens, np.iinfo(np.int32).max)
         else:
-            b, t = check_tokens(tokens, self.cfg.max_seq_len)
-            pos = state["pos"]
+            pos, t = state["pos"], tokens.shape[-1]
             if not isinstance(pos, jax.core.Tracer):
-                end = int(np.asarray(pos)) + t
-                if end > self.cfg.max_seq_len:
+                cap = self._kv_capacity(state)
+                if int(np.asarray(pos)) + t > cap:  # cap <= model.max_seq_len (init_state)
                     raise ValueError(
-                        f"extend: position {end} would exceed model.max_seq_len="
-                        f"{self.cfg.max_seq_len} (LLaMA's KV cache and RoPE range); start a new "
-                        "state or raise --config.model.max_seq_len.")
+                        f"extend: the KV cache holds {cap} tokens but position {int(pos)} + {t} new "
+                        "tokens exceeds it; call init_state with a larger max_len (at most "
+                        "model.max_seq_len) or start a new state.")
+            b, t = check_tokens(tokens, self.cfg.max_seq_len)
         positions = state["pos"] + jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32)[None], (b, t))
         return self._run(tokens, positions, None, state)

@@ -2,7 +2,7 @@
 
     python -m linscale_jax.models.describe            # every ladder config (configs/ladder.py), all archs
     python -m linscale_jax.models.describe --json     # the same as a JSON list
-    python -m linscale_jax.models.describe --paper [--json]   # the 24 paper configs
+    python -m linscale_jax.models.describe --paper [--json]   # every arch at the paper's six sizes
     python -m linscale_jax.models.describe --config=configs/paper.py:tnl-410m [--config.model.n_layers=4]
 
 FLOPs are per token at --seq_len (default: config.train.seq_len; 8192 with --paper, 128 for the
@@ -12,7 +12,9 @@ parameter counts, both FLOP definitions, the decoding state of one layer for one
 `state_floats_per_head`; softmax attention: `kv_floats_per_token_per_layer`, its KV cache per
 token) and, in the JSON only, the architecture's extras: TNL `decay_per_layer`, the per-head decay
 rates λ of every layer ([l][h], from model.tnl.decay_rule); HGRN2 `lower_bound_per_layer`, the
-forget-gate lower bounds β_j at initialisation ([l]; learnable).
+forget-gate lower bounds β_j at initialisation ([l]; learnable). A hybrid stack (model.layers) adds
+`layers`, gives both state columns as means over its layers, and `kv_cache_bytes_per_token` (its
+softmax layers' KV caches; accounting.kv_cache_bytes_per_token).
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ from linscale_jax.models import ModelConfig, registry, sizes
 from linscale_jax.models.layers import KeyGen
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/paper.py:tnl-410m.")
-_PAPER = flags.DEFINE_bool("paper", False, "Describe the 24 paper configs (4 archs x 6 sizes) instead "
-                           "of the ladder.")
+_PAPER = flags.DEFINE_bool("paper", False, "Describe every registered arch at the paper's six sizes "
+                           "(the paper's 24 configs, and gdn beyond them) instead of the ladder.")
 _JSON = flags.DEFINE_bool("json", False, "Print JSON instead of a table.")
 _SEQ_LEN = flags.DEFINE_integer("seq_len", None, "Sequence length for FLOPs per token.")
 
@@ -49,7 +51,17 @@ COLUMNS = [  # (key, header, format)
 def state_floats(cfg: ModelConfig) -> dict:
     """One layer's decoding state for one sequence, from the mixer's own init_cache: a fixed
     recurrent state (state_floats_per_layer, state_floats_per_head) or a cache growing per token
-    (kv_floats_per_token_per_layer; state_floats_per_layer None)."""
+    (kv_floats_per_token_per_layer; state_floats_per_layer None). A hybrid stack: both, each the
+    mean over its layers (its linear layers' states; its softmax layers' KV growth), and the
+    bytes its KV caches add per token (kv_cache_bytes_per_token)."""
+    if cfg.hybrid:
+        per = {a: state_floats(cfg.pure(a)) for a in cfg.archs}
+        kinds = cfg.layer_archs
+        return {"state_floats_per_layer": sum(per[a].get("state_floats_per_layer") or 0 for a in kinds)
+                / len(kinds),
+                "kv_floats_per_token_per_layer": sum(per[a].get("kv_floats_per_token_per_layer", 0)
+                                                     for a in kinds) / len(kinds),
+                "kv_cache_bytes_per_token": accounting.kv_cache_bytes_per_token(cfg)}
     mixer = nnx.eval_shape(lambda: registry.get(cfg.arch).mixer(cfg, keys=KeyGen(jax.random.key(0))))
 
     def floats(max_len):
@@ -67,8 +79,12 @@ def describe_row(model_cfg, seq_len: int) -> dict:
     decay_per_layer, HGRN2's lower_bound_per_layer)."""
     cfg = model_cfg if isinstance(model_cfg, ModelConfig) else ModelConfig.from_config(model_cfg)
     row = accounting.summary(cfg, seq_len)
+    if cfg.hybrid:
+        row["layers"] = cfg.layers
     row.update(state_floats(cfg))
-    row.update(registry.get(cfg.arch).describe_extras(cfg))
+    for a in cfg.archs:  # each arch's extras, of its own layers
+        row.update(registry.get(a).describe_extras(cfg.pure(a).replace(
+            n_layers=cfg.layer_archs.count(a))))
     return row
 
 

@@ -28,7 +28,6 @@ from flax import nnx
 
 from linscale_jax.models import registry
 from linscale_jax.models.config import ModelConfig
-from linscale_jax.models.decoder import Decoder
 from linscale_jax.models.layers import KeyGen, Linear, make_norm, merge_heads, split_heads, unstack
 from linscale_jax.models.linear_common import (init_cache, join_cache, linear_attention_flops,
                                                make_short_conv, project, run_linear_attention,
@@ -105,16 +104,16 @@ class HGRN2Mixer(nnx.Module):
         return init_cache(self.cfg, batch_size, self.cfg.head_dim)
 
 
-class HGRN2(Decoder):
-    def __init__(self, cfg: ModelConfig, *, keys: KeyGen):
-        super().__init__(cfg, keys=keys)
-        # Lower-bound logits Γ (init ones: uniform softmax, β_j = j/l).
-        self.lower_bounds = nnx.Param(jnp.ones((cfg.n_layers, cfg.d_model), jnp.float32),
-                                      axes=("layers", "embed"))
+def lower_bound_params(cfg, n_layers: int, keys) -> dict:
+    """The lower-bound logits Γ [l, d] (init ones: uniform softmax, β_j = j/l); ArchSpec.stack_params,
+    a model-level parameter `lower_bounds` (in a hybrid stack `hgrn2_lower_bounds`, l its HGRN2 layers)."""
+    return {"lower_bounds": nnx.Param(jnp.ones((n_layers, cfg.d_model), jnp.float32),
+                                      axes=("layers", "embed"))}
 
-    def layer_extras(self):
-        log_beta, log_one_minus = lower_bounds_log(self.lower_bounds[...])
-        return (log_beta, log_one_minus)  # stacked over layers [l, d]
+
+def lower_bound_extras(cfg, n_layers: int, params: dict):
+    """(log β_j, log(1-β_j)) stacked [l, d] from Γ (ArchSpec.stack_extras)."""
+    return lower_bounds_log(params["lower_bounds"])
 
 
 def lower_bound_per_layer(cfg) -> list[float]:
@@ -124,10 +123,10 @@ def lower_bound_per_layer(cfg) -> list[float]:
 
 
 registry.register(registry.ArchSpec(
-    name="hgrn2", mixer=HGRN2Mixer, model=HGRN2,
+    name="hgrn2", mixer=HGRN2Mixer, stack_params=lower_bound_params, stack_extras=lower_bound_extras,
     describe_extras=lambda cfg: {"lower_bound_per_layer": lower_bound_per_layer(cfg)},
-    paper_params_extra=lambda l, d, h: l * d,
-    paper_flops_x=lambda d, h, n: 1 / (3 * h) + 29 / (72 * d),
+    paper_params_layer=lambda cfg: cfg.d_model,  # the lower bounds Γ, d per layer
+    paper_flops_x=lambda cfg, n: 1 / (3 * cfg.n_heads) + 29 / (72 * cfg.d_model),
     layer_flops=lambda cfg, n, chunk: (linear_attention_flops(cfg.n_heads, cfg.head_dim, cfg.head_dim,
                                                               chunk) + short_conv_flops(cfg)),
     state_floats=lambda cfg, n: (cfg.n_heads * cfg.head_dim * cfg.head_dim  # expand ratio e

@@ -66,7 +66,9 @@ def _varying_axes(x):
     return set(mat.varying) if mat is not None else set(getattr(aval, "vma", ()))
 
 
-def _vary(x, axes):
+def vary(x, axes):
+    """x marked as varying over the manual mesh `axes` it does not yet vary over (inside
+    shard_map; a no-op in the forward, the kernels' custom VJPs expect it)."""
     missing = tuple(sorted(set(axes) - _varying_axes(x)))
     return jax.lax.pcast(x, missing, to="varying") if missing else x
 
@@ -91,36 +93,33 @@ def run_linear_attention(cfg: ModelConfig, q, k, v, log_decay, segment_ids, cach
     act = logical_to_spec(_ACT_NAMES, q.shape, mesh, where="linear_attention q")
     b_ax, t_ax, h_ax = act[0], act[1], act[2]
     state_spec = P(b_ax, h_ax, None, None)
-    args, specs = [q, k, v], [act, act, P(b_ax, t_ax, h_ax, None)]
-    kind = DecayKind.of(log_decay)
-    if log_decay is not None:
-        args.append(log_decay)
-        specs.append(act if kind.per_token else P(h_ax))
-    if segment_ids is not None:
-        args.append(segment_ids)
-        specs.append(P(b_ax, t_ax))
-    if cache is not None:
-        args.append(cache)
-        specs.append(state_spec)
+    o_spec = P(b_ax, t_ax, h_ax, None)
+    per_token = DecayKind.of(log_decay).per_token
+    operands = [(q, act), (k, act), (v, o_spec), (log_decay, act if per_token else P(h_ax)),
+                (segment_ids, P(b_ax, t_ax)), (cache, state_spec)]
 
-    manual = {a for spec in specs for ax in spec for a in ((ax,) if isinstance(ax, str) else ax or ())}
-
-    def local(*xs):
-        # every operand varies over every manual axis, as the kernels' custom VJPs expect (a
-        # no-op in the forward; the backward sums a replicated operand's cotangent over the axis)
-        xs = [_vary(x, manual) for x in xs]
-        q, k, v = xs[:3]
-        rest = xs[3:]
-        ld = rest.pop(0) if log_decay is not None else None
-        seg = rest.pop(0) if segment_ids is not None else None
-        c = rest.pop(0) if cache is not None else None
+    def kernel(q, k, v, ld, seg, c):
         o, state = _local_attention(cfg, q, k, v, ld, seg, c, t_ax)
         return o if cache is None else (o, state)
 
-    o_spec = P(b_ax, t_ax, h_ax, None)
-    out = jax.shard_map(local, mesh=mesh, in_specs=tuple(specs),
-                        out_specs=o_spec if cache is None else (o_spec, state_spec))(*args)
+    out = kernel_shard_map(mesh, kernel, operands, o_spec if cache is None else (o_spec, state_spec))
     return (out, None) if cache is None else out
+
+
+def kernel_shard_map(mesh, kernel, operands, out_specs):
+    """kernel(*arrays) inside `jax.shard_map` over `mesh`: operands [(array or None, its spec)],
+    the None ones passed to the kernel as None. Every operand is marked varying over every manual
+    axis, as the kernels' custom VJPs expect (a no-op in the forward; the backward sums a
+    replicated operand's cotangent over the axis)."""
+    present = [(x, spec) for x, spec in operands if x is not None]
+    specs = tuple(spec for _, spec in present)
+    manual = {a for spec in specs for ax in spec for a in ((ax,) if isinstance(ax, str) else ax or ())}
+
+    def local(*xs):
+        given = iter(vary(x, manual) for x in xs)
+        return kernel(*(None if x is None else next(given) for x, _ in operands))
+
+    return jax.shard_map(local, mesh=mesh, in_specs=specs, out_specs=out_specs)(*(x for x, _ in present))
 
 
 def zero_state(batch_size: int, n_heads: int, key_dim: int, value_dim: int):
@@ -154,7 +153,9 @@ def short_conv(z, kernel, positions, history=None):
 
     y_t = sum_{s=0}^{K-1} kernel[K-1-s] * z_{t-s} [positions_t >= s]: a tap never reaches before its
     document's first token (packed documents). Inputs before the sequence are `history` (zeros when
-    None). Sums in float32 for narrower dtypes."""
+    None). Sums in float32 for narrower dtypes. The K-1 lagged taps run as one `lax.scan` over the
+    lags (a dynamic slice each), so the program, and its compile time, do not grow with K; at K = 4
+    it also runs faster than the taps written out one by one (`python bench/short_conv.py`)."""
     width, t = kernel.shape[0], z.shape[1]
     dtype = jnp.promote_types(z.dtype, jnp.float32)
     if history is None:
@@ -162,11 +163,16 @@ def short_conv(z, kernel, positions, history=None):
     else:
         full = jnp.concatenate([history.astype(z.dtype), z], axis=1)
     w = kernel.astype(dtype)
+    bcast = positions.shape + (1,) * (z.ndim - 2)
+
+    def tap(y, j):  # input j of the window [t - K + 1, t]: lag K - 1 - j
+        x = jax.lax.dynamic_slice_in_dim(full, j, t, axis=1).astype(dtype)
+        inside = (positions >= width - 1 - j).astype(dtype).reshape(bcast)
+        return y + x * w[j] * inside, None
+
     y = z.astype(dtype) * w[width - 1]
-    for j in range(width - 1):
-        lag = width - 1 - j
-        inside = (positions >= lag).astype(dtype).reshape(positions.shape + (1,) * (z.ndim - 2))
-        y = y + full[:, j:j + t].astype(dtype) * w[j] * inside
+    if width > 1:
+        y, _ = jax.lax.scan(tap, y, jnp.arange(width - 1))
     return y.astype(z.dtype), full[:, t:].astype(jnp.float32)
 
 
@@ -188,9 +194,9 @@ def make_short_conv(cfg: ModelConfig, keys: KeyGen):
     return ShortConv(cfg, keys=keys) if cfg.short_conv else None
 
 
-def short_conv_params(cfg) -> int:
-    """Parameters of the short convolutions of all layers: l·K·3d (0 when off)."""
-    return cfg.n_layers * cfg.short_conv * N_PROJ * cfg.d_model
+def short_conv_layer_params(cfg) -> int:
+    """Parameters of one layer's short convolution: K·3d (0 when off)."""
+    return cfg.short_conv * N_PROJ * cfg.d_model
 
 
 def short_conv_flops(cfg) -> int:

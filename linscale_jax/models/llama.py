@@ -19,7 +19,7 @@ from flax import nnx
 
 from linscale_jax.models import registry
 from linscale_jax.models.config import ModelConfig
-from linscale_jax.models.decoder import Decoder, segment_starts
+from linscale_jax.models.decoder import segment_starts
 from linscale_jax.models.layers import KeyGen, Linear, merge_heads, split_heads, stacked_dense, unstack
 from linscale_jax.models.options import option
 
@@ -221,19 +221,6 @@ class LlamaAttention(nnx.Module):
         return {"k": jnp.zeros(shape, self.cache_dtype), "v": jnp.zeros(shape, self.cache_dtype)}
 
 
-class Llama(Decoder):
-    def extend(self, tokens, state):
-        cache = state["layers"] if self.cfg.scan_layers else state["layers"][0]
-        cap = cache["k"].shape[-3]
-        pos = state["pos"]
-        if not isinstance(pos, jax.core.Tracer) and int(pos) + tokens.shape[-1] > cap:
-            raise ValueError(
-                f"extend: the KV cache holds {cap} tokens but position {int(pos)} + "
-                f"{tokens.shape[-1]} new tokens exceeds it; call init_state with a larger max_len."
-            )
-        return super().extend(tokens, state)
-
-
 def _layer_flops(cfg, seq_len: int, chunk: int) -> float:
     """Grouped-query k, v projections (fewer than 2·2d²) and causal softmax QKᵀ, PV over the
     (n+1)/2 keys a token sees on average."""
@@ -242,9 +229,9 @@ def _layer_flops(cfg, seq_len: int, chunk: int) -> float:
 
 
 registry.register(registry.ArchSpec(
-    name="llama", mixer=LlamaAttention, model=Llama,
-    paper_params_extra=lambda l, d, h: 0,
-    paper_flops_x=lambda d, h, n: n / (6 * d) + 5 / (18 * d),
+    name="llama", mixer=LlamaAttention,
+    paper_params_layer=lambda cfg: 0,
+    paper_flops_x=lambda cfg, n: n / (6 * cfg.d_model) + 5 / (18 * cfg.d_model),
     layer_flops=_layer_flops, softmax_block=True,
     state_floats=lambda cfg, n: 2 * kv_heads(cfg) * cfg.head_dim * n,  # KV cache: 2·d·n
     options=LlamaOptions))

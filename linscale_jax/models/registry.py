@@ -6,11 +6,14 @@ the project (build_model, accounting, sizes, describe, config validation) looks 
     registry.get("mylin").mixer                                              # the token mixer
     registry.ARCHS                                                           # live tuple-like view
     registry.linear_archs()                                                  # softmax_block=False
+    registry.paper_archs()                                                   # the paper's four
 
 Legend: l layers, d width, h heads, e = d/h head dim, n sequence length, c chunk length of the
 chunked linear attention (min(C, n)). The shared terms live in linscale_jax.models.accounting:
-Table 1's N = 12·l·d² + `paper_params_extra`, C/D = 72·l·d²·(1 + `paper_flops_x`); the exact
-forward FLOPs per token = l·(2·4d² + 2·3dg + `layer_flops`) + 2dv + `once_flops` (see its doc).
+Table 1's N = Σ_layers (12·d² + `paper_params_layer`) + `paper_params_once`, C/D = Σ_layers
+72·d²·(1 + `paper_flops_x`); the exact forward FLOPs per token = Σ_layers (2·4d² + 2·3dg +
+`layer_flops`) + 2dv + `once_flops` (see its doc). A hybrid stack (model.layers) sums each layer's
+terms from its own architecture's entry (called with `cfg.pure(arch)`); the once terms are model.arch's.
 
 Importing `linscale_jax.models` imports every module of the package whose source calls
 `registry.register(` (`discover`), so a new architecture is one module in linscale_jax/models/ that
@@ -35,8 +38,20 @@ def _no_flops(cfg, seq_len: int, chunk: int) -> float:
     return 0
 
 
+def _no_params(cfg) -> int:
+    return 0
+
+
 def _no_extras(cfg) -> dict:
     return {}
+
+
+def _no_stack_params(cfg, n_layers: int, keys) -> dict:
+    return {}
+
+
+def _no_stack_extras(cfg, n_layers: int, params: dict):
+    return None
 
 
 def cache_floats(cfg, seq_len: int) -> int:
@@ -48,7 +63,7 @@ def cache_floats(cfg, seq_len: int) -> int:
     from linscale_jax.models import build_model
 
     def cache():
-        model = build_model(cfg.replace(scan_layers=False, n_layers=1), rngs=nnx.Rngs(0))
+        model = build_model(cfg.replace(scan_layers=False, n_layers=1, layers=""), rngs=nnx.Rngs(0))
         return model.layers[0].mixer.init_cache(1, seq_len)
 
     return int(sum(x.size for x in jax.tree.leaves(jax.eval_shape(cache))))
@@ -60,17 +75,24 @@ class ArchSpec:
 
     name               config name (model.arch), e.g. "tnl"
     mixer              token-mixer class: mixer(cfg, keys=KeyGen) with the Decoder mixer interface
-    paper_params_extra (l, d, h) -> int: Table-1 N beyond 12·l·d²
-    paper_flops_x      (d, h, n) -> float: x of Table-1 C/D = 72·l·d²·(1 + x)
+    paper_params_layer cfg -> int: Table-1 N of one layer beyond 12·d² (TNL's gate 2d²/h)
+    paper_params_once  cfg -> int: Table-1 N outside the layers (cosFormer2's TPE d²/h); default 0
+    paper_flops_x      (cfg, n) -> float: x of one layer's Table-1 C/D = 72·d²·(1 + x)
     layer_flops        (cfg, seq_len, chunk) -> exact forward FLOPs per token and layer beyond the
                        shared projections 2·4d² and GLU 2·3dg (the mixer, gates, GQA corrections)
     once_flops         (cfg, seq_len, chunk) -> exact forward FLOPs per token outside the layers
                        beyond the LM head 2dv (e.g. cosFormer2's TPE); default 0
-    model              Decoder subclass (None: the plain Decoder, which builds `mixer`)
+    model              Decoder subclass for the model-level parts (cosFormer2's TPE embedding
+                       stage; None: the plain Decoder)
     paper_layers       {paper size: l} overriding the size table's layer count (TNL's 410M: 25)
     softmax_block      the LLaMA block: softmax attention decoding from a KV cache of max_len
                        tokens, learnable RMSNorm scales and a SwiGLU channel mixer (False: the
                        linear models' O(1) recurrent state, SimpleRMSNorm and identity-GLU, notes §2)
+    stack_params       (cfg, n, keys) -> {name: nnx.Param}: model-level parameters of the arch's n
+                       layers (HGRN2's lower bounds Γ [n, d]); attributes of the model, named
+                       `<arch>_<name>` in a hybrid stack
+    stack_extras       (cfg, n, {name: array}) -> per-layer mixer inputs stacked [n, ...] (TNL's
+                       decays, HGRN2's lower bounds), or None; layer i of the arch gets entry i
     describe_extras    cfg -> extra columns for `describe` (TNL: decay_per_layer, HGRN2:
                        lower_bound_per_layer)
     state_floats       (cfg, seq_len) -> floats of one layer's decoding state for one sequence:
@@ -84,13 +106,16 @@ class ArchSpec:
 
     name: str
     mixer: type
-    paper_params_extra: Callable[[int, int, int], int]
-    paper_flops_x: Callable[[int, int, int], float]
+    paper_params_layer: Callable[[Any], int]
+    paper_flops_x: Callable[[Any, int], float]
     layer_flops: Callable[[Any, int, int], float]
+    paper_params_once: Callable[[Any], int] = _no_params
     once_flops: Callable[[Any, int, int], float] = _no_flops
     model: type | None = None
     paper_layers: dict = dataclasses.field(default_factory=dict)
     softmax_block: bool = False
+    stack_params: Callable[[Any, int, Any], dict] = _no_stack_params
+    stack_extras: Callable[[Any, int, dict], Any] = _no_stack_extras
     describe_extras: Callable[[Any], dict] = _no_extras
     state_floats: Callable[[Any, int], int] = cache_floats
     options: type | None = None
@@ -166,6 +191,12 @@ def discover(package: str, path: Iterable[str]) -> list[str]:
 def _ordered() -> tuple[str, ...]:
     paper = [n for n in PAPER_ORDER if n in _REGISTRY]
     return tuple(paper) + tuple(n for n in _REGISTRY if n not in PAPER_ORDER)
+
+
+def paper_archs() -> tuple[str, ...]:
+    """The paper's four (PAPER_ORDER) as registered: the default of the studies that reproduce it;
+    an architecture beyond the paper (gdn, a fifth of one's own) is named in a study's archs."""
+    return tuple(n for n in PAPER_ORDER if n in _REGISTRY)
 
 
 def linear_archs() -> tuple[str, ...]:

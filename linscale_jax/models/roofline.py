@@ -6,6 +6,7 @@ bytes, arithmetic intensity, the roofline time on the chip and the MFU it implie
 Rows (every one a forward + backward total over the step's batch x seq_len tokens, bf16 activations):
     token mixer      linear archs: the Pallas kernels (forward, intra, dq sweep, reverse sweep; their
                      pl.CostEstimate at the generation's blocks, config.TPU_BLOCKS, with segments);
+                     gdn: the delta rule's Pallas kernels (kernels_pallas.delta_rule.roofline);
                      llama: causal softmax attention as a flash kernel (kernels_pallas roofline)
     dense matmuls    every weight matrix of the model (q, k, v, o / gates, GLU, LM head = the tied
                      embedding): 3 matmuls (forward, dx, dW) of [tokens, d_in] x [d_in, d_out]:
@@ -48,14 +49,26 @@ ADAMW_BYTES_PER_PARAM = 28
 
 def _cfg(cfg, gen: TpuGeneration) -> ModelConfig:
     cfg = cfg if isinstance(cfg, ModelConfig) else ModelConfig.from_config(cfg)
+    if cfg.arch == "gdn":  # the delta rule's own blocks
+        from kernels_pallas.delta_rule.config import TPU_BLOCKS as DELTA_BLOCKS
+
+        return cfg.replace(dtype="bfloat16", impl="pallas", chunk_size=DELTA_BLOCKS[gen.name].chunk_size)
     return cfg.replace(dtype="bfloat16", impl="pallas", chunk_size=TPU_BLOCKS[gen.name].chunk_size)
 
 
 def mixer_costs(cfg: ModelConfig, gen: TpuGeneration, batch: int, seq_len: int) -> list:
     """The token mixer's kernel costs over all layers and the batch."""
     h, e, layers = cfg.n_heads, cfg.head_dim, cfg.n_layers
+    if cfg.hybrid:
+        raise ValueError(f"roofline: the hybrid stack model.layers={cfg.layers!r} is not modelled; "
+                         "take each arch's rows from its pure config (model.layers='').")
     if cfg.arch in SOFTMAX:
         per = kr.flash_attention_costs(1, seq_len, h, e)
+    elif cfg.arch == "gdn":
+        from kernels_pallas.delta_rule.config import TPU_BLOCKS as DELTA_BLOCKS
+        from kernels_pallas.delta_rule.roofline import delta_rule_costs
+
+        per = delta_rule_costs(1, seq_len, h, e, cfg.gdn.expand_v * e, blocks=DELTA_BLOCKS[gen.name])
     elif cfg.arch in LINEAR_MIXERS:
         kind, kmul = LINEAR_MIXERS[cfg.arch]
         if cfg.arch == "tnl" and cfg.tnl.lrpe:

@@ -19,6 +19,7 @@ import math
 
 from linscale_jax.models import registry
 from linscale_jax.models.registry import ARCHS
+from linscale_jax.models.variants import merge, variant_change
 
 PAPER_VOCAB = 100_280
 PAPER_CONTEXT = 8192
@@ -65,8 +66,6 @@ def split_variant(label: str) -> tuple[str, dict]:
     """'cosformer2+tpe=none+norm_eps=1e-5' -> ('cosformer2', {'cosformer2': {'tpe': 'none'},
     'norm_eps': 1e-05}): an architecture and its model-section changes, each value typed like the
     field's default (one change per `+`: models.variants.variant_change)."""
-    from linscale_jax.models.variants import merge, variant_change
-
     arch, *changes = str(label).split("+")
     registry.get(arch)  # an unknown arch is an error listing the registered ones
     out = {}
@@ -80,7 +79,8 @@ def split_variant(label: str) -> tuple[str, dict]:
 
 
 def paper_model(arch: str, size: str) -> dict:
-    """arch: a registered name or a variant label (split_variant)."""
+    """arch: a registered name or a variant label (split_variant), whose changes win over the
+    size's shape (e.g. n_heads: the state-size axis)."""
     arch, changes = split_variant(arch)
     spec = registry.get(arch)
     if size in PAPER_SIZES:
@@ -92,19 +92,21 @@ def paper_model(arch: str, size: str) -> dict:
         raise ValueError(
             f"unknown paper size {size!r}; choose one of {list(PAPER_SIZES) + list(ASPECT_VARIANTS)}."
         )
-    return dict(arch=arch, size=size, n_layers=l, d_model=d, n_heads=d // 128,
-                ffn_dim=paper_ffn_dim(d), vocab_size=PAPER_VOCAB, max_seq_len=PAPER_CONTEXT, **changes)
+    return merge(dict(arch=arch, size=size, n_layers=l, d_model=d, n_heads=d // 128,
+                      ffn_dim=paper_ffn_dim(d), vocab_size=PAPER_VOCAB, max_seq_len=PAPER_CONTEXT),
+                 changes)
 
 
 def ladder_model(arch: str, name: str) -> dict:
-    """arch: a registered name or a variant label (split_variant)."""
+    """arch: a registered name or a variant label (split_variant), whose changes win over the
+    size's shape (e.g. n_heads: the state-size axis)."""
     arch, changes = split_variant(arch)
     if name not in LADDER:
         raise ValueError(f"unknown ladder size {name!r}; choose one of {list(LADDER)}.")
     l, d = LADDER[name]
-    return dict(arch=arch, size=name, n_layers=l, d_model=d, n_heads=d // LADDER_HEAD_DIM,
-                ffn_dim=paper_ffn_dim(d, LADDER_FFN_MULTIPLE), vocab_size=LADDER_VOCAB,
-                max_seq_len=LADDER_CONTEXT, **changes)
+    return merge(dict(arch=arch, size=name, n_layers=l, d_model=d, n_heads=d // LADDER_HEAD_DIM,
+                      ffn_dim=paper_ffn_dim(d, LADDER_FFN_MULTIPLE), vocab_size=LADDER_VOCAB,
+                      max_seq_len=LADDER_CONTEXT), changes)
 
 
 def apply_model(section, values: dict):

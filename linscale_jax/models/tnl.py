@@ -33,7 +33,6 @@ from flax import nnx
 
 from linscale_jax.models import registry
 from linscale_jax.models.config import ModelConfig
-from linscale_jax.models.decoder import Decoder
 from linscale_jax.models.layers import KeyGen, Linear, LowRankGate, make_norm, merge_heads
 from linscale_jax.models.linear_common import (init_cache, linear_attention_flops, lrpe_theta_init,
                                                make_short_conv, qkv_attention, short_conv_flops,
@@ -95,7 +94,7 @@ class TNLAttention(nnx.Module):
         self.cfg = cfg
 
     def __call__(self, x, *, positions, segment_ids, cache, extra):
-        """extra = this layer's log decay [h] (TNL.layer_extras)."""
+        """extra = this layer's log decay [h] (layer_decays)."""
         o, cache = qkv_attention(self.cfg, x, (self.wq, self.wk, self.wv), self.conv,
                                  positions=positions, segment_ids=segment_ids, cache=cache,
                                  log_decay=extra, theta=self.theta[...] if self.cfg.tnl.lrpe else None)
@@ -107,12 +106,11 @@ class TNLAttention(nnx.Module):
         return init_cache(self.cfg, batch_size, 2 * e if self.cfg.tnl.lrpe else e)
 
 
-class TNL(Decoder):
-    def layer_extras(self):
-        """Per-layer log decay, stacked [l, h] (constants from the config's decay rule)."""
-        c = self.cfg
-        return jnp.asarray(np.stack([tnl_log_decay(c.tnl.decay_rule, c.n_heads, j, c.n_layers)
-                                     for j in range(c.n_layers)]))
+def layer_decays(cfg, n_layers: int, params: dict):
+    """Each layer's log decay, stacked [l, h] (constants from the decay rule; ArchSpec.stack_extras:
+    in a hybrid stack l counts TNL's layers)."""
+    return jnp.asarray(np.stack([tnl_log_decay(cfg.tnl.decay_rule, cfg.n_heads, j, n_layers)
+                                 for j in range(n_layers)]))
 
 
 def decay_per_layer(cfg) -> list[list[float]]:
@@ -131,9 +129,9 @@ def _layer_flops(cfg, seq_len: int, chunk: int) -> float:
 
 
 registry.register(registry.ArchSpec(
-    name="tnl", mixer=TNLAttention, model=TNL,
-    paper_params_extra=lambda l, d, h: 2 * l * d * d // h,
-    paper_flops_x=lambda d, h, n: 1 / (2 * h) + 5 / (18 * d),
+    name="tnl", mixer=TNLAttention, stack_extras=layer_decays,
+    paper_params_layer=lambda cfg: 2 * cfg.d_model * cfg.head_dim,  # the gate, 2d²/h
+    paper_flops_x=lambda cfg, n: 1 / (2 * cfg.n_heads) + 5 / (18 * cfg.d_model),
     layer_flops=_layer_flops, paper_layers={"410m": 25},
     describe_extras=lambda cfg: {"decay_per_layer": decay_per_layer(cfg)},
     state_floats=lambda cfg, n: (cfg.n_heads * (2 if cfg.tnl.lrpe else 1) * cfg.head_dim ** 2

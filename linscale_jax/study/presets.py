@@ -1,7 +1,9 @@
 """Shared defaults of the study presets of the scaling and tune kinds (configs/study/{quick,cpu,paper,tune}.py):
 a ConfigDict `study`.
 
-Fields: kind (study.experiments.Kind: what the preset runs; every preset declares it), model_file, archs (registry.ARCHS by default; a variant label such as cosformer2+tpe=none
+Fields: kind (study.experiments.Kind: what the preset runs; every preset declares it), model_file,
+archs (the paper's four, registry.paper_archs(), by default; an arch beyond the paper such as gdn
+by name; a variant label such as cosformer2+tpe=none or tnl+hybrid=3:1
 runs an architecture with changed model fields as one more arch), sizes, tokens (training tokens
 per run, the same for every size),
 checkpoints (dense checkpoints per run; plus checkpoint.log_spaced early ones), workers (runs
@@ -36,7 +38,7 @@ def study_defaults(kind: str) -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict(dict(
         kind=str(Kind(kind)),
         model_file="ladder",  # a packaged config (linscale_jax/configs/<name>.py) or a path
-        archs=",".join(registry.ARCHS),  # every registered architecture (the paper's four first);
+        archs=",".join(registry.paper_archs()),  # the paper's four; others (gdn) by name;
         # an entry may be a variant label '<arch>+<model field>=<value>' (sizes.split_variant)
         sizes="d64,d96,d128,d192,d256",
         tokens=1.0e6,  # float: paper-scale budgets exceed int32 ConfigDict fields

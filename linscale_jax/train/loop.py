@@ -49,6 +49,7 @@ from linscale_jax.train import optim
 from linscale_jax.run import integrity
 from linscale_jax.parallel import sharding
 from linscale_jax.models import ModelConfig
+from linscale_jax.config import check_model
 from linscale_jax.errors import Stopped
 
 PREFETCH = 2  # batches read and put on the devices ahead of the running step
@@ -224,6 +225,7 @@ def train(config, workdir, init_from: str | None = None, devices=None,
     changes the run is refused unless allow_config_change; resume_step=N resumes from checkpoint N
     and moves later ones aside (0: start over). A signal (linscale_jax.run.signals) during the step
     loop saves a checkpoint and returns with `stopped` set; one before it raises Stopped."""
+    check_model(config)  # every model option, against train.seq_len, before the workdir is touched
     try:
         with integrity.guard(config, workdir, init_from, resume_step, allow_config_change) as g:
             return _train(config, workdir, init_from, devices, g)

@@ -5,6 +5,7 @@ test to judge.
     python -m helpers.models_shard_map_check equal IMPL OUT   # sharded vs unsharded, values + grads
     python -m helpers.models_shard_map_check tpu OUT          # the sharded train step lowered for TPU
     python -m helpers.models_shard_map_check conv OUT         # `equal` with model.short_conv=4, one mesh
+    python -m helpers.models_shard_map_check stacks OUT       # `equal` for gdn and hybrid stacks
 
 `equal`: for TNL, HGRN2 and cosFormer2 and every mesh below (including 'seq' > 1, the LASP form),
 the loss and every parameter gradient of the trainer's sharded forward (parameters sharded by
@@ -78,18 +79,27 @@ def rel_err(x, y):
     return float(jnp.max(jnp.abs(x - y)) / (jnp.max(jnp.abs(y)) + 1e-30))
 
 
-def measure_equal(impl, meshes=MESHES, **model_fields):
+# `stacks`: Gated DeltaNet (no 'seq' split: its shard_map covers batch and heads) and hybrid stacks
+# (their linear layers' kernels under shard_map, llama layers' attention partitioned by XLA).
+STACKS = {"gdn": dict(arch="gdn"), "tnl+hybrid=1:1": dict(arch="tnl", layers="tnl,llama"),
+          "gdn+hybrid=1:1": dict(arch="gdn", layers="llama,gdn")}
+STACK_MESHES = ((8, 1, 1, 1), (2, 2, 2, 1))
+
+
+def measure_equal(impl, meshes=MESHES, archs=ARCHS, **model_fields):
     data = batch()
     out = {}
-    for arch in ARCHS:
-        c0 = config(arch, (1, 1, 1, 1), impl, **model_fields)
+    for arch in archs:
+        fields = dict(model_fields, **STACKS[arch]) if arch in STACKS else dict(model_fields, arch=arch)
+        arch_field = fields.pop("arch")
+        c0 = config(arch_field, (1, 1, 1, 1), impl, **fields)
         model = build_model(ModelConfig.from_config(c0.model), rngs=nnx.Rngs(0))
         graphdef, params, rest = nnx.split(model, nnx.Param, ...)
         params = nnx.to_pure_dict(params)
         want = jax.jit(loss_fn(graphdef, rest))(params, data)
         out[arch] = {}
         for shape in meshes:
-            c = config(arch, shape, impl, **model_fields)
+            c = config(arch_field, shape, impl, **fields)
             mesh = sharding.make_mesh(c.mesh)
             fns = trainer._compiled(trainer._key(c, mesh))
             f = jax.jit(trainer._under_mesh(loss_fn(graphdef, rest), mesh),
@@ -197,6 +207,20 @@ def measure_tpu():
     return out
 
 
+def _gdn_seq_refusal():
+    """The error of gdn's forward under a 'seq' axis > 1 (the delta rule is not sequence-parallel)."""
+    c = config("gdn", (2, 1, 2, 2), "xla")
+    mesh = sharding.make_mesh(c.mesh)
+    model = build_model(ModelConfig.from_config(c.model), rngs=nnx.Rngs(0))
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    try:
+        jax.eval_shape(trainer._under_mesh(loss_fn(graphdef, rest), mesh), nnx.to_pure_dict(params),
+                       batch())
+    except ValueError as e:
+        return str(e)
+    return ""
+
+
 def _abstract_step_args(fns, b, t):
     sds = jax.ShapeDtypeStruct
     batch = {k: sds((b, t), jnp.float32 if k == "weights" else jnp.int32, sharding=fns.b_shard)
@@ -211,6 +235,9 @@ def main():
         out = measure_equal(sys.argv[2])
     elif sys.argv[1] == "conv":  # the short convolution's taps over a 'seq'-sharded axis
         out = measure_equal("xla", meshes=((2, 1, 2, 2),), short_conv=4)
+    elif sys.argv[1] == "stacks":
+        out = measure_equal("xla", meshes=STACK_MESHES, archs=tuple(STACKS))
+        out["gdn_seq_refused"] = _gdn_seq_refusal()
     else:
         out = measure_tpu()
     with open(sys.argv[-1], "w") as f:

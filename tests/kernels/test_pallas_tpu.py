@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from helpers.kernel_jaxpr import call_counts, kernel_dots, pallas_calls
 from kernels_pallas import linear_attention, tpu
 from kernels_pallas.linear_attention import config
 from kernels_pallas.linear_attention.pallas import linear_attention_pallas
@@ -107,57 +108,6 @@ def test_bf16_matches_reference_within_fla_tolerances(kind):
 # --------------------------------------------------------------------------- what the MXU gets
 
 
-def _pallas_calls(jaxpr):
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "pallas_call":
-            yield eqn
-        for sub in _subjaxprs(eqn):
-            yield from _pallas_calls(sub)
-
-
-def _subjaxprs(eqn):
-    for val in eqn.params.values():
-        for x in (val if isinstance(val, (tuple, list)) else [val]):
-            if hasattr(x, "eqns"):
-                yield x
-            elif hasattr(x, "jaxpr") and hasattr(x.jaxpr, "eqns"):
-                yield x.jaxpr
-
-
-def _in(var, reads) -> bool:
-    return type(var).__name__ != "Literal" and var in reads
-
-
-def kernel_dots(jaxpr, reads=None):
-    """Every dot_general of a kernel jaxpr (sub-jaxprs included) as (lhs dtype, rhs dtype,
-    precision, mask?), where mask? = one operand depends on no ref read (a 0/1 mask built from
-    iota). Also returns the dot FLOPs and the number of exp evaluations."""
-    reads = set(jaxpr.invars) if reads is None else reads
-    dots, flops, exps = [], 0, 0
-    for eqn in jaxpr.eqns:
-        data = any(_in(v, reads) for v in eqn.invars)
-        if data:
-            reads.update(eqn.outvars)
-        name = eqn.primitive.name
-        if name == "dot_general":
-            lhs, rhs = (v.aval for v in eqn.invars)
-            (contract, _), _ = eqn.params["dimension_numbers"]
-            flops += 2 * int(np.prod(eqn.outvars[0].aval.shape)) * int(
-                np.prod([lhs.shape[d] for d in contract]))
-            mask = not all(_in(v, reads) for v in eqn.invars)
-            prec = eqn.params["precision"]
-            dots.append((lhs.dtype.name, rhs.dtype.name, prec, mask,
-                         eqn.params["preferred_element_type"]))
-        elif name == "exp":
-            exps += int(np.prod(eqn.outvars[0].aval.shape))
-        for sub in _subjaxprs(eqn):
-            outer = eqn.invars[len(eqn.invars) - len(sub.invars):]
-            inner = {sv for sv, v in zip(sub.invars, outer) if _in(v, reads)}
-            d, f, e = kernel_dots(sub, inner)
-            dots, flops, exps = dots + d, flops + f, exps + e  # pl.when: one branch is empty
-    return dots, flops, exps
-
-
 def traced_step(kind, dtype, key_dim=128, value_dim=128, t=64, **kw):
     """make_jaxpr of value_and_grad of the kernels (with segments) at head dim 128."""
     sds = jax.ShapeDtypeStruct
@@ -183,7 +133,7 @@ def test_kernels_feed_the_mxu_bf16_and_keep_decay_sums_f32(kind):
     HIGHEST. matmul_dtype=float32: every dot f32 at HIGHEST (the reference path), and fewer of
     them (no low parts)."""
     jaxpr = traced_step(kind, jnp.bfloat16)
-    dots = [d for eqn in _pallas_calls(jaxpr.jaxpr) for d in kernel_dots(eqn.params["jaxpr"])[0]]
+    dots = [d for eqn in pallas_calls(jaxpr.jaxpr) for d in kernel_dots(eqn.params["jaxpr"])[0]]
     operand = [d for d in dots if not d[3]]
     masks = [d for d in dots if d[3]]
     assert operand and all(d[:2] == ("bfloat16", "bfloat16") and d[4] == jnp.float32
@@ -191,7 +141,7 @@ def test_kernels_feed_the_mxu_bf16_and_keep_decay_sums_f32(kind):
     assert all(d[:2] == ("float32", "float32") and d[2] is not None for d in masks), masks
     assert bool(masks) == (kind == "data")
     f32 = traced_step(kind, jnp.bfloat16, matmul_dtype=jnp.float32)
-    dots32 = [d for eqn in _pallas_calls(f32.jaxpr) for d in kernel_dots(eqn.params["jaxpr"])[0]]
+    dots32 = [d for eqn in pallas_calls(f32.jaxpr) for d in kernel_dots(eqn.params["jaxpr"])[0]]
     assert 0 < len(dots32) < len(dots)  # bf16: the split matmuls' low-part passes on top
     assert all(d[:2] == ("float32", "float32") and d[2] is not None for d in dots32)
 
@@ -206,17 +156,13 @@ def test_cost_estimates_match_a_count_of_the_kernel_jaxpr(kind):
     the bytes of every operand and output of the call. cosFormer2's k = 256 for none, 128 else."""
     key_dim = 256 if kind == "none" else 128
     jaxpr = traced_step(kind, jnp.bfloat16, key_dim=key_dim, t=96)
-    calls = list(_pallas_calls(jaxpr.jaxpr))
+    calls = list(pallas_calls(jaxpr.jaxpr))
     assert len(calls) == 4  # forward, intra, dq sweep, reverse sweep
     for eqn in calls:
         est = eqn.params["cost_estimate"]
-        steps = int(np.prod(eqn.params["grid_mapping"].grid))
-        _, flops, exps = kernel_dots(eqn.params["jaxpr"])
-        nbytes = sum(int(np.prod(v.aval.shape)) * v.aval.dtype.itemsize
-                     for v in list(eqn.invars) + list(eqn.outvars))
-        assert (est.flops, est.transcendentals, est.bytes_accessed) == \
-            (flops * steps, exps * steps, nbytes), (eqn.params["name"], est, flops * steps,
-                                                    exps * steps, nbytes)
+        counted = call_counts(eqn)
+        assert (est.flops, est.transcendentals, est.bytes_accessed) == counted, \
+            (eqn.params["name"], est, counted)
 
 
 # --------------------------------------------------------------------------- blocks per generation

@@ -45,8 +45,8 @@ PLAIN = registry.ArchSpec(
     mixer=PlainLinearAttention,  # model=None: the plain Decoder builds this mixer in every block
     # Table 1: q, k, v, o and the GLU are the 12·l·d² (nothing else); x: HGRN2's k = e state term
     # 1/(3h) with the llama/TNL subleading 5/(18d).
-    paper_params_extra=lambda l, d, h: 0,
-    paper_flops_x=lambda d, h, n: 1 / (3 * h) + 5 / (18 * d),
+    paper_params_layer=lambda cfg: 0,
+    paper_flops_x=lambda cfg, n: 1 / (3 * cfg.n_heads) + 5 / (18 * cfg.d_model),
     layer_flops=lambda cfg, n, chunk: linear_attention_flops(cfg.n_heads, cfg.head_dim,
                                                              cfg.head_dim, chunk),
 )

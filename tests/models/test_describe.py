@@ -17,7 +17,8 @@ KEYS = {"arch", "size", "n_layers", "d_model", "n_heads", "head_dim", "ffn_dim",
         "params_embedding", "params_non_embedding", "paper_params", "paper_flops_per_token",
         "flops_per_token_exact", "state_floats_per_layer"}
 EXTRA = {"llama": {"kv_floats_per_token_per_layer"}, "tnl": {"state_floats_per_head", "decay_per_layer"},
-         "hgrn2": {"state_floats_per_head", "lower_bound_per_layer"}, "cosformer2": {"state_floats_per_head"}}
+         "hgrn2": {"state_floats_per_head", "lower_bound_per_layer"}, "cosformer2": {"state_floats_per_head"},
+         "gdn": {"state_floats_per_head"}}
 
 
 def load_config_file(name):
@@ -57,12 +58,14 @@ def describe_in_process(capsys, monkeypatch, *args):
 
 def test_describe_paper_json():
     rows = json.loads(run_describe("--paper", "--json"))
-    assert len(rows) == 24
+    assert len(rows) == 6 * len(ARCHS)  # the paper's 24, and gdn (beyond the paper) at its sizes
     assert all(set(r) == KEYS | EXTRA[r["arch"]] for r in rows)
     for r in rows:
         assert r["head_dim"] == 128 and r["n_heads"] * 128 == r["d_model"]
-        state = {"llama": None, "tnl": 128 * 128, "hgrn2": 128 * 128, "cosformer2": 256 * 128}[r["arch"]]
-        assert r["state_floats_per_layer"] == (None if state is None else state * r["n_heads"])
+        state = {"llama": None, "tnl": 128 * 128, "hgrn2": 128 * 128, "cosformer2": 256 * 128,
+                 "gdn": 128 * 256}[r["arch"]]
+        conv = 3 * 4 * r["d_model"] if r["arch"] == "gdn" else 0  # gdn's width-4 convolution: 3 of (2 + 2)d
+        assert r["state_floats_per_layer"] == (None if state is None else state * r["n_heads"] + conv)
         if r["arch"] == "llama":
             assert r["kv_floats_per_token_per_layer"] == 2 * r["d_model"]
         if r["arch"] == "tnl":

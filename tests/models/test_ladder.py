@@ -109,7 +109,7 @@ def test_tpe_preset_runs_the_variant_as_one_more_arch(tmp_path):
     assert (plain.config.model.arch, plain.config.model.cosformer2.tpe) == ("cosformer2", "lightnet")
     assert (none.config.model.arch, none.config.model.cosformer2.tpe) == ("cosformer2", "none")
     assert none.n_params < plain.n_params and none.workdir.endswith(f"cosformer2+tpe=none-{size}")
-    assert "--config=configs/ladder.py:cosformer2+tpe=none-" in none.command
+    assert "--config=ladder:cosformer2+tpe=none-" in none.command
     # the ablation changes one mechanism: the variant trains at its arch's settings for every size,
     # pinned (the tuned rule's per-arch range need not hold the variant's own parameter count)
     for s in cpu:
@@ -117,3 +117,25 @@ def test_tpe_preset_runs_the_variant_as_one_more_arch(tmp_path):
         assert (a.optim.lr, a.optim.b2, a.optim.warmup_steps, a.train.batch_size, a.train.steps) == \
             (b.optim.lr, b.optim.b2, b.optim.warmup_steps, b.train.batch_size, b.train.steps)
         assert a.optim.rule == "tuned" and b.optim.rule == "paper"
+
+
+@pytest.mark.parametrize("arch", ["tnl", "hgrn2", "cosformer2", "gdn"])
+def test_state_size_variants_build_and_count_their_state(arch):
+    """The state-size axis: fewer, wider heads at one width (<arch>+n_heads=2 at d64: head dim 32
+    instead of 16) build, and ArchSpec.state_floats, the decoding cache and describe agree; the
+    state per layer doubles (h·e² = d·e) where the parameters stay (HGRN2: none depend on h)."""
+    from linscale_jax.models import accounting, registry
+    from linscale_jax.models.describe import describe_row
+
+    base, wide = (ModelConfig(**sizes.ladder_model(label, "d64")) for label in (arch, f"{arch}+n_heads=2"))
+    assert (base.head_dim, wide.head_dim) == (16, 32)
+    spec = registry.get(arch)
+    for c in (base, wide):
+        assert spec.state_floats(c, 128) == registry.cache_floats(c, 128) == describe_row(c, 128)["state_floats_per_layer"]
+    conv = 3 * 4 * 64 if arch == "gdn" else 0  # gdn's convolution inputs do not depend on the heads
+    assert spec.state_floats(wide, 128) - conv == 2 * (spec.state_floats(base, 128) - conv)
+    if arch == "hgrn2":
+        assert accounting.param_counts(wide) == accounting.param_counts(base)
+    if arch == "gdn":  # the value expansion, the other state axis
+        narrow = ModelConfig(**sizes.ladder_model("gdn+expand_v=1", "d64"))
+        assert spec.state_floats(narrow, 128) == 4 * 16 * 16 + 3 * 3 * 64

@@ -52,6 +52,21 @@ def test_sharded_short_conv_equals_unsharded(tmp_path):
         assert m["manual"] and m["leaves"] > 5 and m["loss_err"] < 2e-5 and m["grad_err"] < 1e-3, (arch, m)
 
 
+def test_sharded_gdn_and_hybrid_stacks_equal_unsharded(tmp_path):
+    """Gated DeltaNet and hybrid stacks (tnl with llama; llama first, then gdn) under (data, fsdp,
+    tensor) meshes: the delta rule inside shard_map, loss and every gradient equal the unsharded
+    model's; gdn under a 'seq' axis > 1 is refused in one line."""
+    got = _run(tmp_path, "stacks")
+    refused = got.pop("gdn_seq_refused")
+    assert refused.startswith("gdn: the delta rule does not run sequence-parallel; set --config.mesh.seq=1")
+    assert sorted(got) == sorted(["gdn", "tnl+hybrid=1:1", "gdn+hybrid=1:1"])
+    for name, meshes in got.items():
+        assert sorted(meshes) == ["2,2,2,1", "8,1,1,1"], (name, meshes)
+        for mesh, m in meshes.items():
+            assert m["manual"] and m["leaves"] > 5 and m["loss_err"] < 2e-5, (name, mesh, m)
+            assert m["grad_err"] < 1e-3, (name, mesh, m)
+
+
 def test_sharded_train_step_lowered_for_tpu(tmp_path):
     """The trainer's sharded step exported for TPU (impl="pallas", bf16): every Mosaic call sits
     inside a shard_map region and carries a cost estimate, and its matmuls take bf16 operands (f32

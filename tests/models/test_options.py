@@ -28,7 +28,7 @@ def test_every_arch_declares_its_options_on_its_registry_entry():
     got = {a: sorted(f for f in ModelConfig().to_dict()[a]) for a in registry.ARCHS
            if registry.get(a).options is not None}
     assert got == {"llama": ["n_kv_heads", "rope_theta"], "tnl": ["decay_rule", "gate", "lrpe"],
-                   "hgrn2": ["q_scale"], "cosformer2": ["tpe"]}
+                   "hgrn2": ["q_scale"], "cosformer2": ["tpe"], "gdn": ["conv_size", "expand_v"]}
     cfg = ModelConfig(arch="tnl", d_model=32, n_heads=2, tnl=dict(gate="linear"))
     assert (cfg.tnl.decay_rule, cfg.tnl.gate, cfg.tnl.lrpe) == ("paper", "linear", False)
     assert cfg.replace(tnl=dict(lrpe=True)).tnl == type(cfg.tnl)(gate="linear", lrpe=True)
@@ -83,7 +83,7 @@ def test_variant_change_is_the_one_function_for_labels():
 
 def old_layout(section: dict) -> dict:
     """A model section as the trainer wrote it before the per-arch options: 29 flat fields."""
-    flat = {k: v for k, v in section.items() if not isinstance(v, dict)}
+    flat = {k: v for k, v in section.items() if not isinstance(v, dict) and k != "layers"}
     flat.update(param_dtype="float32", rope_theta=section["llama"]["rope_theta"],
                 tnl_decay_rule=section["tnl"]["decay_rule"], tpe=section["cosformer2"]["tpe"],
                 n_kv_heads=section["llama"]["n_kv_heads"], hgrn2_q_scale=section["hgrn2"]["q_scale"],
@@ -96,7 +96,8 @@ def test_an_old_flat_section_reads_as_todays():
     new = ModelConfig(arch="tnl", d_model=32, n_heads=2, tnl=dict(decay_rule="alibi_layer", lrpe=True))
     old = old_layout(new.to_dict())
     assert set(LEGACY) <= set(old) and "tnl" not in old
-    assert upgrade(old) == {k: v for k, v in new.to_dict().items()}
+    assert upgrade(old) == {k: v for k, v in new.to_dict().items() if k in upgrade(old)}
+    assert set(new.to_dict()) - set(upgrade(old)) == {"layers", "gdn"}  # fields added since: defaults
     assert ModelConfig.from_config(old) == new
     stored = json.loads(json.dumps({**base_config().to_dict(), "model": old}))
     current = base_config()

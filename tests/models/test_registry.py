@@ -70,8 +70,8 @@ def test_fifth_arch_module_is_discovered_in_the_models_package(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert Path(got["file"]).resolve() == (root / "linscale_jax/models/plainlin.py").resolve()
-    assert got["archs"] == ["llama", "tnl", "hgrn2", "cosformer2", "plainlin"]
-    assert got["linear"] == ["tnl", "hgrn2", "cosformer2", "plainlin"]
+    assert got["archs"] == ["llama", "tnl", "hgrn2", "cosformer2", "gdn", "plainlin"]
+    assert got["linear"] == ["tnl", "hgrn2", "cosformer2", "gdn", "plainlin"]
     assert got["ladder"] == sizes.LADDER["d64"][0]
 
 
@@ -89,7 +89,7 @@ def test_discover_imports_only_registering_modules_and_archs_keep_the_paper_orde
     try:
         found = registry.discover("archpkg", [str(pkg)])
         assert found == ["archpkg.aaa"]
-        assert tuple(ARCHS) == ("llama", "tnl", "hgrn2", "cosformer2", "plainlin")
+        assert tuple(ARCHS) == ("llama", "tnl", "hgrn2", "cosformer2", "gdn", "plainlin")
     finally:
         registry.unregister("plainlin")
         sys.path.remove(str(tmp_path))
@@ -99,8 +99,9 @@ def test_discover_imports_only_registering_modules_and_archs_keep_the_paper_orde
 
 
 def test_paper_four_are_the_registry_keys_in_order():
-    assert tuple(ARCHS) == ("llama", "tnl", "hgrn2", "cosformer2")
-    assert ARCHS == ("llama", "tnl", "hgrn2", "cosformer2") and "plainlin" not in ARCHS
+    assert tuple(ARCHS) == ("llama", "tnl", "hgrn2", "cosformer2", "gdn")  # gdn: beyond the paper
+    assert ARCHS == ("llama", "tnl", "hgrn2", "cosformer2", "gdn") and "plainlin" not in ARCHS
+    assert registry.paper_archs() == ("llama", "tnl", "hgrn2", "cosformer2")
     for name in ARCHS:
         spec = registry.get(name)
         assert spec.name == name and build_model(ModelConfig(arch=name, d_model=16, n_heads=2,
@@ -121,13 +122,13 @@ def test_unknown_arch_is_a_clear_error():
         paper.law("plainlin", "L_C")  # fit/ holds the paper's published fits: data keyed by name
     with pytest.raises(ValueError, match="already registered"):
         registry.register(registry.ArchSpec(name="tnl", mixer=nnx.Module,
-                                            paper_params_extra=lambda l, d, h: 0,
-                                            paper_flops_x=lambda d, h, n: 0.0,
+                                            paper_params_layer=lambda cfg: 0,
+                                            paper_flops_x=lambda cfg, n: 0.0,
                                             layer_flops=lambda cfg, n, chunk: 0.0))
 
 
 def test_fifth_arch_registers_and_describe_accepts_it(plain):
-    assert ARCHS[-1] == "plainlin" and "plainlin" in ARCHS and len(ARCHS) == 5  # live keys
+    assert ARCHS[-1] == "plainlin" and "plainlin" in ARCHS and len(ARCHS) == 6  # live keys
     model_cfg = ModelConfig.from_config(sizes.ladder_model("plainlin", "d64"))
     row = describe.describe_row(model_cfg, 512)
     l, d, h, e, g, v = 4, 64, 4, 16, model_cfg.ffn_dim, 264
@@ -232,7 +233,7 @@ def test_linear_archs_come_from_the_registry_and_a_fifth_is_judged_by_the_study(
     from linscale_jax.study.scaling import verdicts
 
     name = plain.name
-    assert registry.linear_archs() == ("tnl", "hgrn2", "cosformer2", name)
+    assert registry.linear_archs() == ("tnl", "hgrn2", "cosformer2", "gdn", name)
     t = study_table({BASELINE_ARCH: 0.0, name: 0.3}, ckpt_sd=0.005, run_sd=0.01, points=4, seed=0)
     res = verdicts.judge_all({"val_loss": t}, n_boot=20, holdout=False)
     row = res["findings"]["equal_compute"]["archs"][name]

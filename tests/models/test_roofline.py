@@ -88,3 +88,22 @@ def test_bench_prints_the_four_archs():
     assert out["tpu"] == "v6e" and out["step"]["arch"] == "hgrn2" and out["step"]["chunk"] == 256
     assert [s["arch"] for s in out["archs"]] == ["llama", "tnl", "hgrn2", "cosformer2"]
     assert {r["name"] for r in out["rows"]} >= {"linear_attention_intra", "dense mlp", "optimizer (AdamW)"}
+
+
+def test_gdn_rows_are_the_delta_rule_kernels_and_hybrids_are_refused():
+    """gdn's mixer rows are the delta rule's Pallas kernels (their cost estimates) over every layer
+    and batch row; its useful FLOPs are the accounting's at the delta rule's own TPU chunk; a hybrid
+    stack is refused in one line."""
+    from kernels_pallas.delta_rule.config import TPU_BLOCKS
+    from kernels_pallas.delta_rule.roofline import delta_rule_costs
+
+    cfg = small("gdn")
+    out = rl.step_roofline(cfg, GEN, B, N)
+    kernels = [r for r in out["rows"] if r["name"].startswith("delta_rule")]
+    one = delta_rule_costs(1, N, 2, 128, 256, blocks=TPU_BLOCKS["v5p"])
+    assert [r["flops"] for r in kernels] == [c.flops * B * 2 for c in one]
+    chunk = TPU_BLOCKS["v5p"].chunk_size
+    want = accounting.flops_per_token_exact(cfg.replace(chunk_size=chunk, impl="pallas"), N) * B * N
+    assert out["step"]["useful_flops"] == pytest.approx(want) and out["step"]["chunk"] == chunk
+    with pytest.raises(ValueError, match=r"roofline: the hybrid stack model.layers='tnl,llama' is not modelled"):
+        rl.step_roofline(small("tnl").replace(layers="tnl,llama"), GEN, B, N)

@@ -1,9 +1,14 @@
 """The short convolution of the linear mixers (model.short_conv): the depthwise convolution against a
-naive loop (values and gradients, documents, decode history), the three mixers with it under every
-impl, packed documents, decoding (Decoder.extend and eval.generate) against the parallel forward,
-the variant label, and its parameters, FLOPs and state in the accounting."""
+naive loop and against its earlier unrolled form (values and gradients, documents, decode history),
+a program that does not grow with the width, a width beyond the sequence refused in one line (the
+config, a study plan, the trainer's command line), the three mixers with it under every impl,
+packed documents, decoding (Decoder.extend and eval.generate) against the parallel forward, the
+variant label, and its parameters, FLOPs and state in the accounting."""
 
 import functools
+import os
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -11,8 +16,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from linscale_jax.config import ModelConfigError, base_config, check_model
 from linscale_jax.models import ModelConfig, accounting, build_model, registry, sizes
 from linscale_jax.models.linear_common import short_conv
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 LINEAR = ("tnl", "hgrn2", "cosformer2")
 B, T, V, K = 2, 16, 40, 4
@@ -69,6 +77,97 @@ def test_short_conv_matches_a_naive_loop_values_and_gradients():
     y16, _ = short_conv(z.astype(jnp.bfloat16), w, jnp.asarray(arange))
     assert y16.dtype == jnp.bfloat16
     np.testing.assert_allclose(y16.astype(jnp.float32), naive_conv(z, w, arange), rtol=3e-2, atol=3e-2)
+
+
+def unrolled_conv(z, kernel, positions, history=None):
+    """The convolution as it was first written: one Python iteration per lagged tap (a program
+    K - 1 taps long); the reference the scan form must equal."""
+    width, t = kernel.shape[0], z.shape[1]
+    dtype = jnp.promote_types(z.dtype, jnp.float32)
+    if history is None:
+        full = jnp.pad(z, ((0, 0), (width - 1, 0)) + ((0, 0),) * (z.ndim - 2))
+    else:
+        full = jnp.concatenate([history.astype(z.dtype), z], axis=1)
+    w = kernel.astype(dtype)
+    y = z.astype(dtype) * w[width - 1]
+    for j in range(width - 1):
+        lag = width - 1 - j
+        inside = (positions >= lag).astype(dtype).reshape(positions.shape + (1,) * (z.ndim - 2))
+        y = y + full[:, j:j + t].astype(dtype) * w[j] * inside
+    return y.astype(z.dtype), full[:, t:].astype(jnp.float32)
+
+
+@pytest.mark.parametrize("width", [1, 4, 7])
+def test_scan_form_equals_the_unrolled_form_values_and_gradients(width):
+    rng = np.random.default_rng(width)
+    z = jnp.asarray(rng.normal(size=(2, 11, 3, 5)), jnp.float32)
+    w = jnp.asarray(rng.normal(size=(width, 3, 5)), jnp.float32)
+    hist = jnp.asarray(rng.normal(size=(2, width - 1, 3, 5)), jnp.float32)
+    packed = jnp.asarray([np.arange(11), [0, 1, 2, 0, 1, 2, 3, 4, 5, 0, 1]])
+    cot = jnp.asarray(rng.normal(size=z.shape), jnp.float32)
+    for h in (None, hist):
+        pos = packed if h is None else packed + 9
+        got, want = short_conv(z, w, pos, h), unrolled_conv(z, w, pos, h)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-6, atol=1e-6)
+        np.testing.assert_array_equal(got[1], want[1])
+        args = (z, w) if h is None else (z, w, h)
+
+        def loss(form, *a):
+            return jnp.sum(form(a[0], a[1], pos, a[2] if len(a) > 2 else None)[0] * cot)
+
+        g_got = jax.grad(functools.partial(loss, short_conv), argnums=tuple(range(len(args))))(*args)
+        g_want = jax.grad(functools.partial(loss, unrolled_conv), argnums=tuple(range(len(args))))(*args)
+        for a, b in zip(g_got, g_want):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    y16 = short_conv(z.astype(jnp.bfloat16), w, packed)[0]
+    assert y16.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(y16, unrolled_conv(z.astype(jnp.bfloat16), w, packed)[0])
+
+
+def test_the_program_does_not_grow_with_the_width():
+    """A 1000-tap convolution compiled a 999-step unrolled loop; the scan form's program (forward
+    and gradient) has the same number of operations at every width."""
+    def ops(width):
+        z = jax.ShapeDtypeStruct((2, 1024, 3, 8), jnp.float32)
+        w = jax.ShapeDtypeStruct((width, 3, 8), jnp.float32)
+        pos = jax.ShapeDtypeStruct((2, 1024), jnp.int32)
+        f = jax.grad(lambda z, w, p: jnp.sum(short_conv(z, w, p)[0]), argnums=(0, 1))
+        return len(jax.make_jaxpr(f)(z, w, pos).jaxpr.eqns)
+
+    assert ops(4) == ops(64) == ops(1000)
+
+
+def test_a_convolution_wider_than_the_sequence_is_refused_in_one_line(tmp_path):
+    with pytest.raises(ValueError, match=r"model.short_conv=65 is wider than the sequence \(model.max_seq_len=64\)"):
+        ModelConfig(arch="tnl", max_seq_len=64, short_conv=65)
+    config = base_config()
+    sizes.apply_model(config.model, sizes.ladder_model("tnl+short_conv=1000", "d32"))
+    config.train.seq_len = 128
+    with pytest.raises(ModelConfigError, match=r"^model.short_conv=1000 is wider than the sequence "
+                                               r"\(train.seq_len=128\).*short_conv=4\)\.$"):
+        check_model(config)
+    config.model.short_conv = 128
+    assert check_model(config).short_conv == 128  # as wide as the sequence: accepted
+    # the trainer's command line: one line, rc 1, before the workdir exists (~10 s)
+    work = tmp_path / "w"
+    p = subprocess.run([sys.executable, "-m", "linscale_jax.train", "--config=configs/tiny.py:tnl-d32",
+                        "--config.model.short_conv=1000", f"--workdir={work}"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT))
+    err = [line for line in p.stderr.splitlines() if line.strip()]
+    assert p.returncode == 1 and len(err) == 1, p.stderr[-2000:]
+    assert err[0].startswith("ERROR: model.short_conv=1000 is wider than the sequence (train.seq_len=128)")
+    assert not work.exists()
+
+
+def test_a_study_plan_with_a_convolution_wider_than_the_sequence_is_refused():
+    from linscale_jax.study import presets
+    from linscale_jax.study.scaling import plan
+
+    study = presets.preset("quick")
+    study.archs = "tnl+short_conv=1000"
+    with pytest.raises(ModelConfigError, match=r"^tnl\+short_conv=1000-d\w+: model.short_conv=1000 is wider"):
+        plan.build_plan(study, "/nonexistent/study")
 
 
 def tiny(arch, **kw):

@@ -157,15 +157,13 @@ def build_plan(study, workdir: str) -> list[Run]:
 
 def make_run(study, cfg, arch: str, size: str, seed: int, workdir: str, index: int) -> Run:
     """The Run of one run config (cfg.name names its directory under DIR/runs)."""
+    from linscale_jax.config import check_model
     from linscale_jax.models import accounting
-    from linscale_jax.models import ModelConfig
 
     if str(cfg.train.wandb) and not str(cfg.train.wandb_group):  # one W&B group per study
         cfg.train.wandb_group = Path(workdir).resolve().name
-    mc = ModelConfig.from_config(cfg.model)
+    mc = check_model(cfg, where=cfg.name)  # every model option, against train.seq_len
     seq = int(cfg.train.seq_len)
-    if seq > mc.max_seq_len:
-        raise ValueError(f"{cfg.name}: train.seq_len={seq} exceeds model.max_seq_len={mc.max_seq_len}")
     tokens = int(cfg.train.steps) * int(cfg.train.batch_size) * seq
     rd = contract.study_run_dir(workdir, cfg.name)
     return Run(index=index, arch=arch, size=size, config=cfg, workdir=rd, steps=int(cfg.train.steps),

@@ -1,0 +1,1 @@
+"""The delta rule (DeltaNet, Gated DeltaNet): kernels_pallas.delta_rule."""
