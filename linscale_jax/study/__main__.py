@@ -58,13 +58,20 @@ def main(argv) -> None:
 
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # Orbax logs every save/restore at INFO
-    sys.exit(command.run(_study, command="study"))
+    sys.exit(command.run(_study, workdir=_WORKDIR.value, command="study"))
 
 
 def _study() -> None:
-    from linscale_jax.study import plan, runner
+    from linscale_jax.study.lock import hold_study
 
     _INITIALIZE()
+    with hold_study(_WORKDIR.value, _SHARD.value, enabled=False if _DRY.value or _JOIN.value else None):
+        _study_kind()
+
+
+def _study_kind() -> None:
+    from linscale_jax.study import plan, runner
+
     if _CONFIG.value.get("kind") == "recall":  # configs/study/recall.py: MQAR, not a scaling study
         from linscale_jax.study import recall
 

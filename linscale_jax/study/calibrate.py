@@ -24,6 +24,7 @@ import numpy as np
 
 from linscale_jax import contract
 from linscale_jax.contract import BASELINE_ARCH, TABLE_COLUMNS
+from linscale_jax.study import inputs
 from linscale_jax.study.verdicts import plain
 
 CASES = ("null-equal", "null-crossing-at-C*", "one arch lower", "one arch higher")
@@ -183,7 +184,7 @@ def calibrate(workdir: str, seeds: int = 100, effect: float = 0.1, n_boot: int |
     from linscale_jax.study import verdicts
 
     t0 = time.time()
-    found = json.load(open(contract.study_path(workdir, contract.FINDINGS_JSON)))
+    found = inputs.findings(contract.study_path(workdir, contract.FINDINGS_JSON))
     if "laws_nd" not in found:
         raise ValueError(f"{workdir}/findings.json has no laws_nd; rerun `python -m linscale_jax.study --config=... "
                          f"--workdir={workdir} --join_only` to write it")
@@ -231,7 +232,7 @@ def calibrate(workdir: str, seeds: int = 100, effect: float = 0.1, n_boot: int |
                seconds=time.time() - t0, mde=_mde(found), cost=cost(found, runs))
     out["summary"] = summary(out)
     path = contract.study_path(workdir, contract.CALIBRATION_JSON)
-    old = json.load(open(path)).get("designs", []) if os.path.exists(path) else []
+    old = (inputs.calibration(path) or {}).get("designs", [])
     designs = [d for d in old if d.get("design") != label] + [plain(out)]
     designs.sort(key=lambda d: d["design"] != "the study's own design")
     with open(path, "w") as f:

@@ -17,7 +17,7 @@ import os
 import numpy as np
 
 from linscale_jax import contract
-from linscale_jax.study import findings, holdout
+from linscale_jax.study import findings, holdout, inputs
 
 LAWS = (("L_C", "L(C)"), ("N_opt_C", "N_opt(C)"), ("D_opt_C", "D_opt(C)"))
 
@@ -252,7 +252,7 @@ def _comparisons(found: dict, fits: dict) -> list[str]:
 
 
 def _calibration_section(workdir: str) -> list[str]:
-    cal = _read(contract.study_path(workdir, contract.CALIBRATION_JSON))
+    cal = inputs.calibration(contract.study_path(workdir, contract.CALIBRATION_JSON))
     if not cal:
         return []
     L = ["## Calibration of the verdicts on this study's design", "",
@@ -333,7 +333,8 @@ def write_report(workdir: str) -> str:
     from linscale_jax.fit import paper
     from linscale_jax.fit.table import load
 
-    found = _read(contract.study_path(workdir, contract.FINDINGS_JSON))
+    path = contract.study_path(workdir, contract.FINDINGS_JSON)
+    found = inputs.findings(path) if os.path.exists(path) else None
     if found is None:
         raise FileNotFoundError(f"{workdir} has no {contract.FINDINGS_JSON}; run `python -m linscale_jax.study --config=... "
                                 f"--workdir={workdir} --join_only` first")

@@ -311,7 +311,7 @@ def run_study(study, workdir: str, shard_spec: str | None = None, approach: int 
               backend: str = "local", ray_address: str | None = None) -> dict:
     runs = plan_lib.build_plan(study, workdir)
     findings.recall_rows_from(study)  # a wrong study.recall_from (or protocol_from) fails now, not after training
-    results.protocol_sources(study)
+    results.protocol_sources(study, runs)
     if "cooldown" in estimators(study) and str(study.overrides.optim.get("schedule", "")) != "constant":
         raise ValueError(f"study.estimators has cooldown, which branches off a constant learning rate, but "
                          f"overrides.optim.schedule is {study.overrides.optim.get('schedule')!r}: set "

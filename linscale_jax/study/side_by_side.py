@@ -19,6 +19,7 @@ import sys
 from absl import app, flags
 
 from linscale_jax import contract
+from linscale_jax.study import inputs
 
 _WORKDIRS = flags.DEFINE_multi_string("workdir", None, "A study directory (repeat: 2 or more).")
 _OUT = flags.DEFINE_string("out", None, "Also write the markdown here.")
@@ -38,7 +39,7 @@ def _load(workdir: str) -> dict:
         key = (float(r["n_params"]), int(r["step"]))
         if r["arch"] not in final or key > final[r["arch"]][0]:
             final[r["arch"]] = (key, r)
-    return dict(findings=json.load(open(need[0])), fits=json.load(open(need[1])),
+    return dict(findings=inputs.findings(need[0]), fits=json.load(open(need[1])),
                 holdout=list(csv.DictReader(open(hold))) if os.path.exists(hold) else [],
                 final={a: v[1] for a, v in final.items()})
 

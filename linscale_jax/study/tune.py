@@ -99,6 +99,9 @@ def measured(study, workdir: str, cells) -> dict:
 
 def run_tune(study, workdir: str, dry_run: bool = False, log=_print) -> dict:
     """Train the staged grid (module) in `workdir`, then write DIR/tune/; resumable."""
+    from linscale_jax.study.tune_check import check_tune
+
+    check_tune(study)  # every stage's fields, before anything trains
     os.makedirs(workdir, exist_ok=True)
     seen: dict = {}
     stage = 0
