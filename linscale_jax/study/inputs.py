@@ -1,10 +1,10 @@
 """Files a study reads from another study (or that a later command reads back), checked before use:
 a bad value is one line naming the file, the row (or JSON entry) and the fix, never a verdict.
 
-    rows = recall_rows(R + "/recall.csv")            # study.recall_from: typed, every value checked
+    rows = recall_rows(R + "/recall.csv", ...)       # study.recall_from (via study.recall.table.read_csv)
     found = findings(D + "/findings.json")           # study.protocol_from, calibrate, report
     cal = calibration(D + "/calibration.json")       # None when there is none
-    other = other_protocol(study, runs, D)           # study.protocol_from: the same runs, another rule
+    other = other_protocol(D, design)                # study.protocol_from: the same runs, another rule
 
 recall.csv: every column (study.recall.table.COLUMNS) in every row; integers where integers are
 written; accuracy and its interval finite in [0, 1]; the learning rate finite and > 0; the query loss
@@ -36,24 +36,23 @@ RECALL_INTS = ("d_model", "n_pairs", "seq_len", "state_floats", "head_dim", "n_l
 RECALL_SHARES = ("accuracy", "ci_low", "ci_high")
 
 
-def recall_rows(path: str) -> list[dict]:
+def recall_rows(path: str, columns: tuple, statuses: tuple, did_not_train: str) -> list[dict]:
     """recall.csv's rows with numeric fields (seed stays a string: an integer or "all"), every
-    value checked (module docstring)."""
-    from linscale_jax.study.recall.table import COLUMNS, DID_NOT_TRAIN, STATUSES
-
+    value checked (module docstring); the recall study's `columns`, `statuses` and the status of
+    a cell that did not train (study.recall.table)."""
     try:
         f = open(path, newline="")
     except OSError as e:
         raise InputError(f"cannot read {path} ({e.strerror or e}); {RECALL_FIX}") from None
     with f:
         reader = csv.DictReader(f)
-        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+        missing = [c for c in columns if c not in (reader.fieldnames or [])]
         if missing:
             raise InputError(f"{path} lacks the columns {', '.join(missing)}; {RECALL_FIX}")
         rows = []
         for n, raw in enumerate(reader, 2):  # line 1 is the header
             where = f"{path} row {n}"
-            if None in raw or any(raw.get(c) is None for c in COLUMNS):
+            if None in raw or any(raw.get(c) is None for c in columns):
                 got = sum(v is not None for k, v in raw.items() if k is not None)
                 raise InputError(f"{where} has {got} of {len(reader.fieldnames)} fields (truncated or "
                                  f"edited?); {RECALL_FIX}")
@@ -70,12 +69,12 @@ def recall_rows(path: str) -> list[dict]:
                     raise InputError(f"{where}: {k} is {raw[k]!r}, not a share in [0, 1]; {RECALL_FIX}")
             if not (math.isfinite(row["lr"]) and row["lr"] > 0):
                 raise InputError(f"{where}: lr is {raw['lr']!r}, not a finite rate > 0; {RECALL_FIX}")
-            if not math.isfinite(row["test_loss"]) and row["status"] != DID_NOT_TRAIN:
+            if not math.isfinite(row["test_loss"]) and row["status"] != did_not_train:
                 raise InputError(f"{where}: test_loss is {raw['test_loss']!r} in a cell with status "
                                  f"{row['status']!r} (only a cell that did not train may have no finite "
                                  f"loss); {RECALL_FIX}")
-            if row["status"] not in STATUSES:
-                raise InputError(f"{where}: status is {row['status']!r}, not one of {', '.join(STATUSES)}; "
+            if row["status"] not in statuses:
+                raise InputError(f"{where}: status is {row['status']!r}, not one of {', '.join(statuses)}; "
                                  f"{RECALL_FIX}")
             if not row["arch"] or not (row["seed"] == "all" or row["seed"].isdigit()):
                 raise InputError(f"{where}: arch {row['arch']!r} and seed {row['seed']!r} must name an arch "
@@ -152,7 +151,7 @@ def findings(path: str, fix: str | None = None) -> dict:
     fix = fix or (f"re-run `python -m linscale_jax.study --config=... --workdir={workdir} --join_only` "
                   "to write it again")
     found = read_json(path, fix)
-    _need(found, {"findings": dict, "design": dict, "estimators": list}, path, fix)
+    _need(found, {"findings": dict}, path, fix)
     return found
 
 
@@ -184,12 +183,12 @@ def calibration(path: str) -> dict | None:
 SAME_RUNS = ("archs", "sizes", "tokens", "seq_len", "data_task", "vocab")
 
 
-def other_protocol(study, runs: list, src: str) -> dict:
+def other_protocol(src: str, mine: dict) -> dict:
     """findings.json of the study at `src` (study.protocol_from), which must be the other
-    learning-rate protocol on this study's runs: the same SAME_RUNS entries of its design and a
-    different optim.rule (InputError naming what differs and the fix otherwise)."""
+    learning-rate protocol on this study's runs (`mine`: this study's design, study.results.design):
+    the same SAME_RUNS entries of its design and a different optim.rule (InputError naming what
+    differs and the fix otherwise)."""
     from linscale_jax import contract
-    from linscale_jax.study import results
 
     path = contract.study_path(src, contract.FINDINGS_JSON)
     fix = ("pass a finished study of the same archs, sizes and tokens under the other learning-rate "
@@ -197,7 +196,9 @@ def other_protocol(study, runs: list, src: str) -> dict:
            "--config.protocol_from")
     other = findings(path, f"re-run that study (`python -m linscale_jax.study --config=... --workdir={src} "
                            f"--join_only`) to write it again, or drop --config.protocol_from")
-    mine, theirs = results.design(study, runs), other["design"]
+    _need(other, {"design": dict}, path, "re-run that study with --join_only to write it again, or drop "
+          "--config.protocol_from")
+    theirs = other["design"]
 
     def norm(k, v):
         if k in ("archs", "sizes"):

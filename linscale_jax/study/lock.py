@@ -6,7 +6,8 @@ dies, so a kill -9 leaves nothing behind on a local disk).
         runner.run_study(...)
 
 A second study on the same workdir is refused before it writes anything, in one line naming the
-first one's pid and host; the first is unharmed. Shards of one study (--shard=i/n, one invocation
+first one's pid and host; the first is unharmed. A study that fails at its start in a workdir it
+created (a bad input) leaves none behind. Shards of one study (--shard=i/n, one invocation
 per host) train disjoint runs at once, so each shard holds its own lock (study-shard-<i>of<n>.lock).
 In a multi-process launch process 0 holds it. The runs keep their own train.lock (one writer per
 run workdir), which the study's workers and Ray tasks take as any trainer does.
@@ -15,6 +16,7 @@ run workdir), which the study's workers and Ray tasks take as any trainer does.
 from __future__ import annotations
 
 import contextlib
+import os
 
 from linscale_jax.errors import Refusal
 from linscale_jax.run import lock as run_lock
@@ -55,6 +57,14 @@ def hold_study(workdir: str, shard_spec: str | None = None, enabled: bool | None
         return
     from etils import epath
 
-    epath.Path(workdir).mkdir(parents=True, exist_ok=True)
-    with run_lock.hold(workdir, name=lock_name(shard_spec), refusal=_refusal) as me:
-        yield me
+    path = epath.Path(workdir)
+    made = not path.exists()
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        with run_lock.hold(workdir, name=lock_name(shard_spec), refusal=_refusal) as me:
+            yield me
+    except BaseException:
+        if made and "://" not in str(workdir):  # a study refused at its start leaves no workdir
+            with contextlib.suppress(OSError):  # (only an empty one goes: os.rmdir)
+                os.rmdir(workdir)
+        raise

@@ -70,7 +70,8 @@ def plot_loss_vs_compute(table, envelope_csv: str, fits: dict, path: str) -> Non
                     label=f"{arch} L = {law['coefficient']:.3g}·C^{law['exponent']:+.3f}")
     ax.set(xscale="log", yscale="log", xlabel="compute C (PF-days, Table-1 accounting)",
            ylabel="validation loss (nats/byte-token)", title="loss vs compute: runs, envelopes, fitted laws")
-    ax.legend(fontsize=7)
+    if ax.get_legend_handles_labels()[0]:  # no envelope nor law (a study too small to fit): no legend
+        ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

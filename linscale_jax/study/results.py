@@ -235,7 +235,7 @@ def protocol_sources(study, runs: list) -> tuple[dict | None, str]:
         raise FileNotFoundError(f"study.protocol_from={src!r} has no {contract.FINDINGS_JSON}; run the other "
                                 "learning-rate protocol's study first "
                                 f"(`python -m linscale_jax.study --config=... --workdir={src}`)")
-    return inputs.other_protocol(study, runs, src), src
+    return inputs.other_protocol(src, design(study, runs)), src
 
 
 def by_protocol(found: dict, own_label: str, other: dict, src: str) -> dict:
