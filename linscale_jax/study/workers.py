@@ -29,6 +29,7 @@ Only for a single-process launch: a multi-host study trains one run at a time ov
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import multiprocessing as mp
 import os
@@ -99,7 +100,8 @@ def _take_runs(index, runs, finals, study, process, todo, events) -> None:
                     except Stopped:
                         raise
                     except Exception:
-                        traceback.print_exc()
+                        with contextlib.suppress(OSError):  # the log's disk may be the full one
+                            traceback.print_exc()
                         raise
                     finally:
                         redirect(*saved)

@@ -365,6 +365,7 @@ def test_losing_the_drivers_node_ends_the_study_in_one_line_and_a_rerun_resumes(
     errors = [x for x in lines if x.startswith("ERROR: ")]
     print(f"\nnode lost: rc {driver.returncode} {seconds:.1f}s after the kill\n" + "\n".join(lines))
     assert driver.returncode == 1 and len(errors) == 1 and lines[-1] == errors[0], lines
+    assert all(x.startswith("[study] ") for x in lines[:-1]), lines  # Ray's own messages stay off
     assert "the Ray node on 127.0.0.1 that runs this study's driver was lost" in errors[0], errors
     assert "re-run the same command and every run resumes from its newest checkpoint" in errors[0]
     assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in ray_procs)  # none left

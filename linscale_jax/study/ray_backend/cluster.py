@@ -83,9 +83,20 @@ def connect(address: str | None, log=print):
                 raise ClusterError(f"cannot attach to the Ray cluster at {address} ({flag}): {first}; "
                                    f"{_ways_on(address, flag)}") from None
             what = f"attached to the Ray cluster at {address}"
+    _quiet(ray)
     log(f"[study] {what} in {time.time() - t0:.1f}s ({len(ray.nodes())} node(s), "
         f"{ray.cluster_resources().get('CPU', 0):g} CPUs)")
     return ray, address is None
+
+
+def _quiet(ray) -> None:
+    """Keep Ray's error messages off the console: its driver thread prints each one the cluster
+    publishes (a node marked dead, with its raylet's last state dump: tens of lines) between the
+    study's lines, where the study says what happened in one line of its own (study.ray_backend.
+    driver, own_node). They stay in Ray's session logs (TEMP_DIR/session_*/logs)."""
+    worker = getattr(getattr(ray, "_private", None), "worker", None)
+    if hasattr(worker, "_worker_logs_enabled"):
+        worker._worker_logs_enabled = False
 
 
 def _ways_on(address: str, flag: str) -> str:

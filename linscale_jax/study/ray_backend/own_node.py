@@ -16,6 +16,7 @@ resumes, and exits 1. The runs' status files say "lost" until the re-run.
 from __future__ import annotations
 
 import contextlib
+import signal
 
 from linscale_jax.study.ray_backend.cluster import ClusterError
 
@@ -38,9 +39,11 @@ class OwnSide:
     def check(self) -> None:
         """DriverLost once the local Ray's raylet (this process started it) has exited."""
         if self.raylet is not None and self.raylet.poll() is not None:
+            rc = self.raylet.returncode
+            how = f"was killed by {_signal_name(-rc)}" if rc < 0 else f"exited with status {rc}"
             raise DriverLost(f"the Ray node on {self.ip} that runs this study's driver was lost: its "
-                             f"raylet (pid {self.raylet.pid}) exited with code {self.raylet.returncode} "
-                             f"(a killed agent or raylet, the OOM killer); {RERUN}")
+                             f"raylet (pid {self.raylet.pid}) {how} (a killed agent or raylet, the OOM "
+                             f"killer); {RERUN}")
 
     def ask(self, ref):
         """The result of a control actor call, waited for at most CONTROL_TIMEOUT_S."""
@@ -69,3 +72,10 @@ def _local_raylet(ray):
     node = getattr(node, "_global_node", None)
     procs = getattr(node, "all_processes", {}).get("raylet") or []
     return getattr(procs[0], "process", None) if procs else None
+
+
+def _signal_name(n: int) -> str:
+    try:
+        return signal.Signals(n).name
+    except ValueError:
+        return f"signal {n}"
