@@ -15,7 +15,6 @@ the address for a local one), not after Ray's 20 retries of about 40 s each.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
 import socket
@@ -23,6 +22,7 @@ import time
 import warnings
 
 from linscale_jax.errors import UserError
+from linscale_jax.parallel.distributed import _is_loopback
 
 # A local Ray on loopback: no token auth (nothing outside this machine can reach it), no usage
 # reports, and 127.0.0.1 as the node address (Ray picks the interface address otherwise; the
@@ -58,7 +58,7 @@ def connect(address: str | None, log=print):
     else:
         probe(address, flag)  # before importing Ray: seconds count
         hostport = _host_port(address)
-        if hostport and _loopback(hostport[0]):  # read when ray is imported
+        if hostport and _is_loopback(f"{hostport[0]}:{hostport[1]}"):  # read when ray is imported
             os.environ.setdefault(LOOPBACK_ENV, "0")
     try:
         import ray
@@ -116,15 +116,6 @@ def _host_port(address: str) -> tuple[str, int] | None:
     if not sep or not port.isdigit():
         return None
     return host.strip("[]"), int(port)
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def probe(address: str, flag: str = "--ray_address", within: float = PROBE_S) -> None:
