@@ -11,7 +11,7 @@ fla (github fla-org/flash-linear-attention, `HGRN2ForCausalLM`) — differences 
   RMSNorm with weights (attn_norm, mlp_norm, final norm, g_norm)  -> norm_scale=True
   g_norm runs through rms_norm_linear with its default eps 1e-5 (config.norm_eps is not passed)
                                         -> mixer_norm_eps=1e-5; block/final norms: norm_eps
-  q scaled by K^-1/2 inside the GLA kernels                       -> hgrn2_q_scale="rsqrt_k"
+  q scaled by K^-1/2 inside the GLA kernels                       -> hgrn2.q_scale="rsqrt_k"
   SwiGLU channel mixer down(silu(gate) * up)  -> glu_act="silu", w_v = gate, w_u = up
   untied lm_head (tie_word_embeddings false)  -> tie_embeddings=False, lm_head
   lower bound skipped in layer 0        -> nothing to do: β_0 = cumsum(P)_0 - P_0 = 0 in both
@@ -103,8 +103,9 @@ def fla_model_config(hf: dict) -> dict:
         arch=ARCH, n_layers=int(hf["num_hidden_layers"]), d_model=d,
         n_heads=_heads(d, hf.get("expand_ratio", 128), hf.get("num_heads")), ffn_dim=_fla_ffn(hf, d),
         vocab_size=int(hf["vocab_size"]), norm_eps=float(hf.get("norm_eps", 1e-6)),
-        norm_scale=True, mixer_norm_eps=1e-5, hgrn2_q_scale="rsqrt_k", glu_act="silu",
+        norm_scale=True, mixer_norm_eps=1e-5, glu_act="silu",
         tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
+        hgrn2=dict(q_scale="rsqrt_k"),
     )
 
 
