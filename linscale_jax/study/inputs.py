@@ -113,7 +113,7 @@ def read_json(path: str, fix: str) -> dict:
     try:
         doc = json.loads(text)
     except ValueError as e:
-        at = f" at line {e.lineno} column {e.colno}" if hasattr(e, "lineno") else ""
+        at = f", line {e.lineno} column {e.colno}" if hasattr(e, "lineno") else ""
         raise InputError(f"{path} is not valid JSON ({getattr(e, 'msg', e)}{at}; truncated or edited?); "
                          f"{fix}") from None
     if not isinstance(doc, dict):

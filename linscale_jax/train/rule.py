@@ -71,7 +71,7 @@ def load(path: Path | str = TUNED_FILE) -> dict:
     try:
         rule = json.loads(text)
     except ValueError as e:
-        where = f" at line {e.lineno} column {e.colno}" if hasattr(e, "lineno") else ""
+        where = f", line {e.lineno} column {e.colno}" if hasattr(e, "lineno") else ""
         raise RuleError(f"learning-rate rule file {path} is not valid JSON ({getattr(e, 'msg', e)}{where}; "
                         f"truncated or edited by hand?){FIX}") from None
     check(rule, path)
@@ -79,15 +79,16 @@ def load(path: Path | str = TUNED_FILE) -> dict:
 
 
 # the end of every bad-file line: what to do instead (never a setting the rule would override)
-FIX = ("; fix that entry, write the file again with python -m linscale_jax.study "
+FIX = ("; correct the file, write it again with python -m linscale_jax.study "
        "--config=configs/study/tune.py --workdir=DIR (DIR/tune/rule.json), or set optim.rule=paper")
 
 
 def _number(value, where: str, path, lo: float | None = None, hi: float | None = None,
             positive: bool = False) -> float:
     """value as a finite float inside the bounds, else RuleError naming `where` in `path`."""
-    want = ("a finite number" + (" > 0" if positive else "") + (f" >= {lo:g}" if lo is not None else "")
-            + (f" < {hi:g}" if hi is not None else ""))
+    bounds = [b for b in ("> 0" if positive else "", f">= {lo:g}" if lo is not None else "",
+                          f"< {hi:g}" if hi is not None else "") if b]
+    want = " ".join(["a finite number", " and ".join(bounds)]).strip()
     try:
         x = float(value)
     except (TypeError, ValueError):
