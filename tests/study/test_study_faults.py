@@ -6,6 +6,7 @@ a tuning field a later stage reads) are refused before anything trains."""
 from __future__ import annotations
 
 import csv
+import json
 import shutil
 import socket
 import subprocess
@@ -37,6 +38,13 @@ def _wait(cond, timeout: float, what: str):
     raise AssertionError(f"no {what} within {timeout:.0f}s")
 
 
+def _top(wd: Path) -> dict:
+    """The study directory's own files (the lock's holder without its heartbeat, which it refreshes)."""
+    out = {p.name: p.read_bytes() for p in wd.iterdir() if p.is_file() and p.name != "study.lock"}
+    holder = json.loads((wd / "study.lock").read_text())
+    return dict(out, lock={k: v for k, v in holder.items() if k != "heartbeat"})
+
+
 def _alive(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
@@ -58,7 +66,7 @@ def test_a_second_study_is_refused_and_a_killed_driver_takes_its_workers_and_res
         workers = [p.pid for p in psutil.Process(first.pid).children()
                    if "spawn_main" in " ".join(p.cmdline())]
         assert len(workers) == 2
-        top = {p.name: p.read_bytes() for p in wd.iterdir() if p.is_file()}
+        top = _top(wd)
         t0 = time.time()
         second = subprocess.run(study_cmd(preset, wd), cwd=ROOT, env=env(), capture_output=True, text=True,
                                 timeout=300)
@@ -67,7 +75,7 @@ def test_a_second_study_is_refused_and_a_killed_driver_takes_its_workers_and_res
         assert second.returncode == 1 and len(out) == 1, out
         assert out[0].startswith(f"ERROR: {wd} is in use by another study: pid {first.pid} on "
                                  f"{socket.gethostname()} (since "), out
-        assert {p.name: p.read_bytes() for p in wd.iterdir() if p.is_file()} == top  # nothing written
+        assert _top(wd) == top  # nothing written
         assert first.poll() is None and all(_alive(p) for p in workers)  # the first goes on
         seen = _checkpoints(wd)
         _wait(lambda: _checkpoints(wd) - seen, 600, "new checkpoint after the refusal")
