@@ -60,6 +60,8 @@ def base_config() -> ml_collections.ConfigDict:
             log_every=10,
             eval_every=100,  # periodic validation loss; 0 disables
             eval_batches=4,
+            stop_at="",  # "val_accuracy>=T" or "val_loss<=T": stop at the first eval step that meets
+            #              it (linscale_jax.train.early_stop); "": train every step
             peak_flops=0.0,  # per-device peak FLOP/s for MFU; 0: $LINSCALE_PEAK_FLOPS, a known
             #                  accelerator's bf16 peak, or a measured f32 matmul peak on CPU
             profile_steps="",  # "A,B": a jax.profiler trace of steps A..B under DIR/profile/

@@ -93,7 +93,7 @@ def test_variant_labels():
 
 
 def test_tpe_preset_runs_the_variant_as_one_more_arch(tmp_path):
-    from linscale_jax.study import plan
+    from linscale_jax.study.scaling import plan
 
     spec = importlib.util.spec_from_file_location("p_tpe", os.path.join(ROOT, "configs", "study", "tpe.py"))
     mod = importlib.util.module_from_spec(spec)

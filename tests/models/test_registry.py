@@ -229,7 +229,7 @@ def test_linear_archs_come_from_the_registry_and_a_fifth_is_judged_by_the_study(
     the baseline: the fifth architecture above appears in study.verdicts' finding 2."""
     from linscale_jax.fit.synthetic_study import study_table
     from linscale_jax.contract import BASELINE_ARCH
-    from linscale_jax.study import verdicts
+    from linscale_jax.study.scaling import verdicts
 
     name = plain.name
     assert registry.linear_archs() == ("tnl", "hgrn2", "cosformer2", name)

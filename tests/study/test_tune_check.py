@@ -1,11 +1,11 @@
-"""study.tune_check: every field of the tuning preset that a stage reads is checked before the grid
+"""study.tune.check: every field of the tuning preset that a stage reads is checked before the grid
 trains anything, each bad one refused in one line naming the field (the command's own refusal:
 tests/study/test_study_faults.py)."""
 
 import pytest
 
 from linscale_jax.study.presets import preset
-from linscale_jax.study.tune_check import TuneConfigError, check_tune
+from linscale_jax.study.tune.check import TuneConfigError, check_tune
 
 
 @pytest.mark.parametrize("field, value, named", [

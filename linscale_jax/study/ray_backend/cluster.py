@@ -23,6 +23,7 @@ import warnings
 
 from linscale_jax.errors import UserError
 from linscale_jax.parallel.distributed import _is_loopback
+from linscale_jax.run.extras import MissingExtra
 
 # A local Ray on loopback: no token auth (nothing outside this machine can reach it), no usage
 # reports, and 127.0.0.1 as the node address (Ray picks the interface address otherwise; the
@@ -62,8 +63,10 @@ def connect(address: str | None, log=print):
             os.environ.setdefault(LOOPBACK_ENV, "0")
     try:
         import ray
-    except ImportError:
-        raise ClusterError("--backend=ray needs Ray: pip install '.[cluster]' (or -r requirements.txt)") from None
+    except ModuleNotFoundError as e:
+        if e.name != "ray":
+            raise
+        raise MissingExtra("cluster", why="--backend=ray", instead="use --backend=local") from None
     if ray.is_initialized():
         return ray, False
     t0 = time.time()

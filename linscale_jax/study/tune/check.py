@@ -1,6 +1,6 @@
-"""The tuning grid's whole config, checked before anything trains (study.tune): every field the later
-stages read (β2s, batches, replicate and check sizes, the rule's fit) as well as the first's, so a
-typo is one line naming the field, not a failure after hours of training.
+"""The tuning grid's whole config, checked before anything trains (study.tune.experiment.plan):
+every field the later stages read (β2s, batches, replicate and check sizes, the rule's fit) as well
+as the first's, so a typo is one line naming the field, not a failure after hours of training.
 
     check_tune(study)     # TuneConfigError: --config.<field>=<value>, what is wrong, the fix
 """
@@ -45,7 +45,7 @@ def _num(study, field: str, kind=float, lo: float | None = None, hi: float | Non
 
 
 def _list(study, field: str) -> list[str]:
-    from linscale_jax.study import plan as plan_lib
+    from linscale_jax.study.scaling import plan as plan_lib
 
     value = _get(study, field)
     try:
@@ -58,8 +58,8 @@ def check_tune(study) -> None:
     """Every field the tuning grid reads (module docstring); TuneConfigError on the first bad one."""
     from linscale_jax.models import registry
     from linscale_jax.models import sizes as sizes_lib
-    from linscale_jax.study import plan as plan_lib
-    from linscale_jax.study import tune_grid
+    from linscale_jax.study.scaling import plan as plan_lib
+    from linscale_jax.study.tune import grid as tune_grid
 
     t = study.tune
     for f in ("lr_base", "prior_lr", "prior_n"):
