@@ -86,7 +86,7 @@ def test_a_damaged_calibration_json_names_the_design_and_case(tmp_path):
 def test_protocol_from_must_be_the_other_rule_on_the_same_runs(tmp_path):
     """The other protocol's study: the same archs, sizes, tokens and data under another optim.rule;
     the same rule, or other sizes, is refused in one line naming what differs."""
-    from linscale_jax.study import plan, results
+    from linscale_jax.study.scaling import plan, results
 
     spec = importlib.util.spec_from_file_location("_cpu", ROOT / "configs" / "study" / "cpu.py")
     mod = importlib.util.module_from_spec(spec)

@@ -14,7 +14,7 @@ from linscale_jax.study.tune.check import TuneConfigError, check_tune
     ("tune.batches", "4,x", "'x' is not a batch of >= 1 sequences"),
     ("tune.max_batch", 8, "below the largest batch of tune.batch/tune.batches (16)"),
     ("tune.check_archs", "tnl,gpt", "'gpt' is not an architecture"),
-    ("tune.check_sizes", "d16l2,d17", "tnl-d17 is not a model of configs/ladder.py"),
+    ("tune.check_sizes", "d16l2,d17", "tnl-d17 is not a model of ladder (ValueError: unknown ladder size"),
     ("tune.lr_points", 0, "need an integer >= 1"),
     ("tune.own_rule_factor", 1.0, "need a finite number > 1"),
     ("tune.lr_base", float("nan"), "need a finite number > 0"),
