@@ -101,6 +101,7 @@ def test_a_second_study_is_refused_and_a_killed_driver_takes_its_workers_and_res
     assert (wd / "report.md").exists() and not (wd / "study.lock").exists()
 
 
+@pytest.mark.slow  # a study's two workers compile and train up to their first save: about 30 s on 2 cores
 def test_a_study_that_fills_the_disk_ends_in_the_storage_line(tmp_path):
     """The study's runs on a 1 MiB file system (a tmpfs in a private mount namespace): the study
     ends with one line naming each failed run's directory on the full disk and the fix, not the
