@@ -80,7 +80,6 @@ def _worker(index: int, cores: list[int], driver: int, study, runs: dict, finals
 
 
 def _take_runs(index, runs, finals, study, process, todo, events) -> None:
-    saved = os.dup(1), os.dup(2)
     name = None
     try:
         while (name := todo.get()) is not None:
@@ -90,7 +89,10 @@ def _take_runs(index, runs, finals, study, process, todo, events) -> None:
             log_path = os.path.join(run.workdir, contract.STUDY_LOG)
             try:
                 with open(log_path, "a", buffering=1) as f:
-                    redirect(f.fileno())  # file descriptors: progress bars, absl and XLA too
+                    # file descriptors: progress bars, absl and XLA too; they stay on this log until
+                    # the next run's (a library's thread that reports after the run, e.g. a failed
+                    # background save, writes here, not on the study's console)
+                    redirect(f.fileno())
                     try:
                         process(study, run, log=lambda m: print(m, flush=True), final=finals[name])
                     except Stopped:
@@ -99,8 +101,6 @@ def _take_runs(index, runs, finals, study, process, todo, events) -> None:
                         with contextlib.suppress(OSError):  # the log's disk may be the full one
                             traceback.print_exc()
                         raise
-                    finally:
-                        redirect(*saved)
                 events.put(("done", index, name, time.time()))
             except Stopped:
                 raise
