@@ -185,7 +185,8 @@ SAME_RUNS = ("archs", "sizes", "tokens", "seq_len", "data_task", "vocab")
 
 def other_protocol(src: str, mine: dict) -> dict:
     """findings.json of the study at `src` (study.protocol_from), which must be the other
-    learning-rate protocol on this study's runs (`mine`: this study's design, study.results.design):
+    learning-rate protocol on this study's runs (`mine`: this study's design,
+    study.scaling.results.design):
     the same SAME_RUNS entries of its design and a different optim.rule (InputError naming what
     differs and the fix otherwise)."""
     from linscale_jax import contract

@@ -3,7 +3,7 @@ joins (linscale_jax.run.lock's flock, holder and heartbeat; released by the kern
 dies, so a kill -9 leaves nothing behind on a local disk).
 
     with lock.hold_study(workdir, shard_spec=None):   # StudyLockedError naming the holder
-        runner.run_study(...)
+        experiments.run(study, workdir, options)
 
 A second study on the same workdir is refused before it writes anything, in one line naming the
 first one's pid and host; the first is unharmed. A study that fails at its start in a workdir it
