@@ -8,7 +8,10 @@ Each row: task, step, tokens, flops (paper C), flops_exact, n_params (non-embedd
 eval_seconds, and the task's metric fields (e.g. val_loss). Rows are flushed one by one; with the
 run's train.wandb set they go to its Weights & Biases run too (linscale_jax.train.tracking).
 All checkpoints of a run must share one model config (arch and shapes): a checkpoint from another
-architecture or config is an error naming the differing fields.
+architecture or config is an error naming the differing fields. A checkpoint that cannot be read
+(damaged files, unreadable metadata, a failed checksum) is skipped with one line naming the step
+and what is wrong, the others are evaluated, and evaluate() then raises DamagedCheckpoints naming
+every skipped step (the command exits 1; rows already written stay).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import time
 from linscale_jax.eval.loading import EvalError, checkpoint_steps, load_run
 from linscale_jax import contract
 from linscale_jax.eval.suite import TASKS, TaskContext
+from linscale_jax.errors import UserError
 from linscale_jax.run.checksums import CheckpointCorruptError
 
 ROW_KEYS = contract.METADATA_COLUMNS  # the table columns each row copies from checkpoint metadata
@@ -131,7 +135,15 @@ def evaluate(workdir: str, steps="all", tasks=("val_loss",), ctx_kwargs: dict | 
 
     names = parse_tasks(tasks)
     selected = select_steps(steps, checkpoint_steps(workdir))
-    metas = {s: ckpt.load_metadata(workdir, s) for s in selected}
+    damaged, metas = {}, {}
+    for s in selected:
+        try:
+            metas[s] = ckpt.load_metadata(workdir, s)
+        except Exception as e:  # noqa: BLE001 - one damaged checkpoint must not abort the rest
+            damaged[s] = _what_is_wrong(e)
+    if not metas:
+        raise DamagedCheckpoints(_skipped_line(workdir, damaged, []))
+    selected = sorted(metas)
     check_same_model(workdir, metas)
     from linscale_jax.parallel import distributed
 
@@ -151,12 +163,15 @@ def evaluate(workdir: str, steps="all", tasks=("val_loss",), ctx_kwargs: dict | 
     log(f"eval {workdir}: {len(selected)} checkpoint(s) x {len(names)} task(s); "
         f"{len(selected) * len(names) - len(todo)} done before, {len(todo)} to do")
     rows, t_start, loaded = [], time.time(), None
+    for s, what in sorted(damaged.items()):
+        log(f"WARNING: skipping checkpoint step {s}: {what}")
     for i, (step, task) in enumerate(todo, 1):
         if loaded is None or loaded[0] != step:
             try:
                 loaded = (step, load_run(workdir, step))
-            except CheckpointCorruptError as e:  # one bad checkpoint must not abort the rest
-                log(f"WARNING: skipping step {step}: {e}")
+            except Exception as e:  # noqa: BLE001 - one damaged checkpoint must not abort the rest
+                damaged[step] = _what_is_wrong(e)
+                log(f"WARNING: skipping checkpoint step {step}: {damaged[step]}")
                 loaded = (step, None)
         if loaded[1] is None:
             continue
@@ -181,4 +196,34 @@ def evaluate(workdir: str, steps="all", tasks=("val_loss",), ctx_kwargs: dict | 
 
         meta = metas[selected[-1]]
         tracking.log_eval(workdir, meta.get("config", {}), rows, meta.get("cooldown_from"))
+    if damaged:
+        raise DamagedCheckpoints(_skipped_line(workdir, damaged, rows, out))
     return rows
+
+
+class DamagedCheckpoints(EvalError):
+    """Checkpoints that could not be read were skipped; the others were evaluated (the message
+    names each skipped step and what is wrong with it)."""
+
+
+def _what_is_wrong(e: BaseException) -> str:
+    """What a checkpoint's failure to load says, in one line (the storage line for a storage
+    failure)."""
+    from linscale_jax.run import storage
+
+    if isinstance(e, (KeyboardInterrupt, SystemExit)) or (
+            isinstance(e, UserError) and not isinstance(e, CheckpointCorruptError)):
+        raise e  # a stop, or a problem of the run rather than of one checkpoint
+    line = storage.storage_line(e, None, "eval")
+    text = line or (str(e).strip().splitlines() or [type(e).__name__])[0]
+    return f"{type(e).__name__}: {text[:300]}" if not isinstance(e, CheckpointCorruptError) else text
+
+
+def _skipped_line(workdir: str, damaged: dict, rows: list, out: str | None = None) -> str:
+    what = "; ".join(f"step {s}: {damaged[s]}" for s in sorted(damaged))
+    done = (f"the other checkpoints were evaluated ({len(rows)} new row(s) in {results_path(workdir, out)})"
+            if rows else "no other checkpoint had rows left to evaluate")
+    return (f"{len(damaged)} checkpoint(s) of {workdir} could not be read and were skipped ({what}); "
+            f"{done}; move the damaged step directories out of "
+            f"{os.path.join(workdir, contract.CHECKPOINTS)} (resuming the run's training does that for "
+            "the newest) or leave them out with --steps, then re-run the same command")

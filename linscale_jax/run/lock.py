@@ -44,9 +44,9 @@ class WorkdirLockedError(Refusal, RuntimeError):
     """Another trainer holds the workdir."""
 
 
-def read_holder(workdir) -> dict | None:
+def read_holder(workdir, name: str = LOCK_NAME) -> dict | None:
     try:
-        return json.loads((epath.Path(workdir) / LOCK_NAME).read_text())
+        return json.loads((epath.Path(workdir) / name).read_text())
     except (OSError, ValueError):
         return None
 
@@ -96,24 +96,26 @@ def check_free(workdir) -> None:
 
 
 @contextlib.contextmanager
-def hold(workdir, enabled: bool = True):
-    """Take the workdir's lock for the duration of the block (no-op when not enabled)."""
+def hold(workdir, enabled: bool = True, name: str = LOCK_NAME, refusal=_refusal):
+    """Take the workdir's lock for the duration of the block (no-op when not enabled). `name`
+    and `refusal(workdir, holder)` (the error a held lock raises): another lock of the same kind,
+    e.g. a study's (linscale_jax.study.lock)."""
     if not enabled:
         yield None
         return
-    path = epath.Path(workdir) / LOCK_NAME
+    path = epath.Path(workdir) / name
     fd = None if _remote(workdir) else os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         if fd is not None:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        raise _refusal(workdir, read_holder(workdir) or {}) from None
-    h = read_holder(workdir)
+        raise refusal(workdir, read_holder(workdir, name) or {}) from None
+    h = read_holder(workdir, name)
     if _held_by_other(h):
         if fd is not None:
             os.close(fd)
-        raise _refusal(workdir, h)
+        raise refusal(workdir, h)
     if h and not (h.get("host") == socket.gethostname() and h.get("pid") == os.getpid()):
         print(f"Took over a stale lock of {_describe(h)} on {workdir}.", flush=True)
     me = dict(host=socket.gethostname(), pid=os.getpid(),
@@ -147,7 +149,7 @@ def hold(workdir, enabled: bool = True):
                 a, b = os.stat(path), os.fstat(fd)
                 if (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino):
                     path.unlink()
-            elif read_holder(workdir) in (me, None):
+            elif read_holder(workdir, name) in (me, None):
                 path.unlink()
         if fd is not None:
             os.close(fd)

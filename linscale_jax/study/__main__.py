@@ -108,7 +108,7 @@ def main(argv) -> None:
         sys.exit(command.run(_side_by_side, command="study"))
     if len(_WORKDIR.value or []) != 1:
         raise app.UsageError("give one --workdir=DIR (the study directory)")
-    sys.exit(command.run(_study, command="study"))
+    sys.exit(command.run(_study, workdir=_WORKDIR.value[0], command="study"))
 
 
 def _verdicts() -> None:
@@ -130,11 +130,13 @@ def _side_by_side() -> None:
 
 def _study() -> None:
     from linscale_jax.study import experiments
+    from linscale_jax.study.lock import hold_study
 
     _INITIALIZE()
     options = experiments.Options(backend=_BACKEND.value, ray_address=_RAY_ADDRESS.value, shard=_SHARD.value,
                                   join_only=_JOIN.value, dry_run=_DRY.value, approach=_APPROACH.value)
-    experiments.run(_CONFIG.value, _WORKDIR.value[0], options)
+    with hold_study(_WORKDIR.value[0], _SHARD.value, enabled=False if _DRY.value or _JOIN.value else None):
+        experiments.run(_CONFIG.value, _WORKDIR.value[0], options)
 
 
 if __name__ == "__main__":

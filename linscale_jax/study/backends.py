@@ -29,11 +29,31 @@ MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "1000000000", "MALLOC_TRIM_THRESHOLD_": 
 
 def redirect(out: int, err: int | None = None) -> None:
     """Point file descriptors 1 and 2 at `out` (2 at `err` when given): progress bars, absl and XLA
-    write there too. Restore with the descriptors saved by os.dup(1), os.dup(2)."""
-    sys.stdout.flush()
-    sys.stderr.flush()
+    write there too. Restore with the descriptors saved by os.dup(1), os.dup(2). What the old
+    target cannot take (a run's log on a full disk) is dropped, never written to the new one."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except OSError:
+            _drop(stream)
     os.dup2(out, 1)
     os.dup2(out if err is None else err, 2)
+
+
+def _drop(stream) -> None:
+    """Empty `stream`'s buffer into /dev/null (its file descriptor is restored after)."""
+    fd = stream.fileno()
+    keep, null = os.dup(fd), os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, fd)
+        try:
+            stream.flush()
+        except OSError:
+            pass
+    finally:
+        os.dup2(keep, fd)
+        os.close(keep)
+        os.close(null)
 
 
 def progress(runs: list, started, finished: set, timed: list, eta, slots: int, t0: float) -> str:

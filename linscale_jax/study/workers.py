@@ -18,14 +18,19 @@ evaluation stops between rows); this process waits for every worker, then return
 and the signal (runner.run_study turns that into one line and exit status 0); re-running the study
 resumes every run. Every process takes one stop only (linscale_jax.run.signals): later signals
 change nothing.
-A run that fails (divergence, bad data, a config its checkpoints refuse) does not stop the others:
-its error is returned (a user error as its own line, as the trainer prints it), named with its log
+A run that fails (divergence, bad data, a config its checkpoints refuse, a full disk) does not stop
+the others: its error is returned as the one line the trainer prints for it (linscale_jax.run.command:
+a storage failure names the file and the fix, an unexpected error says so), named with its log
 file, and the study stops before joining.
+The workers die with this process (die_with): after a kill -9 of it none goes on training, and
+re-running the study at once resumes every run from its newest checkpoint.
 Only for a single-process launch: a multi-host study trains one run at a time over every host.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import multiprocessing as mp
 import os
 import queue as queue_lib
@@ -49,11 +54,24 @@ def core_sets(workers: int, cores: list[int] | None = None) -> list[list[int]]:
     return [cores[i::workers] for i in range(workers)]
 
 
-def _worker(index: int, cores: list[int], study, runs: dict, finals: dict, process, todo,
-            events, stopping) -> None:
+def die_with(parent: int) -> None:
+    """End this process when `parent` ends (SIGKILL from the kernel: PR_SET_PDEATHSIG, Linux), at
+    once when it has ended already: a worker outliving its driver would go on with the queue and
+    hold its runs' locks against a re-run. Its run resumes from its newest checkpoint."""
+    try:
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: only the check below
+        pass
+    if os.getppid() != parent:  # the driver died before the prctl
+        os._exit(1)
+
+
+def _worker(index: int, cores: list[int], driver: int, study, runs: dict, finals: dict, process,
+            todo, events, stopping) -> None:
     """Child process: pin to `cores`, then `process` runs named by `todo` until it yields None.
-    A signal outside training stops the worker at once (linscale_jax.run.signals; the trainer's step
-    loop saves a checkpoint first)."""
+    It dies with its driver, the process `driver` (die_with). A signal outside training stops the
+    worker at once (linscale_jax.run.signals; the trainer's step loop saves a checkpoint first)."""
+    die_with(driver)
     os.sched_setaffinity(0, cores)
     signals.install()
     with signals.running() as early:
@@ -62,7 +80,6 @@ def _worker(index: int, cores: list[int], study, runs: dict, finals: dict, proce
 
 
 def _take_runs(index, runs, finals, study, process, todo, events) -> None:
-    saved = os.dup(1), os.dup(2)
     name = None
     try:
         while (name := todo.get()) is not None:
@@ -72,16 +89,18 @@ def _take_runs(index, runs, finals, study, process, todo, events) -> None:
             log_path = os.path.join(run.workdir, contract.STUDY_LOG)
             try:
                 with open(log_path, "a", buffering=1) as f:
-                    redirect(f.fileno())  # file descriptors: progress bars, absl and XLA too
+                    # file descriptors: progress bars, absl and XLA too; they stay on this log until
+                    # the next run's (a library's thread that reports after the run, e.g. a failed
+                    # background save, writes here, not on the study's console)
+                    redirect(f.fileno())
                     try:
                         process(study, run, log=lambda m: print(m, flush=True), final=finals[name])
                     except Stopped:
                         raise
                     except Exception:
-                        traceback.print_exc()
+                        with contextlib.suppress(OSError):  # the log's disk may be the full one
+                            traceback.print_exc()
                         raise
-                    finally:
-                        redirect(*saved)
                 events.put(("done", index, name, time.time()))
             except Stopped:
                 raise
@@ -90,9 +109,8 @@ def _take_runs(index, runs, finals, study, process, todo, events) -> None:
                     raise signals.Interrupted(signals.received()) from None
                 from linscale_jax.run import command
 
-                # the command's own line for a user error (a refused config: the trainer's line)
-                line = command.one_line(e, run.workdir, "study") if isinstance(e, UserError) else \
-                    f"{type(e).__name__}: {e}"
+                # the trainer's own line: a refused config, a full disk, an unexpected error
+                line = command.one_line(e, run.workdir, "study")
                 events.put(("failed", index, name, (f"{line} (log: {log_path})", error_class(e))))
             name = None  # a stop while waiting for the next run stops no run
     except (KeyboardInterrupt, Stopped) as e:  # the trainer saved a checkpoint (or none was under way)
@@ -113,7 +131,8 @@ def _start(procs: list, ctx, cores, args) -> None:
         ctrl_c = signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited through exec
         try:
             for i, c in enumerate(cores):
-                procs.append(ctx.Process(target=_worker, name=f"study-worker-{i}", args=(i, c, *args)))
+                procs.append(ctx.Process(target=_worker, name=f"study-worker-{i}",
+                                         args=(i, c, os.getpid(), *args)))
                 procs[-1].start()
         finally:
             signal.signal(signal.SIGINT, ctrl_c)

@@ -20,6 +20,9 @@ file gives one: the sizes it was tuned or checked at), the same vocabulary and
 sequence length (the batch is counted in sequences). Outside, resolve() refuses in one line that
 names the range and the fix (optim.rule=paper, or a rule fitted at that scale), so a rule fitted on
 byte-level miniatures (N ~ 1e4-1e6) is never extrapolated to the paper's 70M-7B.
+A rule file is checked whole when it is read (load: every arch's entry, whichever the run uses):
+an empty, malformed, incomplete, cyclic (same_as), negative or non-finite one is refused in one
+line naming the file, the entry and the fix, before anything trains.
 """
 
 from __future__ import annotations
@@ -52,21 +55,132 @@ def rule_path(name: str) -> Path | None:
 
 
 def load(path: Path | str = TUNED_FILE) -> dict:
+    """The rule file at `path`, checked whole (check): RuleError naming the file, the entry and
+    the fix for a missing, empty, malformed, incomplete, cyclic, negative or non-finite one."""
     path = Path(path)
     if not path.is_file():
         raise RuleError(f"learning-rate rule file {path} not found; write one with python -m linscale_jax.study "
                         "--config=configs/study/tune.py --workdir=DIR (DIR/tune/rule.json) or set "
                         "optim.rule=paper")
-    with open(path) as f:
-        rule = json.load(f)
-    for key in ("range", "data", "archs", "warmup_tokens_per_param"):
-        if key not in rule:
-            raise RuleError(f"{path} has no {key!r} field; rewrite it with configs/study/tune.py")
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise RuleError(f"learning-rate rule file {path} cannot be read ({e}){FIX}") from None
+    if not text.strip():
+        raise RuleError(f"learning-rate rule file {path} is empty{FIX}")
+    try:
+        rule = json.loads(text)
+    except ValueError as e:
+        where = f", line {e.lineno} column {e.colno}" if hasattr(e, "lineno") else ""
+        raise RuleError(f"learning-rate rule file {path} is not valid JSON ({getattr(e, 'msg', e)}{where}; "
+                        f"truncated or edited by hand?){FIX}") from None
+    check(rule, path)
     return rule
 
 
+# the end of every bad-file line: what to do instead (never a setting the rule would override)
+FIX = ("; correct the file, write it again with python -m linscale_jax.study "
+       "--config=configs/study/tune.py --workdir=DIR (DIR/tune/rule.json), or set optim.rule=paper")
+
+
+def _number(value, where: str, path, lo: float | None = None, hi: float | None = None,
+            positive: bool = False) -> float:
+    """value as a finite float inside the bounds, else RuleError naming `where` in `path`."""
+    bounds = [b for b in ("> 0" if positive else "", f">= {lo:g}" if lo is not None else "",
+                          f"< {hi:g}" if hi is not None else "") if b]
+    want = " ".join(["a finite number", " and ".join(bounds)]).strip()
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        x = None
+    if (x is None or isinstance(value, bool) or not math.isfinite(x) or (positive and x <= 0)
+            or (lo is not None and x < lo) or (hi is not None and x >= hi)):
+        raise RuleError(f"learning-rate rule file {path}: {where} is {value!r}, not {want}{FIX}")
+    return x
+
+
+def _law(entry, where: str, path) -> None:
+    if not isinstance(entry, dict) or "coefficient" not in entry or "exponent" not in entry:
+        raise RuleError(f"learning-rate rule file {path}: {where} is {entry!r}, not a power law "
+                        f"{{\"coefficient\": c, \"exponent\": e}}{FIX}")
+    _number(entry["coefficient"], f"{where}.coefficient", path, positive=True)
+    _number(entry["exponent"], f"{where}.exponent", path)
+
+
+def _range(rng, where: str, path) -> None:
+    if not isinstance(rng, dict) or "n_min" not in rng or "n_max" not in rng:
+        raise RuleError(f"learning-rate rule file {path}: {where} is {rng!r}, not "
+                        f"{{\"n_min\": N, \"n_max\": N}}{FIX}")
+    lo = _number(rng["n_min"], f"{where}.n_min", path, positive=True)
+    hi = _number(rng["n_max"], f"{where}.n_max", path, positive=True)
+    if lo > hi:
+        raise RuleError(f"learning-rate rule file {path}: {where} has n_min {lo:g} > n_max {hi:g}{FIX}")
+
+
+def check(rule, path) -> None:
+    """Every field settings() reads, for every arch of the file (RuleError: the file, the entry,
+    the fix): range, data, warmup_tokens_per_param, default, and per arch either same_as (a listed
+    arch, no cycle) or lr and batch power laws with coefficient > 0 and beta2 in [0, 1)."""
+    if not isinstance(rule, dict):
+        raise RuleError(f"learning-rate rule file {path} holds a JSON {type(rule).__name__}, not an "
+                        f"object with range, data, archs and warmup_tokens_per_param{FIX}")
+    for key in ("range", "data", "archs", "warmup_tokens_per_param"):
+        if key not in rule:
+            raise RuleError(f"learning-rate rule file {path} has no {key!r} entry{FIX}")
+    _range(rule["range"], "range", path)
+    data = rule["data"]
+    if not isinstance(data, dict) or "vocab" not in data or "seq_len" not in data:
+        raise RuleError(f"learning-rate rule file {path}: data is {data!r}, not {{\"vocab\": ..., "
+                        f"\"seq_len\": ...}}{FIX}")
+    seq = _number(data["seq_len"], "data.seq_len", path, positive=True)
+    if seq != int(seq):
+        raise RuleError(f"learning-rate rule file {path}: data.seq_len is {data['seq_len']!r}, not a "
+                        f"whole number{FIX}")
+    _number(rule["warmup_tokens_per_param"], "warmup_tokens_per_param", path, lo=0.0)
+    archs = rule["archs"]
+    if not isinstance(archs, dict) or not archs:
+        raise RuleError(f"learning-rate rule file {path}: archs is {archs!r}, not an object with an "
+                        f"entry per arch{FIX}")
+    default = rule.get("default", "llama")
+    if default not in archs:
+        raise RuleError(f"learning-rate rule file {path}: archs has no entry for {default!r}, the "
+                        f"default arch every unlisted arch uses{FIX}")
+    for arch, entry in archs.items():
+        where = f"archs.{arch}"
+        if not isinstance(entry, dict):
+            raise RuleError(f"learning-rate rule file {path}: {where} is {entry!r}, not an object{FIX}")
+        if "range" in entry:
+            _range(entry["range"], f"{where}.range", path)
+        seen = [arch]
+        while "same_as" in entry:
+            other = entry["same_as"]
+            if other not in archs:
+                raise RuleError(f"learning-rate rule file {path}: {where}.same_as names {other!r}, which "
+                                f"archs does not list{FIX}")
+            if other in seen:
+                raise RuleError(f"learning-rate rule file {path}: archs.{arch} refers to itself through "
+                                f"same_as ({' -> '.join(seen + [other])}){FIX}")
+            seen.append(other)
+            where, entry = f"archs.{other}", archs[other]
+            if not isinstance(entry, dict):
+                raise RuleError(f"learning-rate rule file {path}: {where} is {entry!r}, not an object{FIX}")
+        if where != f"archs.{arch}":
+            continue  # the entry it shares is checked as its own arch
+        for key in ("lr", "batch", "beta2"):
+            if key not in entry:
+                raise RuleError(f"learning-rate rule file {path}: {where} has no {key!r} (nor a same_as)"
+                                f"{FIX}")
+        _law(entry["lr"], f"{where}.lr", path)
+        _law(entry["batch"], f"{where}.batch", path)
+        _number(entry["beta2"], f"{where}.beta2", path, lo=0.0, hi=1.0)
+
+
 def power(law: dict, n: float) -> float:
-    return float(law["coefficient"]) * float(n) ** float(law["exponent"])
+    """c·n^e (inf where it overflows)."""
+    try:
+        return float(law["coefficient"]) * float(n) ** float(law["exponent"])
+    except OverflowError:
+        return math.inf
 
 
 def batch_from_law(law: dict, n: float) -> int:
@@ -76,9 +190,11 @@ def batch_from_law(law: dict, n: float) -> int:
 
 def arch_rule(rule: dict, arch: str) -> dict:
     """The arch's own rule, or the one it shares (`same_as`; archs the rule file does not list use
-    its `default` arch's)."""
+    its `default` arch's). The file was checked (check): the chain ends."""
     entry = rule["archs"].get(arch) or rule["archs"][rule.get("default", "llama")]
-    while "same_as" in entry:
+    for _ in range(len(rule["archs"])):
+        if "same_as" not in entry:
+            break
         entry = rule["archs"][entry["same_as"]]
     return entry
 
@@ -99,6 +215,11 @@ def settings(rule: dict, arch: str, n_params: float, seq_len: int, vocab: str,
     if str(vocab) != str(data["vocab"]) or int(seq_len) != int(data["seq_len"]):
         raise RuleError(f"{fitted}, and this run has a {vocab} vocabulary, sequences of {seq_len}{fix}")
     entry = arch_rule(rule, arch)
+    for key in ("lr", "batch"):  # finite laws can still overflow (or vanish) at this N
+        value = power(entry[key], n_params)
+        if not (math.isfinite(value) and value > 0):
+            raise RuleError(f"{source} gives this {arch} (N = {n_params:.3g}) a {key} of {value:g}: its "
+                            f"{key} law {entry[key]} is no finite positive number there{FIX}")
     batch = batch_from_law(entry["batch"], n_params)
     warmup = math.ceil(float(rule["warmup_tokens_per_param"]) * n_params / (batch * int(seq_len)))
     return dict(lr=float(f"{power(entry['lr'], n_params):.4g}"), batch_size=batch,

@@ -5,13 +5,15 @@
     log_eval(workdir, stored_config, rows)   # eval rows of a checkpoint workdir (eval.runner)
 
 One W&B run per workdir, named after the run (config.name), with the run's config as its W&B config
-and train.wandb_group as its group (a study sets it to its directory's name, so a study's runs, their
-cooldown branches and their evaluation rows are one group). The W&B run id is kept in
+and train.wandb_group as its group (a study sets it to its directory's name, so a study's runs,
+their cooldown branches and their evaluation rows are one group). The W&B run id is kept in
 DIR/wandb.json, so a resume (another process, attempt or host) continues the same W&B run
-(resume="allow"). Training rows are logged as train/<key> with train/step as their x-axis, and
-evaluation rows as eval/<task>/<metric> with eval/step (the checkpoint's step): never W&B's own step
-counter, so a resume's repeated steps and an evaluation after training are all kept. A cooldown
-branch's workdir (DIR/cooldowns/<step>) gets its own W&B run, job type "cooldown".
+(resume="allow"); a damaged DIR/wandb.json is refused in one line naming the run id it held
+(read_state), never replaced by a new id, which would split the W&B history. Training rows are
+logged as train/<key> with train/step as their x-axis, and evaluation rows as eval/<task>/<metric>
+with eval/step (the checkpoint's step): never W&B's own step counter, so a resume's repeated steps
+and an evaluation after training are all kept. A cooldown branch's workdir (DIR/cooldowns/<step>)
+gets its own W&B run, job type "cooldown".
 W&B files go to $WANDB_DIR, else DIR/wandb (local workdirs) or the temp directory (gs://).
 WANDB_MODE=offline works without a network (`wandb sync` uploads later). Only process 0 logs.
 """
@@ -21,17 +23,19 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import tempfile
 import uuid
 
 from linscale_jax import contract
+from linscale_jax.errors import UserError
 from linscale_jax.run.extras import MissingExtra
 
 STATE = "wandb.json"  # DIR/wandb.json: {"id", "project", "group"} of the workdir's W&B run
 
 
-class TrackingError(ValueError):
-    """train.wandb is set but W&B cannot be used (message: the fix)."""
+class TrackingError(UserError, ValueError):
+    """train.wandb is set but W&B cannot be used, or DIR/wandb.json is damaged (message: the fix)."""
 
 
 def _wandb():
@@ -44,6 +48,35 @@ def _wandb():
     return wandb
 
 
+def read_state(path) -> dict:
+    """DIR/wandb.json ({} when there is none); TrackingError naming the file, the run id it held
+    (when one can be read) and the fix when it is not a state file: a new id would split the W&B
+    history, so a new W&B run is started only on purpose."""
+    from etils import epath
+
+    path = epath.Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError) as e:
+        raise TrackingError(f"cannot read {path} ({e}); make it readable, then re-run") from None
+    try:
+        state = json.loads(text)
+        problem = None if isinstance(state, dict) else f"a JSON {type(state).__name__}, not an object"
+    except ValueError as e:
+        state, problem = None, f"not valid JSON: {getattr(e, 'msg', e)}"
+    if problem is None and not (isinstance(state.get("id"), str) and state["id"].strip()):
+        problem = "no W&B run id in it"
+    if problem is None:
+        return state
+    held = re.search(r'"id"\s*:\s*"([^"]+)"', text)
+    keep = (f"it held the W&B run id {held.group(1)}: to continue that run, write "
+            f'{{"id": "{held.group(1)}"}} into it' if held else "no run id can be read from it")
+    raise TrackingError(f"{path} is damaged ({problem}); {keep}; to start a new W&B run on purpose, "
+                        f"delete {path} (its history stays in the old run), then re-run")
+
+
 def _plain(config) -> dict:
     return json.loads(config.to_json_best_effort()) if hasattr(config, "to_json_best_effort") else dict(config)
 
@@ -54,10 +87,7 @@ def _open(config: dict, workdir, job: str, name: str):
 
     wandb = _wandb()
     state_path = epath.Path(contract.workdir_file(workdir, STATE))
-    try:
-        state = json.loads(state_path.read_text())
-    except (OSError, ValueError):
-        state = {}
+    state = read_state(state_path)
     train = config.get("train", {})
     project, group = str(train.get("wandb", "")), str(train.get("wandb_group", "")) or None
     run_id = state.get("id") or uuid.uuid4().hex[:12]

@@ -187,9 +187,12 @@ def test_corrupt_checkpoint_is_skipped_by_eval_and_refused_by_generate(run_dir, 
     if os.path.exists(runner.results_path(str(wd))):
         os.remove(runner.results_path(str(wd)))
     logs = []
-    rows = runner.evaluate(str(wd), tasks="val_loss", ctx_kwargs=dict(val_batches=1), log=logs.append)
-    assert [r["step"] for r in rows] == [s for s in STEPS if s != 4]
-    assert sum("WARNING: skipping step 4" in line for line in logs) == 1
+    with pytest.raises(runner.DamagedCheckpoints) as e:
+        runner.evaluate(str(wd), tasks="val_loss", ctx_kwargs=dict(val_batches=1), log=logs.append)
+    assert [r["step"] for r in runner.read_results(str(wd))] == [s for s in STEPS if s != 4]
+    assert sum("WARNING: skipping checkpoint step 4: " in line and "checksum mismatch" in line
+               for line in logs) == 1
+    assert "\n" not in str(e.value) and "1 checkpoint(s)" in str(e.value) and "step 4: " in str(e.value)
     assert generate_main([f"--workdir={wd}", "--step=4", "--prompt=a"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("ERROR: ") and "checksum mismatch" in err
@@ -219,3 +222,33 @@ def test_validation_set_read_once_per_process_and_again_when_the_data_changes(ru
     corpus.write_text("".join(f"another text number {i}, longer than before!\n\n" for i in range(400)))
     second = val_loss.validation_loss(model4, config, vocab, 1)
     assert len(calls) == 2 and second["val_tokens"] > 0
+
+
+def test_eval_command_skips_a_damaged_checkpoint_evaluates_the_rest_and_exits_1(run_dir, tmp_path):
+    """A real `python -m linscale_jax.eval` on a run whose middle checkpoint was cut short with no
+    checksum record (a kill just before the hash; its array files gone): one line naming that step
+    and what is wrong, the other steps evaluated, exit status 1 with the skipped step named; a rerun
+    adds no rows and says the same. (About 25 s on 2 cores: two short processes.)"""
+    import subprocess
+    import sys
+
+    wd = tmp_path / "run"
+    shutil.copytree(run_dir, wd)
+    shutil.rmtree(wd / "eval", ignore_errors=True)  # rows other tests of the module wrote
+    step = wd / "checkpoints" / "4"
+    for f in step.glob("checksums-p*.json"):
+        f.unlink()
+    for f in (step / "params").rglob("*"):
+        if f.is_file() and f.name != "_METADATA" and f.stat().st_size > 16:
+            f.unlink()
+    cmd = [sys.executable, "-m", "linscale_jax.eval", f"--workdir={wd}", "--tasks=val_loss", "--val_batches=1"]
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    for attempt in (1, 2):
+        p = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=300)
+        lines = [x for x in (p.stdout + p.stderr).splitlines() if x.strip()]
+        errors = [x for x in lines if x.startswith("ERROR: ")]
+        assert p.returncode == 1 and len(errors) == 1, lines
+        assert sum(x.startswith("WARNING: skipping checkpoint step 4: ") for x in lines) == 1, lines
+        assert "1 checkpoint(s) of" in errors[0] and "(step 4: " in errors[0], errors
+        assert [r["step"] for r in runner.read_results(str(wd))] == [0, 8]
+        assert ("2 new row(s)" if attempt == 1 else "no other checkpoint had rows left") in errors[0]

@@ -238,7 +238,7 @@ def test_cells_control_per_shape_and_verdict_input(tmp_path):
         w = csv.DictWriter(g, fieldnames=[c for c in table.COLUMNS if c != "max_steps"], extrasaction="ignore")
         w.writeheader()
         w.writerows(csv.DictReader(f))
-    with pytest.raises(ValueError, match="lacks the columns max_steps; re-run the recall preset"):
+    with pytest.raises(ValueError, match="lacks the columns max_steps; re-run the recall study"):
         recall.verdict_input(str(old))
     v_short = recall.verdict_input(path)
     assert [r["arch"] for r in v_short["rows"]] == ["llama"]

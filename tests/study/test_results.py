@@ -63,10 +63,11 @@ def _no_nan(text: str):
     return json.loads(text, parse_constant=bad)
 
 
-def other_protocol(d: Path) -> str:
-    """A finished study of the other learning-rate protocol, as its findings.json: tnl better there."""
+def other_protocol(d: Path, design: dict) -> str:
+    """A finished study of the other learning-rate protocol on the same runs (`design`, this study's),
+    as its findings.json: tnl better there."""
     d.mkdir()
-    (d / contract.FINDINGS_JSON).write_text(json.dumps(dict(design=dict(protocol="paper"), findings=dict(
+    (d / contract.FINDINGS_JSON).write_text(json.dumps(dict(design=dict(design, protocol="paper"), findings=dict(
         power_laws=dict(verdict="not resolved", archs={}),
         equal_compute=dict(verdict="not reproduced", archs={"tnl": {"verdict": "better"},
                                                             "cosformer2": {"verdict": "better"}}),
@@ -81,7 +82,7 @@ def written(tmp_path_factory):
     wd = tmp_path_factory.mktemp("study")
     study, runs = make_study(wd)
     study.fit.bootstrap = 20
-    study.protocol_from = other_protocol(tmp_path_factory.mktemp("other") / "paper")
+    study.protocol_from = other_protocol(tmp_path_factory.mktemp("other") / "paper", results.design(study, runs))
     found = results.write(study, runs, str(wd), wall=dict(runs_s=60.0, workers=2, t0=0.0))
     return wd, study, runs, found, report.write_report(str(wd))
 
@@ -139,7 +140,7 @@ def test_report_renders_the_files_without_recomputing(written, monkeypatch):
 def test_verdicts_under_both_protocols(written, tmp_path):
     from linscale_jax.study.scaling import results
 
-    wd, study, _, found, path = written
+    wd, study, runs, found, path = written
     eq = found["findings"]["equal_compute"]
     assert eq["archs"]["tnl"]["verdict"] == "depends on the learning-rate protocol"
     assert eq["archs"]["tnl"]["by_protocol"] == {"tuned": "worse", "paper": "better"}  # the runs' optim.rule
@@ -150,7 +151,7 @@ def test_verdicts_under_both_protocols(written, tmp_path):
     study = study.copy_and_resolve_references()
     study.protocol_from = str(tmp_path / "missing")
     with pytest.raises(FileNotFoundError, match="protocol_from"):
-        results.protocol_sources(study)
+        results.protocol_sources(study, runs)
 
 
 def test_calibration_on_the_study_design(written):

@@ -52,6 +52,24 @@ def wait_for_term(study, run, log, final):
     time.sleep(60)
 
 
+def fail_like_a_full_disk_or_a_bug(study, run, log, final):
+    """A run's save hitting a full disk (what Orbax and TensorStore raise comes down to ENOSPC), or
+    a plain bug."""
+    import errno
+
+    if run.name == "full":
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device", os.path.join(run.workdir, "checkpoints", "8"))
+        except OSError as e:
+            raise RuntimeError("Orbax: failed to save, see the details below\n" + "x" * 700) from e
+    raise KeyError("n_params")
+
+
+def hold_forever(study, run, log, final):
+    Path(run.workdir, "pid").write_text(str(os.getpid()))
+    time.sleep(300)
+
+
 def _runs(tmp_path, names_flops):
     return [FakeRun(n, str(tmp_path / n), f) for n, f in names_flops]
 
@@ -71,7 +89,7 @@ def test_runs_in_pinned_processes_longest_first_and_a_failure_does_not_stop_the_
                                eta=lambda timed, todo: 60.0 * len(todo))
     assert {k: os.environ.get(k) for k in before} == before  # the parent's environment is untouched
     assert out["stopped"] == [] and set(out["failed"]) == {"bad"}
-    assert "ValueError: this run's data is empty" in out["failed"]["bad"]
+    assert out["failed"]["bad"].startswith("this run's data is empty (log: ")  # the trainer's one line
     assert str(tmp_path / "bad" / "study.log") in out["failed"]["bad"]
     assert "Traceback" in (tmp_path / "bad" / "study.log").read_text()
     ran = {r.name: json.loads(Path(r.workdir, "ran.json").read_text()) for r in runs}
@@ -118,6 +136,55 @@ def test_sigterm_is_forwarded_and_the_runs_stop(tmp_path, sig):
     assert signal.getsignal(signal.SIGINT) is before
     assert sum(Path(r.workdir, "ready").exists() for r in runs) <= 2  # queued runs never started
     assert signal.getsignal(signal.SIGTERM) is term_before  # the study's forwarder is removed
+
+
+def test_every_run_error_is_the_trainers_one_line(tmp_path):
+    """A run that fills the disk: the storage line (the file and the fix), not the library's text;
+    an unexpected error: the one-line 'unexpected' form; each with the run's log."""
+    runs = _runs(tmp_path, [("full", 2.0), ("bug", 1.0)])
+    out = workers.run_parallel({}, runs, {r.name: False for r in runs}, 2, fail_like_a_full_disk_or_a_bug,
+                               log=lambda m: None)
+    full, bug = out["failed"]["full"], out["failed"]["bug"]
+    assert full.startswith(f"no space left on device while writing {tmp_path}/full/checkpoints/8; free disk "
+                           "space (or move the workdir), then re-run the same command: it resumes"), full
+    assert full.endswith(f"(log: {tmp_path}/full/study.log)") and "Orbax" not in full and "x" * 50 not in full
+    assert bug.startswith("unexpected KeyError: 'n_params' (a bug or an environment problem") and \
+        bug.endswith(f"(log: {tmp_path}/bug/study.log)")
+
+
+def test_the_workers_die_with_their_driver(tmp_path):
+    """kill -9 of the process that runs the pool: its workers end at once (the kernel's SIGKILL,
+    PR_SET_PDEATHSIG) instead of going on with the queue and holding their runs' locks."""
+    import subprocess
+    import sys
+
+    script = (f"import sys; sys.path[:0] = {[str(Path(__file__).parent), str(Path(__file__).parents[2])]!r}\n"
+              "from test_workers import FakeRun, hold_forever\n"
+              "from linscale_jax.study import workers\n"
+              f"runs = [FakeRun(n, {str(tmp_path)!r} + '/' + n, 1.0) for n in ('a', 'b', 'c')]\n"
+              "workers.run_parallel({}, runs, {r.name: False for r in runs}, 2, hold_forever, log=print)\n")
+    driver = subprocess.Popen([sys.executable, "-c", script], cwd=tmp_path)
+    deadline = time.time() + 120
+    pids = []
+    while time.time() < deadline and len(pids) < 2:
+        pids = [int(p.read_text()) for p in tmp_path.glob("*/pid") if p.read_text()]
+        time.sleep(0.2)
+    assert len(pids) == 2, pids
+    driver.kill()
+    driver.wait()
+    deadline = time.time() + 10
+    while time.time() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.1)
+    assert not any(_alive(p) for p in pids)
+    assert not Path(tmp_path, "c", "pid").exists()  # the queue was not taken up
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def test_a_run_stopped_by_its_trainer_is_stopped_not_failed_and_ends_the_worker(tmp_path):

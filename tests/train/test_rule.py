@@ -123,3 +123,67 @@ def test_cpu_preset_runs_on_the_tuned_rule_and_its_paper_twin(tmp_path):
                 r.config.optim.warmup_steps) == (s["lr"], s["batch_size"], s["b2"], s["warmup_steps"])
         assert r.tokens == tuned[0].tokens  # one token budget, whatever the batch
     assert len({r.config.optim.lr for r in tuned}) > 1
+
+
+def _bad_rules(tmp_path):
+    """(name, file text, what the line must name) of every way a rule file can be bad."""
+    good = json.loads(planted(tmp_path).read_text())
+
+    def changed(change):
+        doc = json.loads(json.dumps(good))
+        change(doc)
+        return json.dumps(doc)
+
+    return [
+        ("empty", "", "is empty"),
+        ("malformed", '{"range": {', "is not valid JSON"),
+        ("a list", "[1, 2]", "holds a JSON list"),
+        ("no archs", changed(lambda d: d.pop("archs")), "has no 'archs' entry"),
+        ("no default arch", changed(lambda d: d["archs"].pop("llama")), "archs has no entry for 'llama'"),
+        ("same_as itself", changed(lambda d: d["archs"].update(tnl={"same_as": "tnl"})),
+         "archs.tnl refers to itself through same_as (tnl -> tnl)"),
+        ("a cycle", changed(lambda d: d["archs"].update(tnl={"same_as": "hgrn2"}, hgrn2={"same_as": "tnl"})),
+         "(tnl -> hgrn2 -> tnl)"),
+        ("same_as unknown", changed(lambda d: d["archs"].update(tnl={"same_as": "gpt"})),
+         "archs.tnl.same_as names 'gpt'"),
+        ("negative lr", changed(lambda d: d["archs"]["llama"]["lr"].update(coefficient=-2.0)),
+         "archs.llama.lr.coefficient is -2.0, not a finite number > 0"),
+        ("NaN lr", changed(lambda d: d["archs"]["llama"]["lr"].update(coefficient=math.nan)),
+         "archs.llama.lr.coefficient is nan"),
+        ("NaN beta2", changed(lambda d: d["archs"]["hgrn2"].update(beta2=math.nan)), "archs.hgrn2.beta2 is nan"),
+        ("beta2 of 1", changed(lambda d: d["archs"]["hgrn2"].update(beta2=1.0)), "archs.hgrn2.beta2 is 1.0"),
+        ("NaN batch", changed(lambda d: d["archs"]["llama"]["batch"].update(exponent=math.nan)),
+         "archs.llama.batch.exponent is nan"),
+        ("no batch", changed(lambda d: d["archs"]["hgrn2"].pop("batch")), "archs.hgrn2 has no 'batch'"),
+        ("inf range", changed(lambda d: d["range"].update(n_max=math.inf)), "range.n_max is inf"),
+        ("text seq_len", changed(lambda d: d["data"].update(seq_len="long")), "data.seq_len is 'long'"),
+        ("negative warmup", changed(lambda d: d.update(warmup_tokens_per_param=-1)),
+         "warmup_tokens_per_param is -1, not a finite number >= 0"),
+    ]
+
+
+def test_every_bad_rule_file_is_refused_in_one_line_naming_file_entry_and_fix(tmp_path):
+    """Each bad file, whichever arch the run is (the whole file is checked): one RuleError line that
+    names the file and the entry, and offers no setting the rule overrides (optim.lr, b2, batch)."""
+    for i, (what, text, named) in enumerate(_bad_rules(tmp_path)):
+        path = tmp_path / f"bad{i}.json"
+        path.write_text(text)
+        cfg = load_config("configs/ladder.py", "cosformer2-d64")  # not the entry that is bad
+        cfg.train.seq_len, cfg.optim.rule = 128, str(path)
+        with pytest.raises(rule.RuleError) as e:
+            rule.resolve(cfg)
+        msg = str(e.value)
+        assert "\n" not in msg and str(path) in msg and named in msg, (what, msg)
+        assert "optim.rule=paper" in msg and "configs/study/tune.py" in msg, (what, msg)
+        assert not any(k in msg for k in ("optim.lr", "optim.b2", "batch_size")), (what, msg)
+
+
+def test_a_law_that_overflows_at_the_run_size_is_refused(tmp_path):
+    doc = json.loads(planted(tmp_path).read_text())
+    doc["archs"]["llama"]["lr"]["exponent"] = 400.0  # finite, but N^400 is not
+    path = tmp_path / "steep.json"
+    path.write_text(json.dumps(doc))
+    cfg = load_config("configs/ladder.py", "llama-d64")
+    cfg.train.seq_len, cfg.optim.rule = 128, str(path)
+    with pytest.raises(rule.RuleError, match=r"gives this llama \(N = .*\) a lr of inf"):
+        rule.resolve(cfg)

@@ -100,3 +100,21 @@ def test_one_wandb_run_per_workdir_resumed_and_evaluated_offline(tmp_path, monke
     assert [r["eval/step"] for r in got[2]["rows"]] == [e["step"] for e in evals] == [4, 8]
     assert [r["eval/val_loss/val_loss"] for r in got[2]["rows"]] == pytest.approx([e["val_loss"] for e in evals])
     assert [r["eval/step"] for r in got[3]["rows"]] == [10]  # the branch: step 8 + 2 cooldown steps
+
+
+@pytest.mark.parametrize("text, held", [('{"id": "a1b2c3d4e5f6", "project": "p"', "a1b2c3d4e5f6"),
+                                        ("[1, 2]", None), ('{"project": "p"}', None), ("", None)])
+def test_a_damaged_wandb_json_is_refused_not_replaced(tmp_path, text, held):
+    """A torn, foreign or id-less DIR/wandb.json: one line naming the file, the id it held (when
+    readable) and how to start a new W&B run on purpose; the file is left as it was."""
+    from linscale_jax.train import tracking
+
+    path = tmp_path / "wandb.json"
+    path.write_text(text)
+    with pytest.raises(tracking.TrackingError) as e:
+        tracking.read_state(path)
+    msg = str(e.value)
+    assert "\n" not in msg and f"{path} is damaged" in msg and f"delete {path}" in msg
+    assert (f"it held the W&B run id {held}" in msg) if held else "no run id can be read" in msg
+    assert path.read_text() == text
+    assert tracking.read_state(tmp_path / "none.json") == {}

@@ -27,6 +27,7 @@ import numpy as np
 
 from linscale_jax import contract
 from linscale_jax.contract import BASELINE_ARCH, TABLE_COLUMNS
+from linscale_jax.study import inputs
 from linscale_jax.study.scaling.verdicts import plain
 
 CASES = ("null-equal", "null-crossing-at-C*", "one arch lower", "one arch higher")
@@ -187,7 +188,7 @@ def load_design(workdir: str, replicates: tuple | None = None) -> tuple[dict, di
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path} does not exist; run `python -m linscale_jax.study --config=... "
                                 f"--workdir={workdir}` first (a finished scaling study)")
-    found = json.load(open(path))
+    found = inputs.findings(path)
     if "laws_nd" not in found:
         raise ValueError(f"{workdir}/findings.json has no laws_nd; rerun `python -m linscale_jax.study --config=... "
                          f"--workdir={workdir} --join_only` to write it")
@@ -253,7 +254,7 @@ def write(workdir: str, found: dict, des: dict, linear: tuple, cases: list, seed
                seconds=seconds, mde=_mde(found), cost=cost(found, runs))
     out["summary"] = summary(out)
     path = contract.study_path(workdir, contract.CALIBRATION_JSON)
-    old = json.load(open(path)).get("designs", []) if os.path.exists(path) else []
+    old = (inputs.calibration(path) or {}).get("designs", [])
     designs = [d for d in old if d.get("design") != out["design"]] + [plain(out)]
     designs.sort(key=lambda d: d["design"] != "the study's own design")
     with open(path, "w") as f:

@@ -14,6 +14,9 @@ cancelled first. An error of the run itself (divergence, bad data, checkpoints t
 config, which runner.process_run refuses with the trainer's line) is not retried: the run is named
 with its log in one line, and the other runs finish.
 
+The driver's own node, its raylet or the control actor lost (study.ray_backend.own_node): the
+study ends in one line saying what was lost and that a re-run resumes every run (exit status 1).
+
 Ctrl-C or SIGTERM to the driver asks every run to stop: each run's process gets SIGTERM (the
 trainer saves a checkpoint; an evaluation stops between rows), queued runs are cancelled, and the
 study ends with one line and exit status 0 (runner.run_study); re-running resumes. Every process
@@ -22,6 +25,7 @@ takes one stop only (linscale_jax.run.signals): later signals change nothing.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 from linscale_jax import contract
@@ -34,6 +38,7 @@ from linscale_jax.study.ray_backend.placement import placement, slots as slots_o
 from linscale_jax.study.ray_backend.status import now, read_status, write_status
 from linscale_jax.study.ray_backend.storage import check_storage
 from linscale_jax.study.ray_backend.control import Control
+from linscale_jax.study.ray_backend.own_node import DriverLost, OwnSide
 from linscale_jax.study.ray_backend.task import host_task
 
 
@@ -46,7 +51,8 @@ def run(study, runs: list, finals: dict, process, workdir: str, address: str | N
         return _drive(ray, study, runs, finals, process, workdir, log, eta, local=started_here)
     finally:
         if started_here:
-            ray.shutdown()
+            with contextlib.suppress(Exception):  # a lost node's Ray shuts down as far as it can
+                ray.shutdown()
 
 
 def _drive(ray, study, runs, finals, process, workdir, log, eta, local: bool) -> dict:
@@ -63,6 +69,7 @@ def _drive(ray, study, runs, finals, process, workdir, log, eta, local: bool) ->
     task = ray.remote(max_calls=1, max_retries=0)(host_task)
     control = ray.remote(Control).options(
         num_cpus=0, resources={"node:__internal_head__": 0.001}).remote()
+    own = OwnSide(ray, control, local)
     slots = min(slots_of(ray, p) for p in places.values()) if places else 1
     p0 = next(iter(places.values()), None)
     log(f"[study] {len(order)} run(s) as Ray tasks, {p0.describe() if p0 else '-'}, up to {slots} at "
@@ -88,7 +95,8 @@ def _drive(ray, study, runs, finals, process, workdir, log, eta, local: bool) ->
                     str(workdir)) for i, s in enumerate(strategies)]
         return Attempt(run, number, refs, pg)
 
-    live = {r.name: submit(r, 1) for r in order}
+    with own.guard():
+        live = {r.name: submit(r, 1) for r in order}
     stopped, done, started, timed = [], set(), {}, []
     t0 = time.time()
 
@@ -146,12 +154,15 @@ def _drive(ray, study, runs, finals, process, workdir, log, eta, local: bool) ->
                          history=history)
             line(name, f"FAILED: {failed[name]}")
 
-    with signals.deferred(on_stop) as stop:
+    with signals.deferred(on_stop) as stop, lost_marks(live):
         while live:
+            own.check()
             pending = [ref for a in live.values() for i, ref in enumerate(a.refs) if i not in a.outcomes]
-            ready, _ = ray.wait(pending, num_returns=len(pending), timeout=1.0)
+            with own.guard():
+                ready, _ = ray.wait(pending, num_returns=len(pending), timeout=1.0)
+                events = own.ask(control.drain.remote())
             ready = set(ready)
-            for kind, name, number, ip, t in ray.get(control.drain.remote()):
+            for kind, name, number, ip, t in events:
                 a = live.get(name)
                 if kind == "start" and a is not None and a.number == number:
                     started[name] = (t, ip)
@@ -166,5 +177,19 @@ def _drive(ray, study, runs, finals, process, workdir, log, eta, local: bool) ->
                 if any(o.get("state") != "done" for o in a.outcomes.values()):
                     end_gang(ray, a)  # a host ended badly: the others are ended too
                 if len(a.outcomes) == len(a.refs):
-                    settle(a)
+                    with own.guard():  # a retry's submission
+                        settle(a)
     return {"failed": failed, "errors": errors, "stopped": stopped, "signal": stop.name, "slots": slots}
+
+
+@contextlib.contextmanager
+def lost_marks(live: dict):
+    """On DriverLost: every run still under way gets state "lost" in its status file (the re-run
+    resumes it), then the error goes on."""
+    try:
+        yield
+    except DriverLost as e:
+        for a in live.values():
+            with contextlib.suppress(OSError):
+                write_status(a.run.workdir, state="lost", ended=now(), error=str(e))
+        raise

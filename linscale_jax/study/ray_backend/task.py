@@ -18,6 +18,7 @@ on TPU the slice's own environment describes the job (JAX's auto-detection).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import signal
@@ -176,7 +177,8 @@ def host_task(study, run, final: bool, process, attempt: int, host: int, hosts: 
 
             if signals.raised():  # a library's failure around the stop's interruption
                 return dict(me, state="stopped", message=signals.received())
-            traceback.print_exc()
+            with contextlib.suppress(OSError):  # the log's disk may be the full one
+                traceback.print_exc()
             lost = hosts > 1 and peers.peer_failure(e)  # another host of the gang died
             return dict(me, state="lost" if lost else "failed", error=error_class(e),
                         message=f"{command.one_line(e, run.workdir, 'study')} (log: {log_path})")

@@ -141,18 +141,11 @@ def write_runs_csv(runs: list, results: dict, path: str) -> None:
 
 
 def read_csv(path: str) -> list[dict]:
-    """recall.csv rows with numeric fields (seed stays a string: an integer or "all")."""
-    ints = ("d_model", "n_pairs", "seq_len", "state_floats", "head_dim", "n_layers", "steps", "queries",
-            "n_params", "usable_state_floats", "max_steps")
-    floats = ("accuracy", "ci_low", "ci_high", "lr", "test_loss")
-    with open(path) as f:
-        reader = csv.DictReader(f)
-        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise ValueError(f"{path} lacks the columns {', '.join(missing)}; re-run the recall "
-                             "preset's command on its workdir to rewrite it (stored runs are reused)")
-        return [{k: (int(v) if k in ints else float(v) if k in floats else v) for k, v in r.items()}
-                for r in reader]
+    """recall.csv rows with numeric fields (seed stays a string: an integer or "all"), every value
+    checked (study.inputs.recall_rows: one line naming the file and row)."""
+    from linscale_jax.study import inputs
+
+    return inputs.recall_rows(path, COLUMNS, STATUSES, DID_NOT_TRAIN)
 
 
 def control(rows: list[dict]) -> dict:

@@ -28,7 +28,7 @@ import numpy as np
 from linscale_jax.contract import BASELINE_ARCH, RECALL_CSV
 
 SECTION = "## The paper's findings in miniature"
-TITLES = (("power_laws", "1. Power laws fit all four architectures"),
+TITLES = (("power_laws", "1. Power laws fit every architecture"),
           ("equal_compute", f"2. Linear models match or beat {BASELINE_ARCH} in loss at equal compute"),
           ("retrieval", f"3. {BASELINE_ARCH} leads on retrieval"))
 

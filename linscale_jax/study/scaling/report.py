@@ -17,6 +17,7 @@ import os
 import numpy as np
 
 from linscale_jax import contract
+from linscale_jax.study import inputs
 from linscale_jax.study.scaling import findings, holdout
 
 LAWS = (("L_C", "L(C)"), ("N_opt_C", "N_opt(C)"), ("D_opt_C", "D_opt(C)"))
@@ -70,7 +71,8 @@ def plot_loss_vs_compute(table, envelope_csv: str, fits: dict, path: str) -> Non
                     label=f"{arch} L = {law['coefficient']:.3g}·C^{law['exponent']:+.3f}")
     ax.set(xscale="log", yscale="log", xlabel="compute C (PF-days, Table-1 accounting)",
            ylabel="validation loss (nats/byte-token)", title="loss vs compute: runs, envelopes, fitted laws")
-    ax.legend(fontsize=7)
+    if ax.get_legend_handles_labels()[0]:  # no envelope nor law (a study too small to fit): no legend
+        ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -252,7 +254,7 @@ def _comparisons(found: dict, fits: dict) -> list[str]:
 
 
 def _calibration_section(workdir: str) -> list[str]:
-    cal = _read(contract.study_path(workdir, contract.CALIBRATION_JSON))
+    cal = inputs.calibration(contract.study_path(workdir, contract.CALIBRATION_JSON))
     if not cal:
         return []
     L = ["## Calibration of the verdicts on this study's design", "",
@@ -333,7 +335,8 @@ def write_report(workdir: str) -> str:
     from linscale_jax.fit import paper
     from linscale_jax.fit.table import load
 
-    found = _read(contract.study_path(workdir, contract.FINDINGS_JSON))
+    path = contract.study_path(workdir, contract.FINDINGS_JSON)
+    found = inputs.findings(path) if os.path.exists(path) else None
     if found is None:
         raise FileNotFoundError(f"{workdir} has no {contract.FINDINGS_JSON}; run `python -m linscale_jax.study --config=... "
                                 f"--workdir={workdir} --join_only` first")

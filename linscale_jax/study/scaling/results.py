@@ -222,8 +222,11 @@ def spread(runs, value) -> str:
     return f"{vals[0]:g}" if len(vals) == 1 else f"{vals[0]:g}..{vals[-1]:g}"
 
 
-def protocol_sources(study) -> tuple[dict | None, str]:
-    """(findings.json of the study named by study.protocol_from, its workdir) or (None, '')."""
+def protocol_sources(study, runs: list) -> tuple[dict | None, str]:
+    """(findings.json of the study named by study.protocol_from, its workdir) or (None, ''): the
+    other learning-rate protocol on the same runs (study.inputs.other_protocol)."""
+    from linscale_jax.study import inputs
+
     src = str(study.get("protocol_from", "") or "")
     if not src:
         return None, ""
@@ -232,7 +235,7 @@ def protocol_sources(study) -> tuple[dict | None, str]:
         raise FileNotFoundError(f"study.protocol_from={src!r} has no {contract.FINDINGS_JSON}; run the other "
                                 "learning-rate protocol's study first "
                                 f"(`python -m linscale_jax.study --config=... --workdir={src}`)")
-    return json.load(open(path)), src
+    return inputs.other_protocol(src, design(study, runs)), src
 
 
 def by_protocol(found: dict, own_label: str, other: dict, src: str) -> dict:
@@ -289,7 +292,7 @@ def write(study, runs, workdir: str, fit_errors: dict | None = None, wall: dict 
     found["probes"] = probes(found["runs"], workdir, int(study.fit.seed))
     found["design"] = design(study, runs)
     found["fit_errors"] = fit_errors or {}
-    other, src = protocol_sources(study)
+    other, src = protocol_sources(study, runs)
     if other is not None:
         found["protocols"] = by_protocol(found, found["design"]["protocol"] or "this study", other, src)
     if wall is not None:

@@ -184,7 +184,7 @@ def plan(study, workdir: str) -> list:
     one fails before anything trains."""
     runs = plan_lib.build_plan(study, workdir)
     findings.recall_rows_from(study)  # a wrong study.recall_from (or protocol_from) fails now, not after training
-    results.protocol_sources(study)
+    results.protocol_sources(study, runs)
     if "cooldown" in estimators(study) and str(study.overrides.optim.get("schedule", "")) != "constant":
         raise ValueError(f"study.estimators has cooldown, which branches off a constant learning rate, but "
                          f"overrides.optim.schedule is {study.overrides.optim.get('schedule')!r}: set "

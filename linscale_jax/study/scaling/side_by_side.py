@@ -17,6 +17,7 @@ import json
 import os
 
 from linscale_jax import contract
+from linscale_jax.study import inputs
 
 def _load(workdir: str) -> dict:
     need = [contract.study_path(workdir, contract.FINDINGS_JSON),
@@ -32,7 +33,7 @@ def _load(workdir: str) -> dict:
         key = (float(r["n_params"]), int(r["step"]))
         if r["arch"] not in final or key > final[r["arch"]][0]:
             final[r["arch"]] = (key, r)
-    return dict(findings=json.load(open(need[0])), fits=json.load(open(need[1])),
+    return dict(findings=inputs.findings(need[0]), fits=json.load(open(need[1])),
                 holdout=list(csv.DictReader(open(hold))) if os.path.exists(hold) else [],
                 final={a: v[1] for a, v in final.items()})
 

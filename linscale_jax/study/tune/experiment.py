@@ -88,7 +88,11 @@ def grid_state(study, workdir: str) -> tuple[dict, list]:
 
 
 def plan(study, workdir: str) -> list:
-    """The runs of the cells the current stage asks for and no run has measured."""
+    """The runs of the cells the current stage asks for and no run has measured; every field of
+    the grid is checked first (tune.check: a later stage's typo fails before anything trains)."""
+    from linscale_jax.study.tune.check import check_tune
+
+    check_tune(study)
     seen, want = grid_state(study, workdir)
     return [make_run(study, c, workdir, i) for i, c in enumerate(c for c in want if c not in seen)]
 

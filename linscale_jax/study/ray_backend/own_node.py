@@ -1,0 +1,81 @@
+"""The driver's own side of a study on Ray (study.ray_backend): its node's raylet and the control
+actor. Their loss ends the study in one line; every run's checkpoints and eval rows are kept.
+
+    own = OwnSide(ray, control, local=started_here)
+    own.check()                            # DriverLost once the local Ray's raylet has died
+    with own.guard():                      # a Ray error of the driver's calls -> DriverLost
+        events = own.ask(control.drain.remote())
+
+Ray fate-shares a node's agents with its raylet and the raylet's workers with it: a killed agent
+or raylet (a kill, the OOM killer, a crash) ends the node, the run tasks on it and, on the head
+node, the control actor. Worker nodes other than the driver's are the driver's retry path
+(study.ray_backend.outcomes); the driver's own node is not: it says what was lost and that a re-run
+resumes, and exits 1. The runs' status files say "lost" until the re-run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+
+from linscale_jax.study.ray_backend.cluster import ClusterError
+
+CONTROL_TIMEOUT_S = 120.0  # an answer from the control actor; none means it (or its node) is gone
+RERUN = ("the runs under way ended with it; their checkpoints and eval rows so far are kept: re-run "
+         "the same command and every run resumes from its newest checkpoint")
+
+
+class DriverLost(ClusterError):
+    """The driver's node, its raylet or the control actor was lost (message: what, and the re-run)."""
+
+
+class OwnSide:
+    """The driver's raylet (when this process started the local Ray) and its control actor."""
+
+    def __init__(self, ray, control, local: bool):
+        self.ray, self.control, self.raylet = ray, control, _local_raylet(ray) if local else None
+        self.ip = ray.util.get_node_ip_address()
+
+    def check(self) -> None:
+        """DriverLost once the local Ray's raylet (this process started it) has exited."""
+        if self.raylet is not None and self.raylet.poll() is not None:
+            rc = self.raylet.returncode
+            how = f"was killed by {_signal_name(-rc)}" if rc < 0 else f"exited with status {rc}"
+            raise DriverLost(f"the Ray node on {self.ip} that runs this study's driver was lost: its "
+                             f"raylet (pid {self.raylet.pid}) {how} (a killed agent or raylet, the OOM "
+                             f"killer); {RERUN}")
+
+    def ask(self, ref):
+        """The result of a control actor call, waited for at most CONTROL_TIMEOUT_S."""
+        return self.ray.get(ref, timeout=CONTROL_TIMEOUT_S)
+
+    @contextlib.contextmanager
+    def guard(self):
+        """Ray's errors in the driver's own calls (the control actor, submission, waiting): the
+        driver's side is lost (DriverLost, after check() has had its say)."""
+        try:
+            yield
+        except self.ray.exceptions.RayError as e:
+            self.check()
+            kind = type(e).__name__
+            first = (str(e).strip().splitlines() or [kind])[0][:240]
+            what = ("the study's control actor on the head node did not answer within "
+                    f"{CONTROL_TIMEOUT_S:.0f}s" if kind == "GetTimeoutError" else
+                    f"the study's control actor or the driver's node on {self.ip} was lost ({kind}: "
+                    f"{first})")
+            raise DriverLost(f"{what}; {RERUN}") from e
+
+
+def _local_raylet(ray):
+    """The raylet process (subprocess.Popen) of the Ray this process started, or None."""
+    node = getattr(getattr(ray, "_private", None), "worker", None)
+    node = getattr(node, "_global_node", None)
+    procs = getattr(node, "all_processes", {}).get("raylet") or []
+    return getattr(procs[0], "process", None) if procs else None
+
+
+def _signal_name(n: int) -> str:
+    try:
+        return signal.Signals(n).name
+    except ValueError:
+        return f"signal {n}"
