@@ -24,13 +24,14 @@ byte-level miniatures (N ~ 1e4-1e6) is never extrapolated to the paper's 70M-7B.
 
 from __future__ import annotations
 
+import importlib.resources
 import json
 import math
 from pathlib import Path
 
 from linscale_jax.errors import UserError
 
-TUNED_FILE = Path(__file__).with_name("tuned_rule.json")
+TUNED_FILE = importlib.resources.files("linscale_jax.train").joinpath("tuned_rule.json")  # package data
 RULES = ("paper", "tuned")
 
 

@@ -109,7 +109,7 @@ def test_tpe_preset_runs_the_variant_as_one_more_arch(tmp_path):
     assert (plain.config.model.arch, plain.config.model.cosformer2.tpe) == ("cosformer2", "lightnet")
     assert (none.config.model.arch, none.config.model.cosformer2.tpe) == ("cosformer2", "none")
     assert none.n_params < plain.n_params and none.workdir.endswith(f"cosformer2+tpe=none-{size}")
-    assert "--config=configs/ladder.py:cosformer2+tpe=none-" in none.command
+    assert "--config=ladder:cosformer2+tpe=none-" in none.command
     # the ablation changes one mechanism: the variant trains at its arch's settings for every size,
     # pinned (the tuned rule's per-arch range need not hold the variant's own parameter count)
     for s in cpu:
