@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCH = ["linscale_jax/parallel/distributed.py"]
 ENTRY = {  # command -> the files that define its flags
-    "linscale_jax.train": ["linscale_jax/train/cli.py", *LAUNCH],
+    "linscale_jax.train": ["linscale_jax/train/cli.py", "linscale_jax/run/command_line.py", *LAUNCH],
     "linscale_jax.models.describe": ["linscale_jax/models/describe.py"],
     "linscale_jax.interop.convert": ["linscale_jax/interop/convert.py"],
     "linscale_jax.data.train_spm": ["linscale_jax/data/train_spm.py"],

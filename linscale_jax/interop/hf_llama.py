@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from linscale_jax.interop.hf_io import model_params, take
+from linscale_jax.interop.hf_io import take
 
 ARCH = "llama"
 
@@ -86,24 +86,18 @@ def to_params(hf: dict, state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return out
 
 
-def from_model(model, model_section: dict) -> tuple[dict, dict[str, np.ndarray]]:
-    """Our llama model -> (HF config dict, HF state dict) loadable by LlamaForCausalLM."""
-    if model_section.get("arch") != ARCH:
-        raise ValueError(f"--to=hf-llama needs a llama checkpoint; this one is arch={model_section.get('arch')!r}.")
-    p = model_params(model)
-    l, d, h = model_section["n_layers"], model_section["d_model"], model_section["n_heads"]
-    from linscale_jax.models import ModelConfig
-
-    opts = ModelConfig.from_config(model_section).llama  # earlier flat names translated
-    kv, theta = opts.n_kv_heads or h, opts.rope_theta
-    tied = model_section.get("tie_embeddings", True)
+def from_params(cfg, v: dict, p: dict[str, np.ndarray]) -> tuple[dict, dict[str, np.ndarray]]:
+    """Our llama parameters (export.variant fields `v`, per-layer paths) -> (HF config dict, HF
+    state dict) loadable by LlamaForCausalLM; to_params reads them back."""
+    l, d, h = cfg.n_layers, cfg.d_model, cfg.n_heads
+    tied = cfg.tie_embeddings
     hf = dict(
         architectures=["LlamaForCausalLM"], model_type="llama",
-        vocab_size=model_section["vocab_size"], hidden_size=d, intermediate_size=model_section["ffn_dim"],
-        num_hidden_layers=l, num_attention_heads=h, num_key_value_heads=kv, head_dim=d // h,
-        hidden_act="silu", max_position_embeddings=model_section["max_seq_len"],
-        rms_norm_eps=model_section["norm_eps"], tie_word_embeddings=tied,
-        rope_theta=theta, rope_parameters={"rope_type": "default", "rope_theta": theta},
+        vocab_size=cfg.vocab_size, hidden_size=d, intermediate_size=cfg.ffn_dim,
+        num_hidden_layers=l, num_attention_heads=h, num_key_value_heads=v["llama.n_kv_heads"], head_dim=d // h,
+        hidden_act="silu", max_position_embeddings=cfg.max_seq_len,
+        rms_norm_eps=cfg.norm_eps, tie_word_embeddings=tied, rope_theta=v["llama.rope_theta"],
+        rope_parameters={"rope_type": "default", "rope_theta": v["llama.rope_theta"]},
         attention_bias=False, mlp_bias=False, torch_dtype="float32",
     )
     sd = {"model.embed_tokens.weight": p["embed/embedding"], "model.norm.weight": p["final_norm/scale"]}
@@ -118,4 +112,4 @@ def from_model(model, model_section: dict) -> tuple[dict, dict[str, np.ndarray]]
         sd[hp + "mlp.gate_proj.weight"] = p[o + "mlp/w_v/kernel"].T
         sd[hp + "mlp.up_proj.weight"] = p[o + "mlp/w_u/kernel"].T
         sd[hp + "mlp.down_proj.weight"] = p[o + "mlp/w_down/kernel"].T
-    return hf, {k: np.ascontiguousarray(v) for k, v in sd.items()}
+    return hf, sd

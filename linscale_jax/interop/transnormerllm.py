@@ -74,3 +74,37 @@ def to_params(hf: dict, state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         out[o + "mlp/w_v/kernel"] = take(state, p + "channel_mixer.l2.weight", (g, d)).T
         out[o + "mlp/w_down/kernel"] = take(state, p + "channel_mixer.l3.weight", (d, g)).T
     return out
+
+
+HUB_CODE = "OpenNLPLab/TransNormerLLM-385M"  # the released remote code (configuration/modeling_transnormer.py)
+
+
+def from_params(cfg, v: dict, p: dict[str, np.ndarray]) -> tuple[dict, dict[str, np.ndarray]]:
+    """Our tnl parameters (export.variant fields `v`, per-layer paths) -> (config.json, state dict)
+    of TransnormerForCausalLM; to_params reads them back. A layer whose LRPE θ is all zero (an
+    import of a layer without LRPE) is written without it."""
+    l, d, h, g = cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.ffn_dim
+    e = d // h
+    lrpe = [int(v["tnl.lrpe"] and bool(np.any(p[f"layers/{j}/mixer/theta"]))) for j in range(l)]
+    hf = dict(
+        architectures=["TransnormerForCausalLM"], model_type="transnormer",
+        auto_map={"AutoConfig": f"{HUB_CODE}--configuration_transnormer.TransnormerConfig",
+                  "AutoModelForCausalLM": f"{HUB_CODE}--modeling_transnormer.TransnormerForCausalLM"},
+        vocab_size=cfg.vocab_size, decoder_embed_dim=d, hidden_dim=d, decoder_layers=l,
+        decoder_attention_heads=h, glu_dim=g, linear_use_lrpe_list=lrpe,
+        no_scale_embedding=v["embed_scale"] == "none", norm_type="simplermsnorm", linear_act_fun="silu",
+        bias=False, tie_word_embeddings=cfg.tie_embeddings, init_std=cfg.init_std, torch_dtype="float32",
+    )
+    sd = {"model.embed_tokens.weight": p["embed/embedding"],
+          "lm_head.weight": p["embed/embedding"] if cfg.tie_embeddings else p["lm_head/kernel"].T}
+    for j in range(l):
+        hp, o = f"model.layers.{j}.", f"layers/{j}/"
+        sd[hp + "token_mixer.qkvu_proj.weight"] = np.concatenate(
+            [p[o + f"mixer/{w}/kernel"].T for w in ("wq", "wk", "wv", "wu")], axis=0)
+        sd[hp + "token_mixer.out_proj.weight"] = p[o + "mixer/wo/kernel"].T
+        if lrpe[j]:
+            sd[hp + "token_mixer.lrpe.theta"] = p[o + "mixer/theta"].reshape(h, 1, e)
+        sd[hp + "channel_mixer.l1.weight"] = p[o + "mlp/w_u/kernel"].T
+        sd[hp + "channel_mixer.l2.weight"] = p[o + "mlp/w_v/kernel"].T
+        sd[hp + "channel_mixer.l3.weight"] = p[o + "mlp/w_down/kernel"].T
+    return hf, sd

@@ -250,6 +250,7 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
         raise ValueError(f"train.seq_len={seq_len} exceeds model.max_seq_len={model_cfg.max_seq_len}.")
 
     rows = data.train_rows(config)  # data errors surface before compiling
+    data.check_training(config, rows, say=_say)  # repeats: one warning line; too few eval rows: refused
     fns = compiled(config, mesh)
     abs_params, abs_opt, init_opt, b_shard = fns.abs_params, fns.abs_opt, fns.init_opt, fns.b_shard
     batches = GlobalBatches(rows, b_shard)  # batches(s): the global batch of update s + 1; each

@@ -12,7 +12,7 @@ import pytest
 import jax.numpy as jnp
 from flax import nnx
 
-from linscale_jax.interop import hf_io, hf_llama
+from linscale_jax.interop import export, hf_io, hf_llama
 from linscale_jax.interop.loading import load
 
 torch = transformers = None  # imported when this module's tests run, not at collection (both
@@ -99,7 +99,7 @@ def test_ours_to_hf(tmp_path):
     values = {k: (v + 0.2 * rng.standard_normal(v.shape).astype(np.float32)) if v.ndim == 1 else v
               for k, v in hf_io.model_params(model).items()}
     model = build(section, values)
-    hf_config, state = hf_llama.from_model(model, section)
+    hf_config, state = export.export("hf-llama", model, ModelConfig.from_config(section))
     hf_io.write_checkpoint(str(tmp_path), hf_config, state)
     hf = transformers.LlamaForCausalLM.from_pretrained(str(tmp_path), attn_implementation="eager").float().eval()
     ours = np.asarray(forward(model, jnp.asarray(TOKENS)))
