@@ -40,7 +40,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from linscale_jax.parallel import distributed
-from linscale_jax.run import command, config_file
+from linscale_jax.run import command, command_line, config_file
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", config_file.resolve("cpu", "study"),
@@ -146,4 +146,5 @@ def _study() -> None:
 
 
 if __name__ == "__main__":
-    app.run(main, argv=config_file.command_argv(sys.argv, "study"))  # --config=NAME: a packaged preset
+    app.run(main, argv=config_file.command_argv(sys.argv, "study"),  # --config=NAME: a packaged preset
+            flags_parser=command_line.parser(__doc__, _CONFIG, "study"))  # --help, --config_help, one-line errors

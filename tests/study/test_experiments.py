@@ -16,6 +16,7 @@ from pathlib import Path
 
 import ml_collections
 import pytest
+from helpers.study import FakeRun
 
 from linscale_jax.errors import Stopped
 from linscale_jax.study import executor, experiments
@@ -23,16 +24,6 @@ from linscale_jax.study.executor import Status
 from linscale_jax.study.experiments import Kind
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@dataclasses.dataclass
-class ToyRun:
-    name: str
-    workdir: str
-    flops_exact: float
-    steps: int = 1
-    n_params: int = 1
-    config: object = None
 
 
 def toy_process(study, run, log, final):
@@ -52,7 +43,7 @@ def toy_plan(study, workdir):
     if study.get("staged"):  # stage 2 (r2, r3) once stage 1 (r0, r1) is done
         done = {n for n in names if Path(workdir, "runs", n, "out.json").exists()}
         names = [n for n in (names[:2] if not {"r0", "r1"} <= done else names[2:4]) if n not in done]
-    return [ToyRun(n, os.path.join(workdir, "runs", n), float(i + 1)) for i, n in enumerate(names)]
+    return [FakeRun(n, os.path.join(workdir, "runs", n), float(i + 1)) for i, n in enumerate(names)]
 
 
 def toy_join(study, runs, workdir, ctx):
