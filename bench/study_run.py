@@ -35,7 +35,7 @@ def main():
     p.add_argument("--workdir", default=None)
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
-    from linscale_jax import contract
+    from linscale_jax.study import files
     from linscale_jax.train import loop as trainer
     from linscale_jax.study.scaling import plan, runner
 
@@ -50,7 +50,7 @@ def main():
         run = runs[name]
         t0 = time.perf_counter()
         runner.process_run(study, run, log=lambda m: None)  # train + evaluate, as the study does
-        timing = json.loads((Path(run.workdir) / contract.TIMING).read_text().splitlines()[-1])
+        timing = json.loads((Path(run.workdir) / files.TIMING).read_text().splitlines()[-1])
         row = dict(run=name, wall_s=round(time.perf_counter() - t0, 1),
                    **{k: round(timing[k], 1) for k in ("train_s", "train_compile_s", "eval_s",
                                                        "eval_compile_s")})

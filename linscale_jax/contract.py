@@ -6,7 +6,9 @@ and imports nothing else of the project) and the JAX side can never drift apart:
 - units: PF_DAY, the paper's compute unit, and FLOPS_PER_PARAM_TOKEN, the k of C = k·N·D;
   BASELINE_ARCH, the softmax model the linear ones are judged against;
 - the workdir layout: where a run keeps its checkpoints, metrics, eval results, logs and lock;
-- a study's folder: where `python -m linscale_jax.study` keeps its runs, tables, fits and findings;
+- the comma lists of presets and flags (split_list);
+- the laws' file (FITS_JSON), which fit writes and the study reads (the study's own file names:
+  linscale_jax.study.files);
 - the checkpoint table: its columns (TABLE_COLUMNS, what fit needs; TABLE_LEAD, the order
   eval.export writes) with one CSV writer and one CSV reader.
 
@@ -32,9 +34,6 @@ EVAL_RESULTS = os.path.join("eval", "results.jsonl")  # one JSON row per (step, 
 LOGS = "logs"  # tracebacks of failed commands
 LOCK = "train.lock"  # the one trainer's lock
 RUN_JSON = "run.json"  # optional run metadata for tables built from metrics only
-TIMING = "timing.jsonl"  # a study run's wall time per invocation: train/eval seconds, compile share
-STUDY_LOG = "study.log"  # a study run's output when the study trains runs in worker processes
-RUN_STATUS = "status.json"  # a study run's state under a Ray backend: attempt, node, state, times
 # Each checkpoint's metadata (step, tokens, flops, flops_exact, n_params, arch, run, config, ...)
 # is plain JSON at DIR/checkpoints/<step>/metadata/metadata.
 CHECKPOINT_METADATA = os.path.join("metadata", "metadata")
@@ -54,44 +53,8 @@ def workdir_file(workdir, name: str) -> str:
     return str(workdir).rstrip("/") + "/" + name
 
 
-COOLDOWNS = "cooldowns"  # a run's cooldown branches: DIR/cooldowns/<step>/ (a trainer workdir each)
-
-
-# ---- a study's folder: STUDY_DIR/<name> ------------------------------------------------------
-STUDY_RUNS = "runs"  # one trainer workdir per run: runs/<arch>-<size>[-seed<k>]/
-STUDY_PLAN = "plan.txt"  # the dry-run listing of every run
-STUDY_TABLE = "table.csv"  # every checkpoint of every run (eval.export)
-STUDY_FIT = "fit"  # the laws: fit/table*.csv (one per estimator), fits.json, PNGs
-FITS_JSON = "fits.json"  # in STUDY_FIT
-FIT_ERRORS = "errors.json"  # in STUDY_FIT
-HOLDOUT_CSV = "holdout.csv"
-HOLDOUT_CURVES_CSV = "holdout_curves.csv"
-HOLDOUT_JSON = "holdout.json"
-FINDINGS_JSON = "findings.json"  # study.results: every result of the study, the report's data
-CALIBRATION_JSON = "calibration.json"  # study.calibrate: the verdicts on simulations of the design
-BRACKETING_CSV = "bracketing.csv"  # in STUDY_FIT: per arch and estimator, where the envelope is interior
-ENVELOPE_CSV = "envelope.csv"  # in STUDY_FIT: every arch's envelope per estimator
-REPORT_MD = "report.md"
-REPORT_DIR = "report"  # the report's PNGs
-RECALL_CSV = "recall.csv"  # a recall study's accuracies (study.recall)
-RECALL_PNG = "recall.png"
-NOISE_JSON = "noise.json"  # study.noise's measurement
-NOISE_MD = "noise.md"
-
-
-def study_path(workdir, *names: str) -> str:
-    """STUDY_DIR/<names...>, e.g. study_path(d, STUDY_FIT, FITS_JSON)."""
-    return os.path.join(str(workdir), *names)
-
-
-def fit_table_name(estimator: str, primary: bool) -> str:
-    """The fit table of one loss estimator inside STUDY_FIT: table.csv for the primary one (the laws,
-    plots and held-out check use it), table_<estimator>.csv for every other."""
-    return "table.csv" if primary else f"table_{estimator}.csv"
-
-
-def study_run_dir(workdir, run_name: str) -> str:
-    return os.path.join(str(workdir), STUDY_RUNS, run_name)
+# ---- the laws' files (fit writes them; the study reads them: linscale_jax.study.files has its own) ----
+FITS_JSON = "fits.json"  # the fitted laws (fit.FitResult.write), in a study's fit/ folder
 
 
 # ---- the checkpoint table ------------------------------------------------------------------

@@ -20,7 +20,7 @@ ENTRY = {  # command -> the files that define its flags
     "linscale_jax.eval.export": ["linscale_jax/eval/export.py"],
     "linscale_jax.eval.generate": ["linscale_jax/eval/generate.py"],
     "linscale_jax.fit": ["linscale_jax/fit/cli.py"],
-    "linscale_jax.study": ["linscale_jax/study/__main__.py", *LAUNCH],
+    "linscale_jax.study": ["linscale_jax/study/__main__.py", "linscale_jax/run/command_line.py", *LAUNCH],
 }
 ABSL = {"help", "helpfull", "helpshort", "verbosity", "flagfile"}
 FLAG_DEF = re.compile(r'(?:add_argument|DEFINE_\w+)\(\s*"(-{0,2}[\w-]+)"')

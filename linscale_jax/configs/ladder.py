@@ -1,6 +1,6 @@
 """The CPU ladder: miniature models (d16l2 ... d512, head dim 16, byte vocabulary) for scaling studies.
 
-    python -m linscale_jax.train --config=configs/ladder.py:<arch>-<size> --workdir=DIR
+    python -m linscale_jax.train --config=ladder:<arch>-<size> --workdir=DIR
 
 arch: llama | tnl | hgrn2 | cosformer2 | gdn (Gated DeltaNet, beyond the paper: head dim 16, value
 head 32), or a variant label <arch>+<field>=<value> (a model field or the arch's option, e.g.

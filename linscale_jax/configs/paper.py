@@ -1,11 +1,11 @@
 """The paper's configurations (24 + the 1B aspect-ratio variants), for TPU pods.
 
-    python -m linscale_jax.train --config=configs/paper.py:<arch>-<size> --workdir=gs://BUCKET/DIR
+    python -m linscale_jax.train --config=paper:<arch>-<size> --workdir=gs://BUCKET/DIR
 arch: llama | tnl | hgrn2 | cosformer2; size: 70m 160m 410m 1b 3b 7b (notes §3), or a 1B variant
 named by width and depth: 1b-d1792l24, 1b-d2048l18, 1b-d3072l8 (1b itself is d1536 l32).
 Training settings of the paper (notes §4): sequence 8192, batch 480 sequences, lr 3e-4, weight
 decay 0.1, cl100k_base vocabulary padded to 100,280. Cost: 300B tokens a run; the PF-days of each:
-`python -m linscale_jax.study --config=configs/study/paper.py --workdir=DIR --dry_run`.
+`python -m linscale_jax.study --config=paper --workdir=DIR --dry_run`.
 """
 
 import math

@@ -1,8 +1,8 @@
 """Tiny runs on the embedded stdlib corpus: a ladder model, 400 steps of 16 x 128 byte tokens.
 
-  python -m linscale_jax.train --config=configs/tiny.py --workdir=/tmp/run            # tnl-d64
-  python -m linscale_jax.train --config=configs/tiny.py:llama --workdir=/tmp/run      # llama-d64
-  python -m linscale_jax.train --config=configs/tiny.py:hgrn2-d128 --workdir=/tmp/run
+  python -m linscale_jax.train --config=tiny --workdir=/tmp/run            # tnl-d64
+  python -m linscale_jax.train --config=tiny:llama --workdir=/tmp/run      # llama-d64
+  python -m linscale_jax.train --config=tiny:hgrn2-d128 --workdir=/tmp/run
 Argument: <arch> or <arch>-<size>, a ladder size (configs/ladder.py). Peak lr 3e-3, cosine decay.
 Cost: docs/results.md, "What the configs cost".
 """

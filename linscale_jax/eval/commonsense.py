@@ -8,11 +8,11 @@ in tests). Offline without a cache, run_group raises EvalError saying so.
 
 from __future__ import annotations
 
-import os
+import importlib.resources
 
 from linscale_jax.eval.loading import EvalError
 
-TASKS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tasks")
+TASKS_DIR = str(importlib.resources.files("linscale_jax.eval").joinpath("tasks"))  # package data
 
 COMMONSENSE_METRICS = {
     "boolq": ["acc"], "piqa": ["acc"], "hellaswag": ["acc_norm"], "winogrande": ["acc"],

@@ -8,10 +8,10 @@ its own registry (no plugin entry points), so the process that parses `--model l
 eval.lm_backend first; this module does that and then hands over to lm_eval's CLI.
 """
 
-import os
+import importlib.resources
 import sys
 
-TASKS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tasks")
+TASKS_DIR = str(importlib.resources.files("linscale_jax.eval").joinpath("tasks"))  # package data
 
 
 def main(argv=None) -> None:

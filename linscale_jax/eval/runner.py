@@ -76,7 +76,7 @@ def read_results(workdir: str, repair: bool = False, out: str | None = None) -> 
 
 
 def parse_tasks(tasks) -> list[str]:
-    names = [t.strip() for t in (tasks.split(",") if isinstance(tasks, str) else tasks) if t.strip()]
+    names = contract.split_list(tasks)
     bad = [t for t in names if t not in TASKS]
     if bad or not names:
         raise EvalError(f"unknown task(s) {bad or names}; known tasks: {', '.join(TASKS)}")
@@ -89,7 +89,7 @@ def select_steps(spec, available: list[int]) -> list[int]:
     if spec == "last":
         return available[-1:]
     try:
-        want = [int(s) for s in (spec.split(",") if isinstance(spec, str) else spec)]
+        want = [int(s) for s in contract.split_list(spec)]
     except ValueError as e:
         raise EvalError(f"--steps must be all, last or a comma list of integers; got {spec!r}") from e
     missing = [s for s in want if s not in available]

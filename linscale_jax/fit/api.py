@@ -19,6 +19,7 @@ from typing import Callable
 
 import numpy as np
 
+from linscale_jax.contract import FITS_JSON
 from linscale_jax.fit import approach1, approach2, approach3, report
 from linscale_jax.fit.bootstrap import bootstrap
 from linscale_jax.fit.table import FitError, Table, compute_scale, load
@@ -63,12 +64,12 @@ class FitResult:
         """out/fits.json and the PNGs; returns the paths written (fits.json first)."""
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "fits.json").write_text(json.dumps(self.fits, indent=2) + "\n")
+        (out / FITS_JSON).write_text(json.dumps(self.fits, indent=2) + "\n")
         from linscale_jax.fit import plots  # matplotlib (Agg) only when PNGs are written: importing fit
         #                        leaves a notebook's inline backend alone
 
         pngs = plots.write_all(out, self.tables, self.results, self.options.compute_unit)
-        return [out / "fits.json", *pngs]
+        return [out / FITS_JSON, *pngs]
 
 
 def fit_arch(table: Table, options: FitOptions = FitOptions()):

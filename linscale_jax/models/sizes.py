@@ -4,6 +4,7 @@
                                  aspect-ratio variant "1b-d1792l24" / "1b-d2048l18" / "1b-d3072l8")
     ladder_model(arch, name)  -> dict for config.model     (name: a key of LADDER, d32 ... d512)
     parse_name("tnl-410m")    -> ("tnl", "410m")
+    Variant.parse("cosformer2+tpe=none")   -> an arch label parsed once (arch, changes)
 
 Paper rule: h = d/128, g = 256·ceil(int(8d/3)/256), vocab 100,280, context 8192; 410M has 25 layers
 for tnl and cosformer2 (26 otherwise; an architecture's registry entry sets such overrides,
@@ -15,6 +16,7 @@ LADDER_HEAD_DIM at every size (h = d/16), g = 8·ceil(int(8d/3)/8), byte vocabul
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from linscale_jax.models import registry
@@ -54,7 +56,7 @@ def parse_name(name: str) -> tuple[str, str]:
     """'<arch>-<size>' -> (arch, size); unknown arch is an error listing ARCHS. The arch part may be
     a variant label '<arch>+<field>=<value>[+...]' (split_variant), returned whole."""
     arch, sep, size = str(name).partition("-")
-    if not sep or arch.split("+")[0] not in ARCHS:
+    if not sep or Variant.parse(arch).arch not in ARCHS:
         raise ValueError(
             f"config name {name!r} must be '<arch>-<size>' with arch one of {ARCHS} "
             "(e.g. tnl-410m, llama-d128, or a variant such as cosformer2+tpe=none-d64)."
@@ -62,20 +64,61 @@ def parse_name(name: str) -> tuple[str, str]:
     return arch, size
 
 
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """An arch label parsed once: 'cosformer2+tpe=none' -> Variant('cosformer2', (('tpe', 'none'),)).
+
+        v = Variant.parse("tnl+short_conv=4")
+        v.arch, v.text, v.is_variant, str(v)   # 'tnl', 'short_conv=4', True, 'tnl+short_conv=4'
+        v.model_changes()                      # {'short_conv': 4}: the model section's change
+
+    A label is `<arch>` or `<arch>+<field>=<value>[+...]`; parsing checks the form only, so a
+    table's labels read without the registry; model_changes() types each value (and checks the arch
+    and the field) through models.variants.variant_change."""
+
+    arch: str
+    changes: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def parse(cls, label) -> "Variant":
+        arch, *parts = str(label).split("+")
+        changes = []
+        for change in parts:
+            field, sep, text = change.partition("=")
+            if not sep or not field or not arch:
+                raise ValueError(f"variant {label!r}: {change!r} must be <field>=<value>, a model field "
+                                 "or an option of the arch (e.g. cosformer2+tpe=none).")
+            changes.append((field, text))
+        return cls(arch, tuple(changes))
+
+    @property
+    def is_variant(self) -> bool:
+        return bool(self.changes)
+
+    @property
+    def text(self) -> str:
+        """'short_conv=4' ('' for the arch as it is registered)."""
+        return "+".join(f"{f}={v}" for f, v in self.changes)
+
+    def __str__(self) -> str:
+        return "+".join([self.arch, *(f"{f}={v}" for f, v in self.changes)])
+
+    def model_changes(self) -> dict:
+        """The partial model section (typed; the arch and each field checked)."""
+        from linscale_jax.models.variants import merge, variant_change
+
+        registry.get(self.arch)  # an unknown arch is an error listing the registered ones
+        out = {}
+        for field, text in self.changes:
+            out = merge(out, variant_change(self.arch, field, text))
+        return out
+
+
 def split_variant(label: str) -> tuple[str, dict]:
     """'cosformer2+tpe=none+norm_eps=1e-5' -> ('cosformer2', {'cosformer2': {'tpe': 'none'},
-    'norm_eps': 1e-05}): an architecture and its model-section changes, each value typed like the
-    field's default (one change per `+`: models.variants.variant_change)."""
-    arch, *changes = str(label).split("+")
-    registry.get(arch)  # an unknown arch is an error listing the registered ones
-    out = {}
-    for change in changes:
-        field, sep, text = change.partition("=")
-        if not sep or not field:
-            raise ValueError(f"variant {label!r}: {change!r} must be <field>=<value>, a model field "
-                             "or an option of the arch (e.g. cosformer2+tpe=none).")
-        out = merge(out, variant_change(arch, field, text))
-    return arch, out
+    'norm_eps': 1e-05}): an architecture and its model-section changes (Variant)."""
+    v = Variant.parse(label)
+    return v.arch, v.model_changes()
 
 
 def paper_model(arch: str, size: str) -> dict:

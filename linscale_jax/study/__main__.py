@@ -40,7 +40,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from linscale_jax.parallel import distributed
-from linscale_jax.run import command, config_file
+from linscale_jax.run import command, command_line, config_file
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", config_file.resolve("cpu", "study"),
@@ -85,29 +85,37 @@ def _check_flags(name: str) -> None:
         for f in own:
             if f not in mine and flags.FLAGS[f].present:
                 this = f"`python -m linscale_jax.study {name}`" if name else "an experiment run"
-                raise app.UsageError(f"--{f} is not a flag of {this}; it belongs to "
-                                     + (f"`python -m linscale_jax.study {cmd}`" if cmd else "an experiment run"))
+                _usage(f"--{f} is not a flag of {this}; it belongs to "
+                       + (f"`python -m linscale_jax.study {cmd}`" if cmd else "an experiment run"))
+
+
+def _usage(problem: str) -> None:
+    """The commands' one-line usage error (exit status 2)."""
+    from linscale_jax import console
+
+    console.print_error(f"bad command line: {problem}")
+    sys.exit(2)
 
 
 def main(argv) -> None:
     from absl import logging
 
     if len(argv) > 2 or (len(argv) == 2 and argv[1] not in COMMANDS):
-        raise app.UsageError(f"unexpected arguments {argv[1:]}; a subcommand is one of {', '.join(COMMANDS)}")
+        _usage(f"unexpected arguments {argv[1:]}; a subcommand is one of {', '.join(COMMANDS)}")
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # Orbax logs every save/restore at INFO
     name = argv[1] if len(argv) == 2 else ""
     _check_flags(name)
     if name == "verdicts":
         if not _TABLE.value:
-            raise app.UsageError("verdicts needs --table=FILE (or NAME=FILE, one per loss estimator)")
+            _usage("verdicts needs --table=FILE (or NAME=FILE, one per loss estimator)")
         sys.exit(command.run(_verdicts, command="study"))
     if name == "side_by_side":
         if len(_WORKDIR.value or []) < 2:
-            raise app.UsageError("side_by_side needs two or more --workdir=DIR (finished studies)")
+            _usage("side_by_side needs two or more --workdir=DIR (finished studies)")
         sys.exit(command.run(_side_by_side, command="study"))
     if len(_WORKDIR.value or []) != 1:
-        raise app.UsageError("give one --workdir=DIR (the study directory)")
+        _usage("give one --workdir=DIR (the study directory)")
     sys.exit(command.run(_study, workdir=_WORKDIR.value[0], command="study"))
 
 
@@ -140,4 +148,5 @@ def _study() -> None:
 
 
 if __name__ == "__main__":
-    app.run(main, argv=config_file.command_argv(sys.argv, "study"))  # --config=NAME: a packaged preset
+    app.run(main, argv=config_file.command_argv(sys.argv, "study"),  # --config=NAME: a packaged preset
+            flags_parser=command_line.parser(__doc__, _CONFIG, "study"))  # --help, --config_help, one-line errors

@@ -32,7 +32,7 @@ from enum import StrEnum
 
 import numpy as np
 
-from linscale_jax import contract
+from linscale_jax.study import files
 from linscale_jax.errors import Stopped, UserError
 from linscale_jax.run import signals
 from linscale_jax.study.backends import error_class
@@ -172,7 +172,7 @@ def _failure(e: BaseException, run) -> Outcome:
     """A run's own error as an outcome: one line naming its log, the traceback in that log."""
     from linscale_jax.run import command
 
-    log_path = os.path.join(run.workdir, contract.STUDY_LOG)
+    log_path = os.path.join(run.workdir, files.STUDY_LOG)
     os.makedirs(run.workdir, exist_ok=True)
     with open(log_path, "a") as f:
         traceback.print_exception(e, file=f)

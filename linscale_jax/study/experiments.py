@@ -154,9 +154,10 @@ def parse_shard(spec: str | None) -> tuple[int, int]:
 
 def listing(study, runs: list, spec: str | None = None) -> str:
     """The default --dry_run text: one line per run of the shard (name, N, steps, workdir)."""
-    mine = shard(runs, spec)
+    i, n = parse_shard(spec)
+    mine = [(k, r) for k, r in enumerate(runs) if k % n == i]
     lines = [f"{len(mine)} run(s){'' if not spec else f' in shard {spec} of {len(runs)}'}:"]
-    lines += [f"[{k:3d}] {r.name:<28} N={r.n_params:.4g} steps={r.steps}  {r.workdir}" for k, r in enumerate(mine)]
+    lines += [f"[{k:3d}] {r.name:<28} N={r.n_params:.4g} steps={r.steps}  {r.workdir}" for k, r in mine]
     return "\n".join(lines)
 
 

@@ -189,9 +189,9 @@ def other_protocol(src: str, mine: dict) -> dict:
     study.scaling.results.design):
     the same SAME_RUNS entries of its design and a different optim.rule (InputError naming what
     differs and the fix otherwise)."""
-    from linscale_jax import contract
+    from linscale_jax.study import files
 
-    path = contract.study_path(src, contract.FINDINGS_JSON)
+    path = files.study_path(src, files.FINDINGS_JSON)
     fix = ("pass a finished study of the same archs, sizes and tokens under the other learning-rate "
            "rule (optim.rule=paper against tuned: configs/study/cpu.py and cpu_paper.py), or drop "
            "--config.protocol_from")

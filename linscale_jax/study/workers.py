@@ -38,7 +38,7 @@ import signal
 import time
 import traceback
 
-from linscale_jax import contract
+from linscale_jax.study import files
 from linscale_jax.run import signals
 from linscale_jax.train.metrics import fmt_time
 from linscale_jax.errors import Stopped, UserError
@@ -86,7 +86,7 @@ def _take_runs(index, runs, finals, study, process, todo, events) -> None:
             run = runs[name]
             events.put(("start", index, name, time.time()))
             os.makedirs(run.workdir, exist_ok=True)
-            log_path = os.path.join(run.workdir, contract.STUDY_LOG)
+            log_path = os.path.join(run.workdir, files.STUDY_LOG)
             try:
                 with open(log_path, "a", buffering=1) as f:
                     # file descriptors: progress bars, absl and XLA too; they stay on this log until

@@ -27,13 +27,14 @@ line naming the file, the entry and the fix, before anything trains.
 
 from __future__ import annotations
 
+import importlib.resources
 import json
 import math
 from pathlib import Path
 
 from linscale_jax.errors import UserError
 
-TUNED_FILE = Path(__file__).with_name("tuned_rule.json")
+TUNED_FILE = importlib.resources.files("linscale_jax.train").joinpath("tuned_rule.json")  # package data
 RULES = ("paper", "tuned")
 
 

@@ -6,8 +6,12 @@ probe at their smallest on d64, no replicate seed.
     preset = write_preset(tmp_path, workers=2)       # the preset file (keyword: study fields)
     cmd = study_cmd(preset, workdir, "--backend=ray") # [python, -m, linscale_jax.study, ...]
     recall_csv(R, tnl="nan")                         # R/recall.csv of a recall study (llama passes)
+    FakeRun("tnl-d32", workdir, flops_exact=1e9)      # a run as the executor sees it
 """
 
+from __future__ import annotations
+
+import dataclasses
 import json
 import os
 import sys
@@ -80,3 +84,15 @@ def recall_csv(directory, tnl="0.30", truncate=False, **column) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return path
+
+
+@dataclasses.dataclass
+class FakeRun:
+    """The fields the executor and its backends read of a run (study.executor's docstring)."""
+
+    name: str
+    workdir: str
+    flops_exact: float
+    n_params: int = 1000
+    steps: int = 10
+    config: object = None

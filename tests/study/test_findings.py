@@ -63,5 +63,5 @@ def test_recall_from_names_a_missing_file(tmp_path):
     from ml_collections import ConfigDict
 
     assert findings.recall_rows_from(ConfigDict(dict(recall_from=""))) == (None, "")
-    with pytest.raises(FileNotFoundError, match="configs/study/recall.py"):
+    with pytest.raises(FileNotFoundError, match="python -m linscale_jax.study --config=recall --workdir="):
         findings.recall_rows_from(ConfigDict(dict(recall_from=str(tmp_path))))

@@ -19,7 +19,9 @@ one layer, 24 steps, val_loss at 5 checkpoints), trained once for the module by 
   not retried, is one line naming the run and its log, and the first run still finishes; then a
   finished run whose config changed is refused with the trainer's line;
 - a gang: one run over 2 host tasks x 2 simulated devices (jax.distributed over loopback); one host
-  task killed after the first checkpoint makes the whole gang resubmitted, and it resumes.
+  task killed after the first checkpoint makes the whole gang resubmitted, and it resumes;
+- the recall and tuning kinds (shrunk presets) on Ray give the local pool's recall.csv and
+  tune/cells.csv (the tuning grid staged over two rounds of Ray tasks).
 The kills and the node loss are made deterministic by test-only `process` wrappers (pickled by
 value to the workers) around runner.process_run.
 """
@@ -41,6 +43,7 @@ import threading
 import time
 from pathlib import Path
 
+import ml_collections
 import pytest
 
 from linscale_jax.study import ray_backend
@@ -386,3 +389,54 @@ def test_losing_the_drivers_node_ends_the_study_in_one_line_and_a_rerun_resumes(
     rows = list(csv.DictReader(open(wd / "table.csv")))
     assert {(r["run"], int(r["step"])) for r in rows} == {
         (f"tnl-{s}", step) for s in ("d32", "d48", "d64") for step in (1, 3, 8, 16, 24)}
+
+
+def recall_study():
+    """The recall preset shrunk: llama and tnl+short_conv=4 at d16e8, 8 steps, one seed, one rate."""
+    from linscale_jax.study.presets import preset
+
+    s = preset("recall")
+    s.update(dict(archs="llama,tnl+short_conv=4", shapes="d16e8", baseline_shapes="d16e8", n_pairs="2,4",
+                  seq_len=32, n_keys=16, n_values=16, max_steps=8, baseline_max_steps=8, batch_size=8,
+                  warmup_steps=2, eval_every=4, val_sequences=16, eval_sequences=16, seeds="0", lr="3e-3",
+                  workers=2))
+    return s
+
+
+def tune_study():
+    """The tuning preset shrunk: llama at d16l2 and d16 (one layer), two rates of one batch and β2 a
+    size (a stage, then the re-tune around its best: 6 cells in 2 rounds), 24 steps a cell."""
+    from linscale_jax.study.presets import preset
+
+    s = preset("tune")
+    s.update(dict(sizes="d16l2,d16", tokens=24 * 8 * 128.0, checkpoints=2))
+    s.eval.val_batches = 2
+    s.overrides.model = ml_collections.ConfigDict(dict(n_layers=1))
+    s.tune.update(lr_points=2, max_extend=0, batches="8", beta2s="0.99", replicate_sizes="", check_archs="",
+                  bootstrap=10)
+    return s
+
+
+@pytest.mark.slow  # trains the recall and tuning kinds in the local pool and in Ray workers
+@pytest.mark.parametrize("kind", ["recall", "tune"])
+def test_recall_and_tune_on_ray_give_the_local_pools_results(cluster, tmp_path, monkeypatch, kind):
+    """Every kind runs on Ray through the one executor: the recall study's recall.csv and the tuning
+    grid's cells.csv from Ray tasks (compiling their own programs) equal the local pool's."""
+    study = recall_study() if kind == "recall" else tune_study()
+    local, far = str(tmp_path / "local"), str(tmp_path / "ray")
+    quiet = dict(log=lambda m: None)
+    experiments.run(study, local, **quiet)  # the local pool (workers = 2)
+    monkeypatch.setenv("LINSCALE_COMPILATION_CACHE", str(tmp_path / "xla_ray"))
+    lines = []
+    out = experiments.run(study, far, experiments.Options(backend="ray", ray_address=cluster.address),
+                          log=lines.append)
+    text = "\n".join(lines)
+    assert "as Ray tasks" in text and out["processed"] >= 2, text
+    if kind == "recall":
+        assert _rows(Path(far, "recall.csv")) == _rows(Path(local, "recall.csv"))
+        assert {r["arch"] for r in _rows(Path(far, "recall.csv"))} == {"llama", "tnl+short_conv=4"}
+        status = json.loads(Path(far, "runs", "llama-d16e8-s0-lr0.003", "status.json").read_text())
+        assert status["state"] == "done" and status["attempt"] == 1
+    else:
+        assert _rows(Path(far, "tune", "cells.csv")) == _rows(Path(local, "tune", "cells.csv"))
+        assert len(_rows(Path(far, "tune", "cells.csv"))) == 6  # a stage, then its re-tune

@@ -98,10 +98,10 @@ def test_did_not_train_copy_level_and_recall():
     assert table.did_not_train(ln64, 64, 0.1) and table.did_not_train(ln64 - 0.05, 64, 0.1)
     assert table.did_not_train(ln64 + 1.0, 64, 0.1) and table.did_not_train(float("nan"), 64, 0.1)
     assert not table.did_not_train(math.log(8), 64, 0.1)  # copies a value from the context
-    assert table.cell_status(table.DID_NOT_TRAIN, 0.9, 4) == "did_not_train"
-    assert table.cell_status(table.TRAINED, 0.25, 4) == "copy_level"  # the interval reaches 1/4
-    assert table.cell_status(table.TRAINED, 0.1, 4) == "copy_level"  # below the copy level too
-    assert table.cell_status(table.TRAINED, 0.2501, 4) == "recall"
+    assert table.cell_status(table.Status.DID_NOT_TRAIN, 0.9, 4) == "did_not_train"
+    assert table.cell_status(table.Status.TRAINED, 0.25, 4) == "copy_level"  # the interval reaches 1/4
+    assert table.cell_status(table.Status.TRAINED, 0.1, 4) == "copy_level"  # below the copy level too
+    assert table.cell_status(table.Status.TRAINED, 0.2501, 4) == "recall"
 
 
 def test_best_lr_counts_accuracy_up_to_the_target_then_prefers_fewer_steps():
@@ -135,7 +135,7 @@ def _study(**kw):
 def _fake(accs, loss=1.0):
     return dict(settings={}, steps=8, stopped_early=False, val_accuracy=float(np.mean(accs)),
                 test_loss=loss, seconds=1.0,
-                status=table.DID_NOT_TRAIN if table.did_not_train(loss, 16, 0.1) else table.TRAINED,
+                status=table.Status.DID_NOT_TRAIN if table.did_not_train(loss, 16, 0.1) else table.Status.TRAINED,
                 per_pairs={str(p): dict(correct=int(a * 100), queries=100, loss=loss)
                            for p, a in zip((2, 4), accs)})
 
@@ -266,14 +266,22 @@ def test_cells_control_per_shape_and_verdict_input(tmp_path):
     assert verdict.startswith("**not measured**") and "0.600" in verdict
 
 
-def test_untrained_run_through_the_trainers_step_is_did_not_train(tmp_path):
-    """A real run (the trainer's step) whose loss stays at ln(n_values): lr so small nothing is learnt."""
+def test_untrained_run_through_the_trainer_is_did_not_train_and_resumes_to_its_scores(tmp_path):
+    """A real run (a trainer run on data.task=mqar) whose loss stays at ln(n_values): lr so small
+    nothing is learnt; run again, it resumes from its checkpoint and scores the same."""
     study = _study(archs="tnl+short_conv=4", seeds="0", lr="1e-7", max_steps=4)
     run = train.build_runs(study, str(tmp_path))[0]
     res = train.train_run(study, run, log=lambda m: None)
-    assert res["test_loss"] > math.log(16) - 0.1 and res["status"] == table.DID_NOT_TRAIN
+    assert res["test_loss"] > math.log(16) - 0.1 and res["status"] == table.Status.DID_NOT_TRAIN
     assert res["steps"] == 4 and not res["stopped_early"] and len(res["history"]) == 1
     assert res["settings"]["model"]["short_conv"] == 4 and res["settings"]["optim"]["lr"] == 1e-7
+    # a trainer run: its checkpoint, and a second call (the result lost) trains nothing more
+    from linscale_jax.run import checkpoint as ckpt
+
+    assert ckpt.list_steps(run.workdir) == [4]
+    again = train.train_run(study, run, log=lambda m: None)
+    assert ckpt.list_steps(run.workdir) == [4] and again["steps"] == 4
+    assert again["test_loss"] == res["test_loss"] and again["per_pairs"] == res["per_pairs"]
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from linscale_jax import contract
+from linscale_jax.study import files
 from linscale_jax.study.scaling import plan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,7 +48,7 @@ def make_study(wd: Path, seed=0, shift=0.0, offsets=OFFSET):
     study = preset()
     study.fit.bootstrap = 40
     runs = plan.build_plan(study, str(wd))
-    fit_dir = wd / contract.STUDY_FIT
+    fit_dir = wd / files.STUDY_FIT
     fit_dir.mkdir(parents=True)
     steps = list(range(128, 1537, 128))
     contract.write_table_csv(_rows(runs, steps, seed, shift, offsets), fit_dir / "table.csv")
@@ -67,7 +68,7 @@ def other_protocol(d: Path, design: dict) -> str:
     """A finished study of the other learning-rate protocol on the same runs (`design`, this study's),
     as its findings.json: tnl better there."""
     d.mkdir()
-    (d / contract.FINDINGS_JSON).write_text(json.dumps(dict(design=dict(design, protocol="paper"), findings=dict(
+    (d / files.FINDINGS_JSON).write_text(json.dumps(dict(design=dict(design, protocol="paper"), findings=dict(
         power_laws=dict(verdict="not resolved", archs={}),
         equal_compute=dict(verdict="not reproduced", archs={"tnl": {"verdict": "better"},
                                                             "cosformer2": {"verdict": "better"}}),
@@ -89,7 +90,7 @@ def written(tmp_path_factory):
 
 def test_results_are_written_once_as_data(written):
     wd, _, runs, found, _ = written
-    on_disk = _no_nan((wd / contract.FINDINGS_JSON).read_text())
+    on_disk = _no_nan((wd / files.FINDINGS_JSON).read_text())
     assert on_disk == json.loads(json.dumps(found))
     eq = on_disk["findings"]["equal_compute"]["archs"]
     assert eq["tnl"]["own_verdict"] == "worse" and eq["cosformer2"]["verdict"] == "better"
@@ -106,9 +107,9 @@ def test_results_are_written_once_as_data(written):
     for r in rows:
         shares = [float(r[k]) for k in ("interior", "smallest", "largest", "one_size")]
         assert all(0 <= x <= 1 for x in shares) and math.isclose(sum(shares), 1, abs_tol=1e-3)
-    hold = list(csv.DictReader(open(wd / contract.HOLDOUT_CSV)))
+    hold = list(csv.DictReader(open(wd / files.HOLDOUT_CSV)))
     assert {r["arch"] for r in hold} == set(OFFSET) and all(r["ci_low"] and r["ci_high"] for r in hold)
-    assert "nan" not in (wd / contract.HOLDOUT_CSV).read_text().lower()
+    assert "nan" not in (wd / files.HOLDOUT_CSV).read_text().lower()
     law = on_disk["laws_nd"]["val_loss"]["llama"]
     n_sizes = len(plan.split_list(preset().sizes))
     assert 0.01 <= law["law"]["alpha"] <= 2.5 and law["lack_of_fit"]["df1"] == n_sizes - 3  # m - p

@@ -5,7 +5,6 @@ whose preset has workers = 2."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import signal
@@ -14,18 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.study import FakeRun
 
 from linscale_jax.study import backends, workers
-
-
-@dataclasses.dataclass
-class FakeRun:
-    name: str
-    workdir: str
-    flops_exact: float
-    n_params: int = 1000
-    steps: int = 10
-    config: object = None
 
 
 def record(study, run, log, final):

@@ -12,7 +12,7 @@ protocol); passing its workdir judges every finding under both protocols.
 
 Run it, which takes about 20 minutes on 2 idle cores (figures: docs/results.md "The main job"):
 
-python -m linscale_jax.study --config=configs/study/cpu.py --workdir=/tmp/study \
+python -m linscale_jax.study --config=cpu --workdir=/tmp/study \
     --config.protocol_from=/tmp/study_paper
 """
 

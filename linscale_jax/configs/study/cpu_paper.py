@@ -3,7 +3,7 @@ size and arch (optim.rule=paper: lr 3e-3, batch 8 × 128, β2 0.95, 64 warmup st
 trains every size at Adam lr 3e-4. The report judges each finding under both protocols from this
 study and the main job's.
 
-    python -m linscale_jax.study --config=configs/study/cpu_paper.py --workdir=DIR_PAPER
+    python -m linscale_jax.study --config=cpu_paper --workdir=DIR_PAPER
 Costs about as much as the main job (figures: docs/results.md "The main job").
 """
 

@@ -1,7 +1,7 @@
 """The paper's study for TPU pods: six sizes x 4 archs, 300B tokens each.
 
-    python -m linscale_jax.study --config=configs/study/paper.py --workdir=DIR --dry_run   # the runs, their PF-days
-    python -m linscale_jax.study --config=configs/study/paper.py --workdir=DIR --shard=i/n  (per slice)
+    python -m linscale_jax.study --config=paper --workdir=DIR --dry_run   # the runs, their PF-days
+    python -m linscale_jax.study --config=paper --workdir=DIR --shard=i/n  (per slice)
 Model shapes and training settings come from configs/paper.py (model_file). A checkpoint every 1,000 steps plus
 8 log-spaced early ones give ~84 points per curve. Data: set overrides.data (e.g. data.task =
 "tfds:<name>") to the pretraining corpus.

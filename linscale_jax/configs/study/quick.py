@@ -1,7 +1,7 @@
 """A quick check of the whole study pipeline on 2 CPU cores: 4 archs x d32, d48, d64 of the ladder,
 48 steps of 8 x 128 byte tokens each.
 
-    python -m linscale_jax.study --config=configs/study/quick.py --workdir=/tmp/study_quick
+    python -m linscale_jax.study --config=quick --workdir=/tmp/study_quick
 Three sizes cannot bracket an optimum, so the fit keeps clamped envelope points
 (fit.include_clamped): the laws are a smoke test of the pipeline, not a measurement.
 Cost: docs/results.md, "What the configs cost".

@@ -1,7 +1,7 @@
 """cosFormer2's verdict with and without its TPE: the cpu preset (configs/study/cpu.py) for llama,
 cosformer2 (model.tpe=lightnet, the default) and cosformer2+tpe=none.
 
-    python -m linscale_jax.study --config=configs/study/tpe.py --workdir=DIR_TPE
+    python -m linscale_jax.study --config=tpe --workdir=DIR_TPE
 DIR_TPE/report.md's finding 2 gives cosformer2 - llama and cosformer2+tpe=none - llama at equal
 compute, each with its verdict. The llama and cosformer2 runs are the main job's own: copying them
 first (`mkdir -p DIR_TPE/runs && cp -r DIR/runs/llama-* DIR/runs/cosformer2-d* DIR_TPE/runs/`)

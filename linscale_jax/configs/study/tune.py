@@ -1,6 +1,6 @@
 """The tuning grid: peak learning rate, batch and AdamW β2 per ladder size (Porian et al. 2024).
 
-    python -m linscale_jax.study --config=configs/study/tune.py --workdir=DIR
+    python -m linscale_jax.study --config=tune --workdir=DIR
 llama at d16l2 d16 d32l2 d32 d48 on the cpu preset's token budget per cell (1,572,864 byte tokens),
 a constant rate after a warmup of N tokens, judged by the loss after a 10 % cooldown; the grid is
 pruned in stages (study.tune_grid: a coarse lr sweep, β2 and batch around its optimum, lr re-tuned ±1

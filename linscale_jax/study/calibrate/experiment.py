@@ -16,10 +16,8 @@ import re
 import ml_collections
 
 from linscale_jax import contract
+from linscale_jax.study import files
 from linscale_jax.study.calibrate import simulate
-
-COUNTS = "counts.json"  # DIR/calibration/<design>/<case>/counts.json
-
 
 @dataclasses.dataclass
 class Case:
@@ -57,21 +55,21 @@ def _slug(text: str) -> str:
 
 def plan(study, workdir: str) -> list[Case]:
     simulate.load_design(workdir, replicates(study))  # a study that cannot be calibrated fails now
-    root = os.path.join(workdir, "calibration", _slug(simulate.design_label(replicates(study))))
+    root = os.path.join(workdir, files.CALIBRATION_DIR, _slug(simulate.design_label(replicates(study))))
     return [Case(i, f"calibration-{_slug(c)}", os.path.join(root, _slug(c)), workdir, int(study.seeds))
             for i, c in enumerate(simulate.CASES)]
 
 
 def _read(run: Case) -> dict | None:
     try:
-        return json.load(open(os.path.join(run.workdir, COUNTS)))
+        return json.load(open(os.path.join(run.workdir, files.CALIBRATION_COUNTS)))
     except (OSError, ValueError):
         return None
 
 
 def finished(study, run: Case) -> bool:
     got = _read(run)
-    found = json.load(open(contract.study_path(run.study_dir, contract.FINDINGS_JSON)))
+    found = json.load(open(files.study_path(run.study_dir, files.FINDINGS_JSON)))
     return got is not None and got.get("settings") == settings(study, found)
 
 
@@ -81,7 +79,7 @@ def process_case(study, run: Case, log=print, final: bool = False) -> None:
     want = settings(study, found)
     counts = simulate.case_counts(found, des, linear, run.index, want["seeds"], want["effect"], want["n_boot"])
     os.makedirs(run.workdir, exist_ok=True)
-    with open(os.path.join(run.workdir, COUNTS), "w") as f:
+    with open(os.path.join(run.workdir, files.CALIBRATION_COUNTS), "w") as f:
         json.dump(dict(settings=want, case=simulate.CASES[run.index], counts=counts), f, indent=1)
     log(json.dumps(simulate.results_line(simulate.case_result(simulate.CASES[run.index], counts))))
 

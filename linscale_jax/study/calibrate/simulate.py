@@ -25,9 +25,8 @@ import time
 
 import numpy as np
 
-from linscale_jax import contract
 from linscale_jax.contract import BASELINE_ARCH, TABLE_COLUMNS
-from linscale_jax.study import inputs
+from linscale_jax.study import files, inputs
 from linscale_jax.study.scaling.verdicts import plain
 
 CASES = ("null-equal", "null-crossing-at-C*", "one arch lower", "one arch higher")
@@ -184,7 +183,7 @@ def load_design(workdir: str, replicates: tuple | None = None) -> tuple[dict, di
     finished study in `workdir`."""
     from linscale_jax.study.scaling import verdicts
 
-    path = contract.study_path(workdir, contract.FINDINGS_JSON)
+    path = files.study_path(workdir, files.FINDINGS_JSON)
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path} does not exist; run `python -m linscale_jax.study --config=... "
                                 f"--workdir={workdir}` first (a finished scaling study)")
@@ -194,7 +193,7 @@ def load_design(workdir: str, replicates: tuple | None = None) -> tuple[dict, di
                          f"--workdir={workdir} --join_only` to write it")
     study_tabs = {}
     for i, est in enumerate(found["estimators"]):
-        table = contract.study_path(workdir, contract.STUDY_FIT, contract.fit_table_name(est, i == 0))
+        table = files.study_path(workdir, files.STUDY_FIT, files.fit_table_name(est, i == 0))
         study_tabs.update(verdicts.load_tables([f"{est}={table}"]))
     study_tabs = {e: t.take(t.step >= found["design"]["fit_min_step"]) for e, t in study_tabs.items()}
     linear = tuple(a for a in study_tabs[found["estimators"][0]].archs if a != BASELINE_ARCH)
@@ -253,7 +252,7 @@ def write(workdir: str, found: dict, des: dict, linear: tuple, cases: list, seed
                seeds=seeds, effect=effect, n_boot=n_boot, scenarios=[s[0] for s in SCENARIOS], cases=cases,
                seconds=seconds, mde=_mde(found), cost=cost(found, runs))
     out["summary"] = summary(out)
-    path = contract.study_path(workdir, contract.CALIBRATION_JSON)
+    path = files.study_path(workdir, files.CALIBRATION_JSON)
     old = (inputs.calibration(path) or {}).get("designs", [])
     designs = [d for d in old if d.get("design") != out["design"]] + [plain(out)]
     designs.sort(key=lambda d: d["design"] != "the study's own design")

@@ -33,9 +33,8 @@ import time
 
 import numpy as np
 
-from linscale_jax import contract
+from linscale_jax.study import files
 
-LOSSES = "noise_losses.npz"  # <run>/: per-batch (nll, tokens) of every checkpoint, averaged and cooled down
 
 
 def run_config(study, arch: str, size: str, steps: int, every: int, seed: int):
@@ -102,7 +101,7 @@ def plan(study, workdir: str) -> list:
 
 
 def _losses_path(run) -> str:
-    return os.path.join(run.workdir, LOSSES)
+    return os.path.join(run.workdir, files.NOISE_LOSSES)
 
 
 def finished(study, run) -> bool:
@@ -131,7 +130,7 @@ def process_run(study, run, log=print, final: bool = False) -> None:
            for c in late]
     cooled = []
     for c in ck[-int(study.cooldowns):]:
-        out = os.path.join(wd, contract.COOLDOWNS, str(c))
+        out = os.path.join(wd, files.COOLDOWNS, str(c))
         log(f"[noise] {run.name}: cooldown from step {c} ({time.time() - t0:.0f}s)")
         cool.cooldown(cfg, wd, c, float(study.cooldown), out, shape="linear")
         cooled.append(batch_losses(ckpt.load_model(out)[0], batches))
@@ -166,14 +165,14 @@ def join(study, runs, workdir: str, ctx) -> dict:
     out = dict(arch=str(study.arch), size=str(study.size), steps=int(study.steps), every=int(study.every),
                seeds=seeds, val=_sizes(study), cooldown=float(study.cooldown), cooldowns=int(study.cooldowns),
                average=float(study.average), preset=str(study.preset), seconds=ctx.runs_s or 0.0, rows=rows)
-    with open(os.path.join(workdir, contract.NOISE_JSON), "w") as f:
+    with open(os.path.join(workdir, files.NOISE_JSON), "w") as f:
         json.dump(out, f, indent=2)
     return out
 
 
 def report(study, workdir: str, joined: dict, ctx) -> str:
     """DIR/noise.md: the table."""
-    path = os.path.join(workdir, contract.NOISE_MD)
+    path = os.path.join(workdir, files.NOISE_MD)
     text = table_md(joined)
     with open(path, "w") as f:
         f.write(text + "\n")

@@ -29,6 +29,7 @@ import contextlib
 import time
 
 from linscale_jax import contract
+from linscale_jax.study import files
 from linscale_jax.run import signals
 from linscale_jax.train.metrics import fmt_time
 from linscale_jax.study.backends import progress
@@ -147,7 +148,7 @@ def _drive(ray, study, runs, finals, process, workdir, log, eta, local: bool) ->
             if state == "lost":
                 msg = (f"lost {a.number} time(s), the last: {msg}" if not stop.name else
                        f"lost while stopping: {msg}")
-            log_file = contract.workdir_file(run.workdir, contract.STUDY_LOG)
+            log_file = contract.workdir_file(run.workdir, files.STUDY_LOG)
             failed[name] = msg if "(log:" in msg else f"{msg} (log: {log_file})"
             errors[name] = next((o["error"] for o in outcomes if o.get("error")), None)
             write_status(run.workdir, state="failed", ended=entry["ended"], error=failed[name],

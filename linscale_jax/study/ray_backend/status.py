@@ -14,10 +14,11 @@ import os
 import time
 
 from linscale_jax import contract
+from linscale_jax.study import files
 
 
 def status_path(run_workdir) -> str:
-    return contract.workdir_file(run_workdir, contract.RUN_STATUS)
+    return contract.workdir_file(run_workdir, files.RUN_STATUS)
 
 
 def read_status(run_workdir) -> dict:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import uuid
 
-from linscale_jax import contract
+from linscale_jax.study import files
 from linscale_jax.study.ray_backend.cluster import ClusterError
 
 
@@ -22,7 +22,7 @@ def check_storage(ray, study_dir: str) -> None:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     token = uuid.uuid4().hex
-    path = epath.Path(contract.study_path(study_dir, f".storage-check-{token}"))
+    path = epath.Path(files.study_path(study_dir, f".storage-check-{token}"))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(token)
 

@@ -29,6 +29,7 @@ import time
 import traceback
 
 from linscale_jax import contract
+from linscale_jax.study import files
 from linscale_jax.errors import Stopped
 from linscale_jax.run import signals
 from linscale_jax.study.backends import error_class, redirect
@@ -132,7 +133,7 @@ def host_task(study, run, final: bool, process, attempt: int, host: int, hosts: 
 
     ip, pid = ray.util.get_node_ip_address(), os.getpid()
     me = dict(node=ray.get_runtime_context().get_node_id(), ip=ip, host=socket.gethostname(), pid=pid)
-    name = contract.STUDY_LOG if host == 0 else f"study.host{host}.log"
+    name = files.STUDY_LOG if host == 0 else f"study.host{host}.log"
     log_path = contract.workdir_file(run.workdir, name)
     if int(read_status(run.workdir).get("attempt", 0)) != attempt:  # the driver wrote it: DIR is not shared
         return dict(me, state="failed", message=f"node {ip} cannot see the study directory {study_dir}; "

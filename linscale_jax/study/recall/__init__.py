@@ -9,11 +9,10 @@ file), report (recall.png, the report's section).
 from linscale_jax.study import experiments
 from linscale_jax.study.recall import experiment, train
 from linscale_jax.study.recall.report import SECTION, control_sentence, update_report
-from linscale_jax.study.recall.table import (COLUMNS, COPY_LEVEL, DID_NOT_TRAIN, RECALL, STATUSES, control,
-                                             read_csv, verdict_input, wilson)
+from linscale_jax.study.recall.table import COLUMNS, STATUSES, Status, control, read_csv, verdict_input, wilson
 
-__all__ = ["COLUMNS", "COPY_LEVEL", "DID_NOT_TRAIN", "RECALL", "SECTION", "STATUSES", "control",
-           "control_sentence", "read_csv", "update_report", "verdict_input", "wilson"]
+__all__ = ["COLUMNS", "SECTION", "STATUSES", "Status", "control", "control_sentence", "read_csv", "update_report",
+           "verdict_input", "wilson"]
 
 experiments.register(experiments.Experiment(
     kind=experiments.Kind.RECALL, plan=experiment.plan, process=train.process_run, join=experiment.join,

@@ -1,8 +1,8 @@
 """Miniature retrieval: train every architecture on MQAR (linscale_jax.data.mqar) and measure recall
 against the size of its decoding state.
 
-    python -m linscale_jax.study --config=configs/study/recall.py --workdir=DIR         # the preset
-    python -m linscale_jax.study --config=configs/study/recall_sweep.py --workdir=DIR   # its learning rates
+    python -m linscale_jax.study --config=recall --workdir=DIR         # the preset
+    python -m linscale_jax.study --config=recall_sweep --workdir=DIR   # its learning rates
     runs = plan(study, workdir); joined = join(study, runs, workdir, ctx); report(...)  # study.experiments
     v = recall.verdict_input(DIR + "/recall.csv")   # recall results where the positive control passed
 
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 
+from linscale_jax.study import files
 from linscale_jax.study.recall.rates import is_sweep, read as read_rates, record as rates_record, write as write_rates
 from linscale_jax.study.recall.report import plot, report_section, update_report
 from linscale_jax.study.recall.table import best_lr, cell_rows, write_csv, write_runs_csv
@@ -50,16 +51,16 @@ def join(study, runs, workdir: str, ctx) -> dict:
     have = [r for r in runs if results[r.name] is not None]
     if not have:
         raise FileNotFoundError(f"no finished recall runs under {workdir}/runs; train some first")
-    write_runs_csv(have, results, os.path.join(workdir, "recall_runs.csv"))
+    write_runs_csv(have, results, os.path.join(workdir, files.RECALL_RUNS_CSV))
     at = lambda label: max_steps_of(study, label)  # noqa: E731  (the preset's steps for the label)
     chosen = best_lr(have, results, float(study.stop_accuracy), at)
     rows = cell_rows(have, results, study, chosen)
-    write_csv(rows, os.path.join(workdir, "recall.csv"))
-    written = ["recall.csv", "recall_runs.csv"]
+    write_csv(rows, os.path.join(workdir, files.RECALL_CSV))
+    written = [files.RECALL_CSV, files.RECALL_RUNS_CSV]
     if is_sweep(have):
         rates = rates_record(have, results, chosen, study, at)
-        write_rates(os.path.join(workdir, "recall_rates.json"), rates)
-        written.append("recall_rates.json")
+        write_rates(os.path.join(workdir, files.RECALL_RATES_JSON), rates)
+        written.append(files.RECALL_RATES_JSON)
     else:
         rates = read_rates(str(study.rates)) if not str(study.lr).strip() else None
     return {"rows": rows, "rates": rates, "written": written}
@@ -67,8 +68,8 @@ def join(study, runs, workdir: str, ctx) -> dict:
 
 def report(study, workdir: str, joined: dict, ctx) -> str:
     """DIR/recall.png and the "Recall (MQAR)" section of DIR/report.md."""
-    plot(joined["rows"], study, os.path.join(workdir, "recall.png"))
-    path = os.path.join(workdir, "report.md")
+    plot(joined["rows"], study, os.path.join(workdir, files.RECALL_PNG))
+    path = os.path.join(workdir, files.REPORT_MD)
     update_report(path, report_section(joined["rows"], study, joined["rates"]))
-    ctx.log(f"[recall] wrote {workdir}/{', '.join(joined['written'] + ['recall.png', 'report.md'])}")
+    ctx.log(f"[recall] wrote {workdir}/{', '.join(joined['written'] + [files.RECALL_PNG, files.REPORT_MD])}")
     return path

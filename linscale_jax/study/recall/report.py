@@ -13,14 +13,11 @@ import re
 import numpy as np
 
 from linscale_jax.contract import split_list
-from linscale_jax.study.recall.table import CONTROL_ACCURACY, COPY_LEVEL, DID_NOT_TRAIN, RECALL, control
+from linscale_jax.models.sizes import Variant
+from linscale_jax.study.recall.table import CONTROL_ACCURACY, Status, control
 
 SECTION = "## Recall (MQAR)"
-STATUS_WORDS = {DID_NOT_TRAIN: "did not train", COPY_LEVEL: "copy level", RECALL: "recall"}
-
-
-def _base(label: str) -> str:
-    return label.split("+")[0]
+STATUS_WORDS = {Status.DID_NOT_TRAIN: "did not train", Status.COPY_LEVEL: "copy level", Status.RECALL: "recall"}
 
 
 def plot(rows: list[dict], study, path: str) -> None:
@@ -36,7 +33,8 @@ def plot(rows: list[dict], study, path: str) -> None:
     cells = [r for r in rows if r["seed"] == "all"]
     pairs = sorted({r["n_pairs"] for r in cells})
     labels = list(dict.fromkeys(r["arch"] for r in cells))
-    colour = {a: f"C{i}" for i, a in enumerate(dict.fromkeys(_base(a) for a in labels))}
+    variants = {a: Variant.parse(a) for a in labels}
+    colour = {a: f"C{i}" for i, a in enumerate(dict.fromkeys(v.arch for v in variants.values()))}
     fig, axes = plt.subplots(1, len(pairs), figsize=(5.2 * len(pairs), 4.2), squeeze=False, sharey=True)
     for ax, p in zip(axes[0], pairs):
         for label in labels:
@@ -44,14 +42,14 @@ def plot(rows: list[dict], study, path: str) -> None:
                           key=lambda r: r["state_floats"])
             if not mine:
                 continue
-            c, ls = colour[_base(label)], "--" if "+" in label else "-"
+            c, ls = colour[variants[label].arch], "--" if variants[label].is_variant else "-"
             x = np.array([r["state_floats"] for r in mine])
             y = np.array([r["accuracy"] for r in mine])
             err = np.array([y - [r["ci_low"] for r in mine], [r["ci_high"] for r in mine] - y])
             ax.errorbar(x, y, yerr=err, color=c, ls=ls, lw=1.2, capsize=2, label=label)
             for r in mine:
-                face = c if r["status"] == RECALL else "white"
-                marker = "x" if r["status"] == DID_NOT_TRAIN else "o"
+                face = c if r["status"] == Status.RECALL else "white"
+                marker = "x" if r["status"] == Status.DID_NOT_TRAIN else "o"
                 style = dict(edgecolors=c, facecolors=face) if marker == "o" else dict(color=c)
                 ax.scatter([r["state_floats"]], [r["accuracy"]], marker=marker, s=28, zorder=3, **style)
             usable = np.array([r["usable_state_floats"] for r in mine])
@@ -74,7 +72,7 @@ def plot(rows: list[dict], study, path: str) -> None:
 
 
 def _cell(r: dict) -> str:
-    if r["status"] == DID_NOT_TRAIN:
+    if r["status"] == Status.DID_NOT_TRAIN:
         return "did not train"
     return f"{r['accuracy']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}] {STATUS_WORDS[r['status']]}"
 

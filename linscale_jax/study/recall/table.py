@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import csv
 import math
+from enum import StrEnum
 
 import numpy as np
 
@@ -31,8 +32,18 @@ COLUMNS = ("arch", "d_model", "n_pairs", "seq_len", "accuracy", "ci_low", "ci_hi
            "variant", "usable_state_floats", "max_steps")
 RUN_COLUMNS = ("run", "arch", "d_model", "head_dim", "seed", "lr", "steps", "stopped_early",
                "val_accuracy", "test_loss", "status", "seconds")
-TRAINED, DID_NOT_TRAIN, COPY_LEVEL, RECALL = "trained", "did_not_train", "copy_level", "recall"
-STATUSES = (DID_NOT_TRAIN, COPY_LEVEL, RECALL)
+
+
+class Status(StrEnum):
+    """A run's status (TRAINED or DID_NOT_TRAIN) and a cell's (DID_NOT_TRAIN, COPY_LEVEL or RECALL)."""
+
+    TRAINED = "trained"  # a run that learnt to use its context
+    DID_NOT_TRAIN = "did_not_train"
+    COPY_LEVEL = "copy_level"
+    RECALL = "recall"
+
+
+STATUSES = (Status.DID_NOT_TRAIN, Status.COPY_LEVEL, Status.RECALL)  # a cell's
 CONTROL_ARCH, CONTROL_ACCURACY = BASELINE_ARCH, 0.9
 FEWER_STEPS = "fewer steps than the control"  # a recall result left out of the verdict
 
@@ -55,9 +66,9 @@ def did_not_train(test_loss: float, n_values: int, margin: float) -> bool:
 
 def cell_status(run_status: str, ci_low: float, n_pairs: int) -> str:
     """did_not_train (the run's status), copy_level (ci_low <= 1/n_pairs) or recall."""
-    if run_status == DID_NOT_TRAIN:
-        return DID_NOT_TRAIN
-    return COPY_LEVEL if not ci_low > 1.0 / n_pairs else RECALL
+    if run_status == Status.DID_NOT_TRAIN:
+        return Status.DID_NOT_TRAIN
+    return Status.COPY_LEVEL if not ci_low > 1.0 / n_pairs else Status.RECALL
 
 
 def accuracy_at(res: dict, steps: int | None) -> tuple[float, int]:
@@ -106,7 +117,7 @@ def cell_rows(runs: list, results: dict, study, chosen: dict | None = None) -> l
                                   max_steps=r.steps))
             rows += seeds
             lo = min(s["ci_low"] for s in seeds)
-            trained = DID_NOT_TRAIN if any(s["status"] == DID_NOT_TRAIN for s in seeds) else TRAINED
+            trained = Status.DID_NOT_TRAIN if any(s["status"] == Status.DID_NOT_TRAIN for s in seeds) else Status.TRAINED
             rows.append(dict(seeds[0], seed="all", status=cell_status(trained, lo, int(p)),
                              accuracy=float(np.mean([s["accuracy"] for s in seeds])),
                              ci_low=lo, ci_high=max(s["ci_high"] for s in seeds),
@@ -152,9 +163,9 @@ def control(rows: list[dict]) -> dict:
     """The positive control: the baseline reaches CONTROL_ACCURACY (seed mean) in a recall cell.
     {met, best (its best seed-mean accuracy, None without a baseline cell that trained), cell
     (d_model, head_dim, n_pairs of the best), passed: [(d_model, n_pairs) where it is met]}."""
-    ll = [r for r in rows if r["arch"] == CONTROL_ARCH and r["seed"] == "all" and r["status"] != DID_NOT_TRAIN]
+    ll = [r for r in rows if r["arch"] == CONTROL_ARCH and r["seed"] == "all" and r["status"] != Status.DID_NOT_TRAIN]
     passed = sorted({(r["d_model"], r["n_pairs"]) for r in ll
-                     if r["status"] == RECALL and r["accuracy"] >= CONTROL_ACCURACY})
+                     if r["status"] == Status.RECALL and r["accuracy"] >= CONTROL_ACCURACY})
     if not ll:
         return dict(met=False, best=None, cell=None, passed=[])
     top = max(ll, key=lambda r: r["accuracy"])
@@ -185,12 +196,12 @@ def verdict_input(path: str) -> dict:
     ctl = control(rows)
     ok = set(map(tuple, ctl["passed"]))
     need = {_shape(r): r["steps"] for r in cells if r["arch"] == CONTROL_ARCH and _shape(r) in ok}
-    use = [r for r in cells if r["status"] == RECALL and _shape(r) in ok
+    use = [r for r in cells if r["status"] == Status.RECALL and _shape(r) in ok
            and (r["arch"] == CONTROL_ARCH or r["max_steps"] >= need[_shape(r)])]
     kept = {id(r) for r in use}
 
     def why(r):
-        if r["status"] != RECALL:
+        if r["status"] != Status.RECALL:
             return r["status"]
         return "no control" if _shape(r) not in ok else FEWER_STEPS
 
@@ -198,4 +209,4 @@ def verdict_input(path: str) -> dict:
                 left_out=[(r["arch"], r["d_model"], r["head_dim"], r["n_pairs"], why(r)) for r in cells
                           if id(r) not in kept],
                 did_not_train=[(r["arch"], r["d_model"], r["head_dim"], r["n_pairs"]) for r in cells
-                               if r["status"] == DID_NOT_TRAIN])
+                               if r["status"] == Status.DID_NOT_TRAIN])

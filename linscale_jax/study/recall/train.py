@@ -6,7 +6,7 @@ checkpoints and resume like every run; then scored per number of pairs.
     result = process_run(study, runs[0])   # DIR/runs/<run>/result.json, reused while settings hold
 
 A shape "d64e16" is d_model 64 with head dim 16; study.n_layers layers; GLU width 8·ceil(int(8d/3)/8).
-An arch label is a registered arch or a variant "<arch>+<model field>=<value>" (sizes.split_variant),
+An arch label is a registered arch or a variant "<arch>+<model field>=<value>" (models.sizes.Variant),
 e.g. tnl+short_conv=4. The baseline (contract.BASELINE_ARCH) runs at study.baseline_shapes for at
 most study.baseline_max_steps steps (when set), the others at study.shapes for study.max_steps;
 study.sweep_steps (when set) trains every label that many steps instead (the sweep: its rates are
@@ -31,8 +31,10 @@ import time
 import numpy as np
 
 from linscale_jax.contract import BASELINE_ARCH, split_list
+from linscale_jax.models.sizes import Variant
+from linscale_jax.study import files
 from linscale_jax.study.recall import rates as rates_file
-from linscale_jax.study.recall.table import DID_NOT_TRAIN, TRAINED, did_not_train
+from linscale_jax.study.recall.table import Status, did_not_train
 
 
 def _print(msg: str) -> None:
@@ -49,7 +51,7 @@ def parse_shape(shape: str) -> tuple[int, int]:
 
 
 def _is_baseline(label: str) -> bool:
-    return label.split("+")[0] == BASELINE_ARCH
+    return Variant.parse(label).arch == BASELINE_ARCH
 
 
 def shapes_of(study, label: str) -> list[str]:
@@ -87,7 +89,8 @@ def model_config(study, label: str, d: int, e: int):
     from linscale_jax.data import mqar
     from linscale_jax.models import ModelConfig, sizes
 
-    arch, changes = sizes.split_variant(label)
+    v = Variant.parse(label)
+    arch, changes = v.arch, v.model_changes()
     return ModelConfig(arch=arch, size=f"d{d}e{e}", n_layers=int(study.n_layers), d_model=d,
                        n_heads=d // e, ffn_dim=sizes.paper_ffn_dim(d, 8),
                        vocab_size=mqar.vocab_size(int(study.n_keys), int(study.n_values)),
@@ -120,11 +123,6 @@ def mqar_options(study) -> dict:
                 power_a=float(study.power_a))
 
 
-def variant_of(label: str) -> str:
-    """'tnl+short_conv=4' -> 'short_conv=4'; '' for a registered arch as the paper defines it."""
-    return label.partition("+")[2]
-
-
 @dataclasses.dataclass
 class Run:
     """One training run (the fields the executor reads: name, workdir, steps, n_params, flops_exact,
@@ -149,7 +147,8 @@ class Run:
 
     @property
     def variant(self) -> str:
-        return variant_of(self.arch)
+        """'short_conv=4' of 'tnl+short_conv=4'; '' for a registered arch as the paper defines it."""
+        return Variant.parse(self.arch).text
 
     def settings(self, study) -> dict:
         """What the run's result depends on: the model section, the optimizer and step fields of the
@@ -266,7 +265,7 @@ def train_run(study, run: Run, log=_print) -> dict:
         per_pairs[str(p)] = dict(correct=k, queries=n, loss=loss / max(n, 1))
         k_all, n_all, loss_all = k_all + k, n_all + n, loss_all + loss
     test_loss = loss_all / max(n_all, 1)
-    status = DID_NOT_TRAIN if did_not_train(test_loss, opts["n_values"], float(study.dnt_margin)) else TRAINED
+    status = Status.DID_NOT_TRAIN if did_not_train(test_loss, opts["n_values"], float(study.dnt_margin)) else Status.TRAINED
     hist = history(run.workdir)
     step = int(summary["step"])
     return dict(settings=run.settings(study), steps=step, stopped_early=step < run.steps,
@@ -275,7 +274,7 @@ def train_run(study, run: Run, log=_print) -> dict:
 
 
 def result_path(run: Run) -> str:
-    return os.path.join(run.workdir, "result.json")
+    return os.path.join(run.workdir, files.RECALL_RESULT)
 
 
 def load_result(study, run: Run) -> dict | None:

@@ -25,7 +25,8 @@ import os
 
 import numpy as np
 
-from linscale_jax.contract import BASELINE_ARCH, RECALL_CSV
+from linscale_jax.contract import BASELINE_ARCH
+from linscale_jax.study.files import RECALL_CSV
 
 SECTION = "## The paper's findings in miniature"
 TITLES = (("power_laws", "1. Power laws fit every architecture"),
@@ -160,7 +161,7 @@ def retrieval(recall: dict | None, source: str) -> tuple[str, list[str]]:
     from linscale_jax.study.recall.table import FEWER_STEPS
 
     if not recall:
-        return ("**not measured here**: run `python -m linscale_jax.study --config=configs/study/recall.py "
+        return ("**not measured here**: run `python -m linscale_jax.study --config=recall "
                 "--workdir=R` and pass `--config.recall_from=R`", [])
     left = recall.get("left_out", [(a, d, e, p, "did_not_train") for a, d, e, p in recall["did_not_train"]])
     names = ", ".join(f"{a} d{d} e{e} P={p} ({s.replace('_', ' ')})" for a, d, e, p, s in left)
@@ -236,5 +237,5 @@ def recall_rows_from(study) -> tuple[dict | None, str]:
     path = os.path.join(src, RECALL_CSV)
     if not os.path.exists(path):
         raise FileNotFoundError(f"study.recall_from={src!r} has no recall.csv; run "
-                                f"`python -m linscale_jax.study --config=configs/study/recall.py --workdir={src}` first")
+                                f"`python -m linscale_jax.study --config=recall --workdir={src}` first")
     return read_recall(path), path

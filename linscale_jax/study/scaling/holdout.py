@@ -17,7 +17,7 @@ import os
 
 import numpy as np
 
-from linscale_jax import contract
+from linscale_jax.study import files
 
 # The paper fits its laws on all sizes and reports no held-out prediction (notes §6); the nearest
 # published figure is GPT-4's (OpenAI 2023): final loss predicted from runs of up to 1/10,000 the
@@ -38,12 +38,12 @@ def write(table, seed_sd, workdir: str, n_boot: int, seed: int) -> dict:
             preds += holdout.predict(table.select(arch), n_boot=n_boot, seed=seed, seed_sd=seed_sd)
         except FitError as e:
             errors[arch] = str(e)
-    holdout.write_csv(preds, contract.study_path(workdir, contract.HOLDOUT_CSV))
-    holdout.write_curves_csv(preds, contract.study_path(workdir, contract.HOLDOUT_CURVES_CSV))
+    holdout.write_csv(preds, files.study_path(workdir, files.HOLDOUT_CSV))
+    holdout.write_curves_csv(preds, files.study_path(workdir, files.HOLDOUT_CURVES_CSV))
     rows = [{**p.final(), "curve_inside": float(np.mean(p.inside)), "law": p.law, "resid_sd": p.resid_sd,
              "failed": p.failed, "n_sizes_fit": p.n_sizes_fit} for p in preds]
     summary = {"rows": rows, "errors": errors, "seed_sd": seed_sd.json(), "n_boot": n_boot}
-    with open(contract.study_path(workdir, contract.HOLDOUT_JSON), "w") as f:
+    with open(files.study_path(workdir, files.HOLDOUT_JSON), "w") as f:
         json.dump(summary, f, indent=2)
     return summary
 
@@ -60,7 +60,7 @@ def bound_note(law: dict) -> str:
 
 
 def report_section(workdir: str) -> list[str]:
-    path = contract.study_path(workdir, contract.HOLDOUT_JSON)
+    path = files.study_path(workdir, files.HOLDOUT_JSON)
     if not os.path.exists(path):
         return []
     s = json.load(open(path))

@@ -18,12 +18,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import shlex
+from enum import StrEnum
 from pathlib import Path
 
 import ml_collections
 
-from linscale_jax import contract
-from linscale_jax.contract import PF_DAY
+from linscale_jax.study import files
+from linscale_jax.contract import PF_DAY, split_list
 from linscale_jax.models import sizes
 from linscale_jax.train import rule
 
@@ -63,22 +64,15 @@ def replicate_seeds(study, size: str) -> list[int]:
     rep = study.get("replicates", None)
     if rep is None or not int(rep.get("seeds", 0)) or not str(rep.get("sizes", "")):
         return [0]
-    sizes = split_list(study.sizes)
+    sizes = split_list(study.sizes, "study.sizes")
     named = set()
-    for x in split_list(str(rep.sizes)):
+    for x in split_list(str(rep.sizes), "study.replicates.sizes"):
         named.add(sizes[0] if x == "smallest" else sizes[-1] if x == "largest" else x)
     unknown = named - set(sizes)
     if unknown:
         raise ValueError(f"study.replicates.sizes names {sorted(unknown)}, not sizes of this study "
                          f"({study.sizes}); use smallest, largest or one of them")
     return [0, *range(1, int(rep.seeds) + 1)] if size in named else [0]
-
-
-def split_list(value) -> list[str]:
-    items = [x.strip() for x in (value.split(",") if isinstance(value, str) else value) if str(x).strip()]
-    if not items:
-        raise ValueError(f"empty list {value!r} in the study preset; give comma-separated names")
-    return items
 
 
 def model_config(study, name: str) -> ml_collections.ConfigDict:
@@ -116,9 +110,9 @@ def run_config(study, arch: str, size: str, seed: int = 0) -> ml_collections.Con
     cfg = model_config(study, f"{arch}-{size}")
     for key, value in _flatten(study.overrides).items():
         _set(cfg, key, value)
-    base, changes = sizes.split_variant(arch)
-    if changes:  # a variant (an ablation of one mechanism) trains at its arch's settings for this size
-        ref = run_config(study, base, size, seed)
+    variant = sizes.Variant.parse(arch)
+    if variant.is_variant:  # a variant (an ablation of one mechanism) trains at its arch's settings for this size
+        ref = run_config(study, variant.arch, size, seed)
         cfg.optim.update(lr=ref.optim.lr, b2=ref.optim.b2, warmup_steps=ref.optim.warmup_steps, rule="paper")
         cfg.train.batch_size = ref.train.batch_size
     rule.resolve(cfg)  # optim.rule: the tuned rule's lr, batch, b2, warmup, before the budget's steps
@@ -148,7 +142,7 @@ def command(study, cfg, workdir: str) -> str:
 
 def build_plan(study, workdir: str) -> list[Run]:
     runs = []
-    for arch, size, seed in ((a, s, k) for a in split_list(study.archs) for s in split_list(study.sizes)
+    for arch, size, seed in ((a, s, k) for a in split_list(study.archs, "study.archs") for s in split_list(study.sizes, "study.sizes")
                              for k in replicate_seeds(study, s)):
         runs.append(make_run(study, run_config(study, arch, size, seed), arch, size, seed, workdir,
                              index=len(runs)))
@@ -165,7 +159,7 @@ def make_run(study, cfg, arch: str, size: str, seed: int, workdir: str, index: i
     mc = check_model(cfg, where=cfg.name)  # every model option, against train.seq_len
     seq = int(cfg.train.seq_len)
     tokens = int(cfg.train.steps) * int(cfg.train.batch_size) * seq
-    rd = contract.study_run_dir(workdir, cfg.name)
+    rd = files.study_run_dir(workdir, cfg.name)
     return Run(index=index, arch=arch, size=size, config=cfg, workdir=rd, steps=int(cfg.train.steps),
                tokens=tokens, flops=accounting.paper_flops_per_token(mc, seq) * tokens,
                flops_exact=accounting.flops_per_token_exact(mc, seq) * tokens,
@@ -193,16 +187,22 @@ def dry_run_text(runs: list[Run], spec: str | None = None) -> str:
     return "\n".join(lines)
 
 
-ESTIMATORS = ("val_loss", "cooldown", "val_loss_avg")
+class Estimator(StrEnum):
+    """A checkpoint's loss as a scaling-law point (study.estimators)."""
+
+    VAL_LOSS = "val_loss"  # the checkpoint's own weights (the paper's)
+    COOLDOWN = "cooldown"  # a short learning-rate cooldown branched off the checkpoint (scaling.cooldown)
+    VAL_LOSS_AVG = "val_loss_avg"  # the mean weights of the last quarter of the checkpoints (LAWA)
 
 
-def estimators(study) -> list[str]:
+def estimators(study) -> list[Estimator]:
     """The study's loss estimators (study.estimators); the first is the laws' and plots'."""
-    names = split_list(str(study.get("estimators", "val_loss")))
-    bad = [n for n in names if n not in ESTIMATORS]
+    names = split_list(str(study.get("estimators", "val_loss")), "study.estimators")
+    bad = [n for n in names if n not in list(Estimator)]
     if bad or len(set(names)) != len(names):
-        raise ValueError(f"study.estimators={study.estimators!r}: give distinct names from {ESTIMATORS}")
-    return names
+        raise ValueError(f"study.estimators={study.estimators!r}: give distinct names from "
+                         f"{', '.join(Estimator)}")
+    return [Estimator(n) for n in names]
 
 
 def fit_min_step(runs) -> int:

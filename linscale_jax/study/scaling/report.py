@@ -17,7 +17,7 @@ import os
 import numpy as np
 
 from linscale_jax import contract
-from linscale_jax.study import inputs
+from linscale_jax.study import files, inputs
 from linscale_jax.study.scaling import findings, holdout
 
 LAWS = (("L_C", "L(C)"), ("N_opt_C", "N_opt(C)"), ("D_opt_C", "D_opt(C)"))
@@ -254,7 +254,7 @@ def _comparisons(found: dict, fits: dict) -> list[str]:
 
 
 def _calibration_section(workdir: str) -> list[str]:
-    cal = inputs.calibration(contract.study_path(workdir, contract.CALIBRATION_JSON))
+    cal = inputs.calibration(files.study_path(workdir, files.CALIBRATION_JSON))
     if not cal:
         return []
     L = ["## Calibration of the verdicts on this study's design", "",
@@ -335,18 +335,18 @@ def write_report(workdir: str) -> str:
     from linscale_jax.fit import paper
     from linscale_jax.fit.table import load
 
-    path = contract.study_path(workdir, contract.FINDINGS_JSON)
+    path = files.study_path(workdir, files.FINDINGS_JSON)
     found = inputs.findings(path) if os.path.exists(path) else None
     if found is None:
-        raise FileNotFoundError(f"{workdir} has no {contract.FINDINGS_JSON}; run `python -m linscale_jax.study --config=... "
+        raise FileNotFoundError(f"{workdir} has no {files.FINDINGS_JSON}; run `python -m linscale_jax.study --config=... "
                                 f"--workdir={workdir} --join_only` first")
-    fits = _read(contract.study_path(workdir, contract.STUDY_FIT, contract.FITS_JSON)) or {}
-    rep_dir = contract.study_path(workdir, contract.REPORT_DIR)
+    fits = _read(files.study_path(workdir, files.STUDY_FIT, contract.FITS_JSON)) or {}
+    rep_dir = files.study_path(workdir, files.REPORT_DIR)
     os.makedirs(rep_dir, exist_ok=True)
-    table = load(contract.study_path(workdir, contract.STUDY_FIT, contract.STUDY_TABLE)).with_compute_unit("pf-days")
-    plot_loss_vs_compute(table, contract.study_path(workdir, contract.STUDY_FIT, contract.ENVELOPE_CSV), fits,
+    table = load(files.study_path(workdir, files.STUDY_FIT, files.STUDY_TABLE)).with_compute_unit("pf-days")
+    plot_loss_vs_compute(table, files.study_path(workdir, files.STUDY_FIT, files.ENVELOPE_CSV), fits,
                          os.path.join(rep_dir, "loss_vs_compute.png"))
-    curves = contract.study_path(workdir, contract.HOLDOUT_CURVES_CSV)
+    curves = files.study_path(workdir, files.HOLDOUT_CURVES_CSV)
     if os.path.exists(curves) and os.path.getsize(curves) > 80:
         fit_holdout.plot(curves, table, os.path.join(rep_dir, "holdout.png"), "C (PF-days)")
     d, runs = found["design"], found["runs"]
@@ -381,7 +381,7 @@ def write_report(workdir: str) -> str:
     L += _niah_section(runs)
     L += _runs_table(runs)
     L += _wall_section(runs, found.get("wall"))
-    path = contract.study_path(workdir, contract.REPORT_MD)
+    path = files.study_path(workdir, files.REPORT_MD)
     with open(path, "w") as f:
         f.write("\n".join(L) + "\n")
     return path

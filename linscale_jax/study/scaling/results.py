@@ -21,11 +21,12 @@ import csv
 import json
 import os
 import time
-from pathlib import Path
 
 import numpy as np
 
 from linscale_jax import contract
+from linscale_jax.study import files
+from linscale_jax.models.sizes import Variant
 from linscale_jax.study.scaling import compare, findings, holdout, plan
 
 BRACKETING_COLUMNS = ("arch", "estimator", "interior", "smallest", "largest", "one_size")
@@ -41,10 +42,10 @@ PROTOCOL = "learning-rate protocol"
 
 def porian_tokens_per_param(flops: float = 1.25e16, dataset: str = "rw") -> list[dict]:
     """[{config, label, tokens_per_param, n_opt}] from linscale_jax/fit/data/porian2024_optimal_pairs.csv at `flops`."""
-    from linscale_jax import fit
+    from linscale_jax.fit import reference
 
-    path = Path(fit.__file__).parent / "data" / "porian2024_optimal_pairs.csv"
-    rows = {r["config"]: r for r in csv.DictReader(open(path))
+    path = reference.DATA_DIR.joinpath("porian2024_optimal_pairs.csv")
+    rows = {r["config"]: r for r in csv.DictReader(path.open())
             if r["dataset"] == dataset and float(r["flops"]) == flops}
     return [dict(config=c, label=label, n_opt=float(rows[c]["n_opt"]),
                  tokens_per_param=float(rows[c]["t_opt"]) / float(rows[c]["n_opt"]))
@@ -56,7 +57,7 @@ def tables(study, workdir: str) -> dict:
     from linscale_jax.study.scaling import verdicts
 
     names = plan.estimators(study)
-    specs = [f"{n}={contract.study_path(workdir, contract.STUDY_FIT, contract.fit_table_name(n, i == 0))}"
+    specs = [f"{n}={files.study_path(workdir, files.STUDY_FIT, files.fit_table_name(n, i == 0))}"
              for i, n in enumerate(names)]
     return verdicts.load_tables([x for x in specs if os.path.exists(x.split("=", 1)[1])])
 
@@ -79,14 +80,14 @@ def bracketing(tabs: dict, workdir: str) -> dict:
             env_rows += [dict(arch=a, estimator=est, compute=f"{c:.6g}", loss=f"{l:.6f}", n_params=f"{n:.6g}",
                               tokens=f"{d:.6g}", clamped=int(k))
                          for c, l, n, d, k in zip(env.compute, env.loss, env.n_params, env.tokens, env.clamped)]
-    fit_dir = contract.study_path(workdir, contract.STUDY_FIT)
-    with open(os.path.join(fit_dir, contract.BRACKETING_CSV), "w", newline="") as f:
+    fit_dir = files.study_path(workdir, files.STUDY_FIT)
+    with open(os.path.join(fit_dir, files.BRACKETING_CSV), "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(BRACKETING_COLUMNS)
         for est, archs in out.items():
             for a, s in archs.items():
                 w.writerow([a, est, *(f"{s[k]:.4f}" for k in BRACKETING_COLUMNS[2:])])
-    with open(os.path.join(fit_dir, contract.ENVELOPE_CSV), "w", newline="") as f:
+    with open(os.path.join(fit_dir, files.ENVELOPE_CSV), "w", newline="") as f:
         w = csv.DictWriter(f, ("arch", "estimator", "compute", "loss", "n_params", "tokens", "clamped"))
         w.writeheader()
         w.writerows(env_rows)
@@ -147,7 +148,7 @@ def _final_rows(run) -> dict:
 
 def _timing(run) -> dict:
     """The sums over a run's invocations in <run>/timing.jsonl (train, eval and their compile)."""
-    path = os.path.join(run.workdir, contract.TIMING)
+    path = os.path.join(run.workdir, files.TIMING)
     keys = ("train_s", "train_compile_s", "eval_s", "eval_compile_s", "cooldown_s", "cooldown_compile_s")
     tot = dict.fromkeys(keys, 0.0)
     if os.path.exists(path):
@@ -202,12 +203,12 @@ def probes(rows: list[dict], workdir: str, seed: int) -> dict:
 
 def design(study, runs) -> dict:
     c = runs[0].config
-    return dict(archs=plan.split_list(study.archs), sizes=plan.split_list(study.sizes), runs=len(runs),
+    return dict(archs=contract.split_list(study.archs, "study.archs"), sizes=contract.split_list(study.sizes, "study.sizes"), runs=len(runs),
                 tokens=runs[0].tokens, steps=spread(runs, lambda r: r.steps),
                 batch=spread(runs, lambda r: r.config.train.batch_size), seq_len=int(c.train.seq_len),
                 lr=spread(runs, lambda r: r.config.optim.lr), b2=spread(runs, lambda r: r.config.optim.b2),
                 schedule=str(c.optim.schedule), warmup=spread(runs, lambda r: r.config.optim.warmup_steps),
-                protocol=next((r.config.optim.get("rule", None) for r in runs if "+" not in r.arch),
+                protocol=next((r.config.optim.get("rule", None) for r in runs if not Variant.parse(r.arch).is_variant),
                               c.optim.get("rule", None)),  # variants pin their arch's settings
                 data_task=str(c.data.task),
                 vocab=str(c.data.get("vocab", "")), vocab_size=int(c.model.vocab_size),
@@ -230,9 +231,9 @@ def protocol_sources(study, runs: list) -> tuple[dict | None, str]:
     src = str(study.get("protocol_from", "") or "")
     if not src:
         return None, ""
-    path = contract.study_path(src, contract.FINDINGS_JSON)
+    path = files.study_path(src, files.FINDINGS_JSON)
     if not os.path.exists(path):
-        raise FileNotFoundError(f"study.protocol_from={src!r} has no {contract.FINDINGS_JSON}; run the other "
+        raise FileNotFoundError(f"study.protocol_from={src!r} has no {files.FINDINGS_JSON}; run the other "
                                 "learning-rate protocol's study first "
                                 f"(`python -m linscale_jax.study --config=... --workdir={src}`)")
     return inputs.other_protocol(src, design(study, runs)), src
@@ -299,7 +300,7 @@ def write(study, runs, workdir: str, fit_errors: dict | None = None, wall: dict 
         found["wall"] = dict(runs_s=wall.get("runs_s"), workers=wall.get("workers", 1),
                              fit_s=time.time() - wall["t0"])
     found = verdicts.plain(found)
-    with open(contract.study_path(workdir, contract.FINDINGS_JSON), "w") as f:
+    with open(files.study_path(workdir, files.FINDINGS_JSON), "w") as f:
         json.dump(found, f, indent=2)
     return found
 

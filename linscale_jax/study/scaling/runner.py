@@ -33,11 +33,13 @@ import time
 import jax
 import numpy as np
 
+from linscale_jax.study import files
 from linscale_jax import contract, fit
 from linscale_jax.errors import Stopped
 from linscale_jax.parallel import distributed
 from linscale_jax.study.scaling import findings, results
 from linscale_jax.study.scaling import plan as plan_lib
+from linscale_jax.study.scaling.plan import Estimator
 
 
 def _print(msg: str) -> None:
@@ -101,12 +103,12 @@ def fit_loss(study) -> str:
 
 def loss_tasks(study) -> tuple[str, ...]:
     """Evaluated at every checkpoint: val_loss, and val_loss_avg when it is an estimator."""
-    return ("val_loss",) + (("val_loss_avg",) if "val_loss_avg" in estimators(study) else ())
+    return (Estimator.VAL_LOSS,) + ((Estimator.VAL_LOSS_AVG,) if Estimator.VAL_LOSS_AVG in estimators(study) else ())
 
 
 def cooldown_dirs(run) -> list[str]:
     """The run's cooldown branch workdirs that exist (DIR/runs/<run>/cooldowns/<step>)."""
-    root = os.path.join(run.workdir, contract.COOLDOWNS)
+    root = os.path.join(run.workdir, files.COOLDOWNS)
     if not os.path.isdir(root):
         return []
     return [os.path.join(root, d) for d in sorted(os.listdir(root), key=lambda x: int(x) if x.isdigit() else -1)
@@ -120,7 +122,7 @@ def run_cooldowns(study, run, ctx, log=_print) -> None:
 
     c = study.cooldown
     for step in cooldown.branch_steps(run.config, int(c.points)):
-        out = os.path.join(run.workdir, contract.COOLDOWNS, str(step))
+        out = os.path.join(run.workdir, files.COOLDOWNS, str(step))
         cooldown.cooldown(run.config, run.workdir, step, float(c.fraction), out, shape=str(c.shape))
         evaluate(out, "all", ("val_loss",), ctx_kwargs=ctx, log=log)
 
@@ -166,11 +168,11 @@ def process_run(study, run, log=_print, final: bool = True) -> None:
     if final:
         evaluate(run.workdir, "last", final_tasks(study), ctx_kwargs=ctx, log=log)
     c2, t2 = _compile_clock(), time.time()
-    if "cooldown" in estimators(study):
+    if Estimator.COOLDOWN in estimators(study):
         run_cooldowns(study, run, ctx, log)
     c3, t3 = _compile_clock(), time.time()
     if distributed.is_primary():
-        with open(os.path.join(run.workdir, contract.TIMING), "a") as f:
+        with open(os.path.join(run.workdir, files.TIMING), "a") as f:
             f.write(json.dumps(dict(trained=trained_here, train_s=round(t1 - t0, 2),
                                     train_compile_s=round(c1 - c0, 2), eval_s=round(t2 - t1, 2),
                                     eval_compile_s=round(c2 - c1, 2), cooldown_s=round(t3 - t2, 2),
@@ -185,7 +187,7 @@ def plan(study, workdir: str) -> list:
     runs = plan_lib.build_plan(study, workdir)
     findings.recall_rows_from(study)  # a wrong study.recall_from (or protocol_from) fails now, not after training
     results.protocol_sources(study, runs)
-    if "cooldown" in estimators(study) and str(study.overrides.optim.get("schedule", "")) != "constant":
+    if Estimator.COOLDOWN in estimators(study) and str(study.overrides.optim.get("schedule", "")) != "constant":
         raise ValueError(f"study.estimators has cooldown, which branches off a constant learning rate, but "
                          f"overrides.optim.schedule is {study.overrides.optim.get('schedule')!r}: set "
                          "--config.overrides.optim.schedule=constant or drop cooldown from study.estimators")
@@ -199,7 +201,7 @@ def plan(study, workdir: str) -> list:
 
 def start(study, workdir: str, runs) -> None:
     """DIR/plan.txt: the dry-run listing of every run (a record for the hosts of a sharded study)."""
-    with open(contract.study_path(workdir, contract.STUDY_PLAN), "w") as f:
+    with open(files.study_path(workdir, files.STUDY_PLAN), "w") as f:
         f.write(plan_lib.dry_run_text(runs) + "\n")
 
 
@@ -220,7 +222,7 @@ def join(study, runs, workdir: str, ctx) -> dict:
         raise ValueError(f"--approach must be 1, 2 or 3, got {approach}; pass one of those.")
     have = [r for r in runs if os.path.exists(os.path.join(r.workdir, contract.EVAL_RESULTS))]
     if not have:
-        raise FileNotFoundError(f"no evaluated runs under {workdir}/{contract.STUDY_RUNS}; train some first")
+        raise FileNotFoundError(f"no evaluated runs under {workdir}/{files.STUDY_RUNS}; train some first")
     seed_of = {r.name: r.seed for r in runs}
     # the study's arch label: a variant run (cosformer2+tpe=none) is its own arch in every table,
     # not the model config's arch
@@ -229,26 +231,26 @@ def join(study, runs, workdir: str, ctx) -> dict:
     def labelled(row):
         return {**row, "arch": arch_of.get(row["run"], row["arch"]), "seed": seed_of.get(row["run"], "")}
 
-    table = contract.study_path(workdir, contract.STUDY_TABLE)
+    table = files.study_path(workdir, files.STUDY_TABLE)
     rows = [labelled(r) for r in collect([r.workdir for r in have])]
     write_csv(rows, table)
     log(f"[study] joined {len(have)}/{len(runs)} run(s) into {table}")
-    fit_dir = contract.study_path(workdir, contract.STUDY_FIT)
+    fit_dir = files.study_path(workdir, files.STUDY_FIT)
     os.makedirs(fit_dir, exist_ok=True)
     warmup = plan_lib.fit_min_step(runs)
     after = [r for r in rows if int(r["step"]) >= warmup]
     for i, name in enumerate(estimators(study)):  # one fit table per estimator, the first the laws'
-        if name == "val_loss":
+        if name is Estimator.VAL_LOSS:
             est = after
-        elif name == "val_loss_avg":
+        elif name is Estimator.VAL_LOSS_AVG:
             est = [{**r, "loss": r.get("val_loss_avg.val_loss")} for r in after]
         else:
             dirs = [d for r in have for d in cooldown_dirs(r)
                     if os.path.exists(os.path.join(d, contract.EVAL_RESULTS))]
             est = [labelled(r) for r in collect(dirs)] if dirs else []
         if est:
-            write_csv(est, os.path.join(fit_dir, contract.fit_table_name(name, i == 0)))
-    fit_table = os.path.join(fit_dir, contract.fit_table_name(fit_loss(study), True))
+            write_csv(est, os.path.join(fit_dir, files.fit_table_name(name, i == 0)))
+    fit_table = os.path.join(fit_dir, files.fit_table_name(fit_loss(study), True))
     if not os.path.exists(fit_table):
         raise FileNotFoundError(f"no {fit_loss(study)} rows to fit in {workdir}; evaluate the runs first")
     errors = fit_laws(study, fit_table, fit_dir, approach, log)
@@ -283,7 +285,7 @@ def fit_laws(study, table_path: str, out: str, approach: int, log=_print) -> dic
             errors[arch] = str(e)
             log(f"[study] fit {arch}: {e}")
     os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, contract.FIT_ERRORS), "w") as f:
+    with open(os.path.join(out, files.FIT_ERRORS), "w") as f:
         json.dump(errors, f, indent=2)
     if good:
         options = dataclasses.replace(options, archs=tuple(good))

@@ -17,17 +17,17 @@ import json
 import os
 
 from linscale_jax import contract
-from linscale_jax.study import inputs
+from linscale_jax.study import files, inputs
 
 def _load(workdir: str) -> dict:
-    need = [contract.study_path(workdir, contract.FINDINGS_JSON),
-            contract.study_path(workdir, contract.STUDY_FIT, contract.FITS_JSON)]
+    need = [files.study_path(workdir, files.FINDINGS_JSON),
+            files.study_path(workdir, files.STUDY_FIT, contract.FITS_JSON)]
     missing = [p for p in need if not os.path.exists(p)]
     if missing:
         raise FileNotFoundError(f"{workdir} is not a finished study (missing {', '.join(missing)}); run "
                                 f"`python -m linscale_jax.study --config=... --workdir={workdir}` (or --join_only) first")
-    hold = contract.study_path(workdir, contract.HOLDOUT_CSV)
-    table = list(csv.DictReader(open(contract.study_path(workdir, contract.STUDY_FIT, contract.STUDY_TABLE))))
+    hold = files.study_path(workdir, files.HOLDOUT_CSV)
+    table = list(csv.DictReader(open(files.study_path(workdir, files.STUDY_FIT, files.STUDY_TABLE))))
     final = {}
     for r in table:  # the largest size's last checkpoint per arch
         key = (float(r["n_params"]), int(r["step"]))

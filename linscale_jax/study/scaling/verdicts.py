@@ -27,6 +27,7 @@ import json
 import numpy as np
 
 from linscale_jax.contract import BASELINE_ARCH
+from linscale_jax.models.sizes import Variant
 
 DEFAULT_MARGIN = 0.05  # nats: differences inside ±0.05 (≈2.5% of the study's losses) count as equal
 DEFAULT_TOLERANCE = 0.1  # nats: a held-out final loss within ±0.1 of the prediction (≈5%)
@@ -164,8 +165,8 @@ def judge(table, *, margin: float = DEFAULT_MARGIN, tolerance: float = DEFAULT_T
                seed_sd={a: s.json() for a, s in prep["seed_sd"].items()}, seed_sd_pooled=prep["pooled"].json(),
                noise={a: dict(ckpt_sd=v[0], rho=v[1]) for a, v in prep["noise"].items()}, block=prep["block"])
     # finding 2 ---------------------------------------------------------------------------------
-    # a variant label (`cosformer2+tpe=none`, models.sizes.split_variant) is judged as its arch
-    judged = [a for a in table.archs if a.split("+", 1)[0] in linear]
+    # a variant label (`cosformer2+tpe=none`, models.sizes.Variant) is judged as its arch
+    judged = [a for a in table.archs if Variant.parse(a).arch in linear]
     out["not_judged"] = [a for a in table.archs if a != baseline and a not in judged]
     eq = dict(verdict="not measured", archs={}, compute=c_star)
     if baseline in curves and judged:

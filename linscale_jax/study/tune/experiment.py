@@ -27,12 +27,10 @@ from __future__ import annotations
 import math
 import os
 
+from linscale_jax.study import files
 from linscale_jax.study.scaling import plan as plan_lib
 from linscale_jax.study.tune import outputs
 from linscale_jax.study.tune.grid import all_cells, make_run
-
-DIVERGED = "diverged.txt"  # DIR/runs/<cell>/diverged.txt: the trainer stopped the run as diverged
-
 
 def read_loss(run) -> tuple[float, float] | None:
     """(loss under cooldown at the budget's end, val_loss at the last checkpoint) of a finished
@@ -40,7 +38,7 @@ def read_loss(run) -> tuple[float, float] | None:
     from linscale_jax.eval.runner import read_results
     from linscale_jax.study.scaling import runner
 
-    if os.path.exists(os.path.join(run.workdir, DIVERGED)):
+    if os.path.exists(os.path.join(run.workdir, files.DIVERGED)):
         return math.inf, math.inf
     final = [r for r in read_results(run.workdir) if r["task"] == "val_loss" and int(r["step"]) == run.steps]
     dirs = runner.cooldown_dirs(run)
@@ -53,14 +51,14 @@ def read_loss(run) -> tuple[float, float] | None:
 
 def process_cell(study, run, log=print, final: bool = False) -> None:
     """One cell: scaling.runner.process_run (train, evaluate, cooldown); a run the trainer stops as
-    diverged is marked (DIVERGED), an infinite loss, not a failure."""
+    diverged is marked (files.DIVERGED), an infinite loss, not a failure."""
     from linscale_jax.study.scaling import runner
     from linscale_jax.train.divergence import DivergenceError
 
     try:
         runner.process_run(study, run, log=log, final=False)
     except DivergenceError as e:
-        with open(os.path.join(run.workdir, DIVERGED), "w") as f:
+        with open(os.path.join(run.workdir, files.DIVERGED), "w") as f:
             f.write(f"{e}\n")
         log(f"[tune] {run.name} diverged: counted as an infinite loss")
 

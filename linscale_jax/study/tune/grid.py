@@ -24,6 +24,7 @@ import math
 
 import numpy as np
 
+from linscale_jax.contract import split_list
 from linscale_jax.study.scaling import plan as plan_lib
 from linscale_jax.study.tune import fit as tune_fit
 from linscale_jax.study.tune.fit import Cell, lr_of
@@ -36,11 +37,11 @@ def cell_name(c: Cell, lr_base: float) -> str:
 
 def names(value) -> list[str]:
     """A comma list of the preset, [] when empty (tune.check_archs = "": no checks)."""
-    return plan_lib.split_list(str(value)) if str(value or "").strip() else []
+    return split_list(str(value or ""))
 
 
-def floats(value) -> list[float]:
-    return [float(x) for x in plan_lib.split_list(str(value))]
+def floats(value, field: str) -> list[float]:
+    return [float(x) for x in split_list(str(value), field)]
 
 
 def cell_config(study, c: Cell):
@@ -106,12 +107,12 @@ def tuned_cells(t, arch: str, size: str, n: float, loss: dict) -> list[Cell]:
     b1 = p.line(batch0, beta0, range(k0 - half, k0 - half + int(t.lr_points)), always=True)
     if b1 is None:
         return p.want
-    beta2s = floats(t.beta2s)
+    beta2s = floats(t.beta2s, "study.tune.beta2s")
     if p.need([Cell(arch, size, b1.k, batch0, b) for b in beta2s]):
         return p.want
     beta = min((Cell(arch, size, b1.k, batch0, b) for b in beta2s), key=lambda c: loss[c]).beta2
     bests, waiting = {}, False
-    for b in (int(x) for x in floats(t.batches)):
+    for b in (int(x) for x in floats(t.batches, "study.tune.batches")):
         r = p.line(b, beta, [b1.k - 1, b1.k, b1.k + 1])
         waiting |= r is None
         bests[b] = r
@@ -146,7 +147,7 @@ def check_cells(t, arch: str, size: str, rule_lr: float, batch: int, beta2: floa
 
 
 def sizes_of(study) -> list[str]:
-    return plan_lib.split_list(study.sizes)
+    return split_list(study.sizes, "study.sizes")
 
 
 _N_PARAMS: dict = {}
@@ -166,7 +167,7 @@ def n_params_of(study, arch: str, size: str) -> float:
 def replicate_sizes(study) -> list[str]:
     sizes = sizes_of(study)
     out = []
-    for x in plan_lib.split_list(str(study.tune.replicate_sizes)):
+    for x in split_list(str(study.tune.replicate_sizes)):
         s = sizes[0] if x == "smallest" else sizes[-1] if x == "largest" else x
         if s not in out:
             out.append(s)
@@ -178,7 +179,7 @@ def rule_of(study, loss: dict, bootstrap: int | None = None) -> dict:
     t = study.tune
     sigma, _ = tune_fit.seed_sd(loss)
     out = {}
-    for arch in plan_lib.split_list(study.archs):
+    for arch in split_list(study.archs, "study.archs"):
         cells = {s: [c for c in loss if (c.arch, c.size) == (arch, s)] for s in sizes_of(study)}
         out[arch] = tune_fit.fit_rules(cells, loss, {s: n_params_of(study, arch, s) for s in cells},
                                        float(t.lr_base), sigma,
@@ -198,7 +199,7 @@ def beta2_of(fitted: dict) -> float:
 def all_cells(study, loss: dict) -> list[Cell]:
     """Every cell the staged grid calls for given the losses so far (stages wait on each other)."""
     t = study.tune
-    tuned = plan_lib.split_list(study.archs)
+    tuned = split_list(study.archs, "study.archs")
     want = []
     for arch in tuned:
         for s in sizes_of(study):
@@ -214,7 +215,7 @@ def all_cells(study, loss: dict) -> list[Cell]:
     ref = rule_of(study, loss, bootstrap=0)[tuned[0]]
     beta2 = beta2_of(ref)
     for arch in names(study.tune.check_archs):
-        for s in plan_lib.split_list(str(study.tune.check_sizes)):
+        for s in split_list(str(study.tune.check_sizes)):
             n = n_params_of(study, arch, s)
             want += check_cells(t, arch, s, tune_fit.law_value(ref["lr"], n),
                                 rule_batch(ref["batch"], n), beta2, loss)

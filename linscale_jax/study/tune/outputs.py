@@ -20,13 +20,10 @@ from pathlib import Path
 import numpy as np
 
 from linscale_jax import contract
-from linscale_jax.study.scaling import plan as plan_lib
+from linscale_jax.study import files
 from linscale_jax.study.tune import fit as tune_fit
 from linscale_jax.study.tune.fit import Cell, lr_of
 from linscale_jax.study.tune.grid import (beta2_of, cell_config, cell_name, n_params_of, names, rule_of, sizes_of)
-
-TUNE_DIR = "tune"
-
 
 def _print(msg: str) -> None:
     print(msg, flush=True)
@@ -76,7 +73,7 @@ def _fmt_ci(ci, fmt="{:.3g}") -> str:
 def join(study, workdir: str, seen: dict) -> dict:
     """DIR/tune/cells.csv and rule.json from the measured cells {cell: (loss, val_loss)}: the fitted
     rules (the file linscale_jax.train.rule reads) and one row per cell."""
-    out_dir = contract.study_path(workdir, TUNE_DIR)
+    out_dir = files.study_path(workdir, files.TUNE_DIR)
     os.makedirs(out_dir, exist_ok=True)
     loss = {c: v[0] for c, v in seen.items()}
     fitted = rule_of(study, loss)
@@ -127,7 +124,7 @@ def _sizes_json(f: dict, lr_base: float) -> dict:
 def rule_file(study, loss: dict, fitted: dict, sigma: float, pairs: int, rows: list[dict]) -> dict:
     """The rule file (linscale_jax.train.rule): laws per arch, range, data, provenance, cells."""
     t = study.tune
-    ref_arch = plan_lib.split_list(study.archs)[0]
+    ref_arch = contract.split_list(study.archs, "study.archs")[0]
     archs = {arch: {"lr": _law_json(f["lr"]), "batch": _law_json(f["batch"]), "beta2": beta2_of(f),
                     "sizes": _sizes_json(f, float(t.lr_base))} for arch, f in fitted.items()}
     for arch, ch in check_summary(study, loss, fitted[ref_arch]).items():
@@ -174,7 +171,7 @@ def check_summary(study, loss: dict, ref: dict) -> dict:
     out = {}
     for arch in names(t.check_archs):
         sizes = {}
-        for s in plan_lib.split_list(str(t.check_sizes)):
+        for s in contract.split_list(t.check_sizes):
             cells = [c for c in loss if (c.arch, c.size) == (arch, s)]
             if not cells:
                 continue
