@@ -176,7 +176,7 @@ def _failure(e: BaseException, run) -> Outcome:
     os.makedirs(run.workdir, exist_ok=True)
     with open(log_path, "a") as f:
         traceback.print_exception(e, file=f)
-    line = command.one_line(e, run.workdir, "study") if isinstance(e, UserError) else f"{type(e).__name__}: {e}"
+    line = command.one_line(e, run.workdir, "study")  # the trainer's own line, as the pool's workers say it
     return Outcome(Status.FAILED, error_class(e), f"{line} (log: {log_path})")
 
 

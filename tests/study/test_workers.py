@@ -148,7 +148,7 @@ def test_the_workers_die_with_their_driver(tmp_path):
     import subprocess
     import sys
 
-    script = (f"import sys; sys.path[:0] = {[str(Path(__file__).parent), str(Path(__file__).parents[2])]!r}\n"
+    script = (f"import sys; sys.path[:0] = {[str(Path(__file__).parent), str(Path(__file__).parents[1]), str(Path(__file__).parents[2])]!r}\n"
               "from test_workers import FakeRun, hold_forever\n"
               "from linscale_jax.study import workers\n"
               f"runs = [FakeRun(n, {str(tmp_path)!r} + '/' + n, 1.0) for n in ('a', 'b', 'c')]\n"

@@ -156,7 +156,7 @@ def read_csv(path: str) -> list[dict]:
     checked (study.inputs.recall_rows: one line naming the file and row)."""
     from linscale_jax.study import inputs
 
-    return inputs.recall_rows(path, COLUMNS, STATUSES, DID_NOT_TRAIN)
+    return inputs.recall_rows(path, COLUMNS, STATUSES, Status.DID_NOT_TRAIN)
 
 
 def control(rows: list[dict]) -> dict:
