@@ -69,6 +69,6 @@ def report(study, workdir: str, joined: dict, ctx) -> str:
     """DIR/recall.png and the "Recall (MQAR)" section of DIR/report.md."""
     plot(joined["rows"], study, os.path.join(workdir, "recall.png"))
     path = os.path.join(workdir, "report.md")
-    update_report(path, report_section(joined["rows"], study, joined["rates"]))
+    update_report(path, report_section(joined["rows"], study, joined["rates"], os.path.join(workdir, "recall.csv")))
     ctx.log(f"[recall] wrote {workdir}/{', '.join(joined['written'] + ['recall.png', 'report.md'])}")
     return path
