@@ -6,6 +6,7 @@ calibration runs the same verdict code on simulations of the study's design."""
 import csv
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -219,6 +220,7 @@ def test_report_leads_with_its_answer(written):
     assert "- Not measured: finding 3 (run `python -m linscale_jax.study --config=configs/study/recall.py" in summary
     interior = {a: s["interior"] for a, s in found["bracketing"]["val_loss"].items()}
     assert max(interior.values()) < 0.5 and "are **bounds, not measured optima**" in summary
+    assert "envelopes are interior on " in summary and not re.search(r"(\d+%)–\1 ", summary)  # no '0%–0%'
 
 
 def test_bounds_and_unmeasured_probes_say_so_in_their_rows(written, tmp_path):

@@ -58,8 +58,8 @@ def test_quick_study_stops_resumes_and_reports(tmp_path):
     report = (Path(wd) / "report.md").read_text()
     assert report.startswith("# Miniature scaling study") and "\n## Summary\n" in report[:2000]
     # NIAH's shortest prompt does not fit in 128 trained tokens: not run, one line says why
-    assert ("**Retrieval, NIAH**: not measured: the shortest prompt (needle, question and 32 haystack tokens: "
-            "129 tokens) and its answer do not fit in the trained context of 128 tokens") in report
+    assert ("**Retrieval, NIAH**: not measured: the shortest prompt, 129 tokens of needle, question and 32 "
+            "haystack tokens, and its answer do not fit in the trained context of 128 tokens") in report
     assert ("**Line probe**: not measured: the positive control failed" in report) != ("- Δ llama − hgrn2:" in report)
     for needle in ("Scale difference from the paper", "Table 3", "Lowest loss at the largest common compute",
                    "Exponents side by side", "report/loss_vs_step.png", "N_opt(C)",

@@ -73,8 +73,10 @@ def test_held_out_bias_names_errors_of_one_sign():
     assert b["n"] == 4 and b["archs"] == 2 and b["same_sign"] and b["sign_p"] == 0.5
     assert np.isclose(b["mean"], 0.045) and np.allclose(b["ci95"], [0.045 - half, 0.045 + half])
     assert "**all 4 share one sign** (above: the law under-predicts" in holdout.bias_text(b)
+    assert " nats over 4 held-out errors (2 archs)" in holdout.bias_text(b)
     mixed = holdout.bias([0.05, -0.07, 0.02], ["a", "b", "c"])
     assert not mixed["same_sign"] and mixed["sign_p"] is None and "one sign" not in holdout.bias_text(mixed)
+    assert " nats over 3 held-out errors (one per arch)" in holdout.bias_text(mixed)
     assert holdout.bias([], []) == {"n": 0}
 
 
@@ -89,7 +91,7 @@ def test_probe_comparisons_need_their_positive_control():
     probe = compare.probe_comparison({"llama": 0.9, "tnl": 0.5}, {"llama": 64, "tnl": 64})
     assert probe["control"]["met"] and np.isclose(probe["minus_baseline"]["tnl"][0], 0.4)
     probe = compare.probe_comparison({"llama": 0.3, "tnl": 0.5}, {"llama": 64, "tnl": 64}, chance=0.25)
-    assert probe["minus_baseline"] == {} and "not above chance (0.25)" in probe["not_measured"]
+    assert probe["minus_baseline"] == {} and "not above chance, 0.25" in probe["not_measured"]
     assert compare.probe_comparison({"tnl": 0.5}, {"tnl": 64})["not_measured"] == "no llama run to serve as the positive control"
 
 
@@ -111,3 +113,24 @@ def test_niah_runs_only_where_its_prompt_fits_the_trained_context(tmp_path):
     assert lengths[0] == 130 and lengths[-1] == niah.in_context_max(256) == 256 - 1 - niah.ANSWER_TOKENS
     with pytest.raises(ValueError, match="do not fit in the trained context of 128 tokens"):
         niah.context_grid(128, 5, 3, min_len=129)
+
+
+def test_niah_counts_only_cells_within_the_trained_context(tmp_path):
+    import json
+    from types import SimpleNamespace
+
+    import ml_collections
+
+    from linscale_jax.study.scaling import results
+
+    rows = []
+    for a, first in (("llama", 10.0), ("tnl", 1.0)):  # scores 1..10; the 200-token row all exact
+        (tmp_path / a).mkdir()
+        (tmp_path / a / "h.json").write_text(json.dumps({"lengths": [100, 200], "depths": [0, 100],
+                                                         "scores": [[first, 1.0], [10.0, 10.0]]}))
+        rows.append(dict(name=f"{a}-d64", arch=a, seed=0, n_params=1e5, niah_heatmap=f"{a}/h.png", probe_acc=None))
+    runs = [SimpleNamespace(name=r["name"], config=ml_collections.ConfigDict({"train": {"seq_len": 128}}))
+            for r in rows]
+    got = results.probes(rows, str(tmp_path), 0, runs)["niah"]
+    assert got["by_arch"]["llama"][0] == 0.5 and got["by_arch"]["tnl"][0] == 0.0 and got["control"]["met"]
+    assert np.isclose(got["minus_baseline"]["tnl"][0], 0.5)

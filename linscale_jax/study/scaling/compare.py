@@ -70,8 +70,8 @@ def niah_comparison(cells: dict, n_boot: int = 1000, seed: int = 0) -> dict:
     best = float(np.max(cells[b]))
     out["control"] = dict(best_cell=best, needed=NIAH_CONTROL, met=best >= NIAH_CONTROL)
     if not out["control"]["met"]:
-        out["not_measured"] = (f"the positive control failed: {b}'s model retrieves no needle exactly "
-                               f"(best cell {best:.2f}, mean {per[b][0]:.3f})")
+        out["not_measured"] = (f"the positive control failed: {b}'s model retrieves no needle exactly, "
+                               f"its best cell {best:.2f}, its mean {per[b][0]:.3f}")
         return out
     for a in cells:
         if a != b:
@@ -96,7 +96,7 @@ def probe_comparison(acc: dict, n_items: dict, chance: float = 0.25) -> dict:
     out["control"] = dict(low=lo, chance=chance, met=lo > chance)
     if not out["control"]["met"]:
         out["not_measured"] = (f"the positive control failed: {b}'s model picks the true line at {acc[b]:.2f} "
-                               f"[{lo:.2f}, {hi:.2f}] over {n_items[b]} items, not above chance ({chance:.2f})")
+                               f"[{lo:.2f}, {hi:.2f}] over {n_items[b]} items, not above chance, {chance:.2f}")
         return out
     for a in acc:
         if a != b:

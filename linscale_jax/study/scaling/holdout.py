@@ -78,7 +78,8 @@ def bias_text(b: dict, what: str = "held-out errors") -> str:
     if not b or not b.get("n"):
         return f"no {what}"
     ci = "" if b["ci95"] is None else f" [{b['ci95'][0]:+.3f}, {b['ci95'][1]:+.3f}]"
-    text = f"mean actual − predicted {b['mean']:+.3f}{ci} nats over {b['n']} {what} ({b['archs']} arch(s))"
+    per = "one per arch" if b["archs"] == b["n"] else f"{b['archs']} archs"
+    text = f"mean actual − predicted {b['mean']:+.3f}{ci} nats over {b['n']} {what} ({per})"
     if b["same_sign"]:
         side = "above: the law under-predicts" if b["mean"] > 0 else "below: the law over-predicts"
         text += (f"; **all {b['n']} share one sign** ({side}; sign test over the archs p = {b['sign_p']:.2g})")

@@ -106,8 +106,8 @@ def niah_unmeasured(config, task: str = "niah") -> str | None:
     seq = int(config.train.seq_len)
     if need <= niah.in_context_max(seq):
         return None
-    return (f"the shortest prompt (needle, question and 32 haystack tokens: {need} tokens) and its answer "
-            f"do not fit in the trained context of {seq} tokens; NIAH needs train.seq_len >= "
+    return (f"the shortest prompt, {need} tokens of needle, question and 32 haystack tokens, and its answer "
+            f"do not fit in the trained context of {seq} tokens: NIAH needs train.seq_len >= "
             f"{need + 1 + niah.ANSWER_TOKENS}")
 
 

@@ -24,6 +24,10 @@ def _iv(v, lo, hi, d=3) -> str:
     return f"{v:+.{d}f}" + ("" if lo is None else f" [{lo:+.{d}f}, {hi:+.{d}f}]")
 
 
+def _span(lo: float, hi: float) -> str:
+    return f"{lo:.0%}" if round(lo, 2) == round(hi, 2) else f"{lo:.0%}–{hi:.0%}"
+
+
 def _head(verdict: str) -> tuple[str, str]:
     """('not measured', its reason) of a verdict such as 'not measured here: run ...' or
     'not measured (Positive control not met: ...)'; (verdict, '') otherwise."""
@@ -79,9 +83,10 @@ def allocation_line(doc) -> list[str]:
     if bounds and found["design"]["include_clamped"]:
         lo, hi = min(inner[a] for a in bounds), max(inner[a] for a in bounds)
         text = (f"- N_opt(C) and D_opt(C) of {', '.join(bounds)} are **bounds, not measured optima**: their "
-                f"envelopes are interior on {lo:.0%}–{hi:.0%} of the compute grid ({first})")
+                f"envelopes are interior on {_span(lo, hi)} of the compute grid ({first})")
     else:
-        text = f"- The envelopes are interior on {min(inner.values()):.0%}–{max(inner.values()):.0%} of the compute grid ({first})"
+        text = (f"- The envelopes are interior on {_span(min(inner.values()), max(inner.values()))} of the compute "
+                f"grid ({first})")
     tpp = [f"{a} {o['tokens_per_param']['paper']['median']:.3g}" for a, o in (found.get("optimum") or {}).items()
            if o.get("points") and "paper" in o.get("tokens_per_param", {})]
     if tpp:
