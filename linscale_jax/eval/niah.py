@@ -33,6 +33,27 @@ _SYLLABLES = ("ka", "lo", "mi", "ru", "te", "vo", "zan", "bel", "dor", "fin", "g
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
+ANSWER_TOKENS = 16  # the most a sweep generates after the prompt (the value, its full stop, spare)
+
+
+def in_context_max(train_len: int) -> int:
+    """The longest prompt whose first token (BOS), prompt and generated answer all lie within a
+    trained context of train_len tokens."""
+    return train_len - 1 - ANSWER_TOKENS
+
+
+def context_grid(train_len: int, n_lengths: int, n_depths: int, min_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """Lengths from min_len to in_context_max(train_len), every prompt and its answer within the
+    trained context (where a model can pass: nothing beyond it was trained); ValueError when the
+    shortest useful prompt (min_length) does not fit."""
+    hi = in_context_max(train_len)
+    if min_len > hi:
+        raise ValueError(f"the shortest NIAH prompt ({min_len} tokens: needle, question and 32 haystack "
+                         f"tokens) and its answer do not fit in the trained context of {train_len} tokens "
+                         f"(prompts of at most {hi})")
+    return np.unique(np.linspace(min_len, hi, n_lengths).round().astype(int)), np.linspace(0, 100, n_depths)
+
+
 def scaled_grid(train_len: int, n_lengths: int = 35, n_depths: int = 35,
                 min_len: int = 128) -> tuple[np.ndarray, np.ndarray]:
     """The paper's grid rescaled to a training context: 1000/8192 .. 16000/8192 of train_len.

@@ -13,7 +13,8 @@
   scrolls      SCROLLS through lm-eval (needs its datasets)
 NIAH grid: the paper's 35 x 35 by default, rescaled to the run's training context
 (eval.niah.scaled_grid: 1000/8192 .. 16000/8192 of train.seq_len, i.e. up to 2x the context);
---niah_grid=LxD for a smaller one.
+--niah_grid=LxD for a smaller one; TaskContext.niah_in_context keeps every length within the
+trained context (eval.niah.context_grid: what a study measures).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class TaskContext:
     val_batches: int | None = None
     niah_grid: tuple[int, int] = (35, 35)
     niah_seed: int = 0
+    niah_in_context: bool = False  # lengths within the trained context only (eval.niah.context_grid)
     probe_items: int = 64
     wikitext: str | None = None
     lambada: str | None = None
@@ -78,10 +80,13 @@ def niah(run, ctx: TaskContext, mode: str = "standard") -> dict:
     from linscale_jax.eval import niah_metrics as nm
     from linscale_jax.eval.generate import Generator
 
-    n_new_max = 16
+    n_new_max = nh.ANSWER_TOKENS
     cap = int(run.model.cfg.max_seq_len) - 1 - n_new_max  # BOS + answer must fit the state
-    lengths, depths = nh.scaled_grid(int(run.config.train.seq_len), *ctx.niah_grid,
-                                     min_len=nh.min_length(run.encode, mode))
+    grid = nh.context_grid if ctx.niah_in_context else nh.scaled_grid
+    try:
+        lengths, depths = grid(int(run.config.train.seq_len), *ctx.niah_grid, min_len=nh.min_length(run.encode, mode))
+    except ValueError as e:
+        raise EvalError(f"{e}; drop the niah task or train a longer context") from None
     if lengths[-1] > cap:
         raise EvalError(f"NIAH lengths up to {lengths[-1]} tokens need model.max_seq_len >= "
                         f"{lengths[-1] + 1 + n_new_max} (it is {cap + 1 + n_new_max}); use a smaller grid "

@@ -22,6 +22,7 @@ from linscale_jax.fit.powerlaw import PowerLaw, fit_power_law, fit_power_law_wit
 from linscale_jax.fit.table import FitError, Table, log_curves, require
 
 LAWS = ("L_C", "N_opt_C", "D_opt_C")
+MOSTLY_BOUNDS = 0.5  # a law whose points are more than half bounds is a bound, not a measured optimum
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +44,11 @@ class Result:
     envelope: Envelope
     laws: dict[str, PowerLaw]  # keys LAWS
     excluded: dict
+
+    def bound_share(self) -> float:
+        """Share of the grid points behind N_opt(C) and D_opt(C) that are bounds (clamped points
+        kept by include_clamped); 0 when the clamped points were excluded."""
+        return 0.0 if self.excluded["applied"] else float(np.mean(self.envelope.clamped != 0))
 
     def params(self) -> dict[str, float]:
         """Flat parameters (law.param) - what the bootstrap resamples."""

@@ -233,11 +233,14 @@ def write_curves_csv(predictions: list[Prediction], path) -> None:
 
 def plot(curves_csv, table: Table, path, compute_label: str = "C") -> None:
     """One panel per arch from holdout_curves.csv: the arch's other runs (grey), each held-out size's
-    actual curve (dots) and its predicted curve with the 95% band."""
+    actual curve (dots) and its predicted curve with the 95% band, in the arch's colour
+    (linscale_jax.palette: a darker shade for a larger held-out size)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from linscale_jax import palette
 
     rows = list(csv.DictReader(open(curves_csv)))
     archs = list(dict.fromkeys(r["arch"] for r in rows))
@@ -248,12 +251,12 @@ def plot(curves_csv, table: Table, path, compute_label: str = "C") -> None:
         held = sorted({float(r["n_params"]) for r in mine})
         for _, r in table.select(a).runs():
             if float(r.n_params[0]) not in held:
-                ax.plot(r.flops, r.loss, color="0.7", lw=0.8)
+                ax.plot(r.flops, r.loss, color=palette.OTHER, lw=0.8)
         verdicts = []
         for j, nh in enumerate(held):
             pts = [r for r in mine if float(r["n_params"]) == nh]
             f = np.array([float(r["flops"]) for r in pts])
-            col = f"C{j}"
+            col = palette.shades(a, len(held) + 1)[j + 1]
             if all(r["ci_low"] for r in pts):
                 lo, hi = (np.array([float(r[k]) for r in pts]) for k in ("ci_low", "ci_high"))
                 ax.fill_between(f, lo, hi, color=col, alpha=0.25)

@@ -18,6 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from linscale_jax import palette  # noqa: E402
 from linscale_jax.fit import approach1, approach2, approach3, paper  # noqa: E402
 from linscale_jax.fit.table import PF_DAY, Table, compute_scale  # noqa: E402
 
@@ -30,10 +31,6 @@ def _save(fig, path: Path) -> None:
     fig.subplots_adjust(left=1.0 / w, right=1 - 0.15 / w, bottom=0.13, top=0.88, wspace=0.25)
     fig.savefig(path, dpi=100)
     plt.close(fig)
-
-
-def _color(i: int):
-    return plt.get_cmap("tab10")(i % 10)
 
 
 def _xlabel(unit: str) -> str:
@@ -63,9 +60,9 @@ def plot_curves(path: Path, tables: dict[str, Table], results: dict, unit: str) 
     for ax, arch in zip(axes[0], archs):
         table, result = tables[arch], results[arch]
         runs = table.runs()
-        cmap = plt.get_cmap("viridis")
+        tints = palette.shades(arch, len(runs))  # the arch's colour, light (smallest) to full
         for i, (name, run) in enumerate(runs):
-            c = cmap(i / max(len(runs) - 1, 1))
+            c = tints[i]
             ax.plot(run.flops, run.loss, color=c, lw=1, alpha=0.8,
                     marker="." if len(run) < 3 else "",  # single-checkpoint runs: a dot
                     label=f"N={run.n_params[0]:.3g}" if len(runs) <= 12 else None)
@@ -82,28 +79,37 @@ def plot_curves(path: Path, tables: dict[str, Table], results: dict, unit: str) 
             else:
                 ax.plot(comp, loss, "ks", ms=4, label="IsoFLOP optima")
         span = _span(table)
-        ax.plot(span, result.laws["L_C"](span), "r--", lw=1.5, label=f"L(C) = {result.laws['L_C']}")
+        ax.plot(span, result.laws["L_C"](span), "--", color=palette.color(arch), lw=1.5,
+                label=f"L(C) = {result.laws['L_C']}")
         ax.set(xscale="log", yscale="log", xlabel=_xlabel(unit), ylabel="loss", title=arch)
         ax.legend(fontsize=6)
     _save(fig, path)
 
 
 def plot_allocation(path: Path, tables: dict[str, Table], results: dict, unit: str) -> None:
+    """N_opt(C) and D_opt(C): the optimal points (filled: an interior size won; hollow: a clamped
+    point kept as a bound; grey: excluded) and the fitted laws, an arch's colour each."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for i, (arch, result) in enumerate(results.items()):
+    for arch, result in results.items():
         pts = _optimal_points(result)
         span = _span(tables[arch])
+        c = palette.color(arch)
+        bound = (result.envelope.clamped != 0 if isinstance(result, approach1.Result)
+                 else np.zeros(len(pts[0]), bool) if pts is not None else None)
         for ax, key, col in ((axes[0], "N_opt_C", 1), (axes[1], "D_opt_C", 2)):
             if pts is not None:
                 used = pts[4]
-                ax.plot(pts[0][used], pts[col][used], ".", color=_color(i), ms=3)
+                ax.plot(pts[0][used & ~bound], pts[col][used & ~bound], ".", color=c, ms=4)
+                ax.plot(pts[0][used & bound], pts[col][used & bound], "o", color=c, mfc="none", ms=3, mew=0.6)
                 ax.plot(pts[0][~used], pts[col][~used], ".", color="0.7", ms=2)
-            ax.plot(span, result.laws[key](span), color=_color(i),
-                    label=f"{arch}: {result.laws[key]}")
+            share = result.bound_share() if isinstance(result, approach1.Result) else 0.0
+            ax.plot(span, result.laws[key](span), color=c, ls=":" if share > approach1.MOSTLY_BOUNDS else "-",
+                    label=f"{arch}: {result.laws[key]}" + (f" (a bound: {share:.0%} clamped)"
+                                                          if share > approach1.MOSTLY_BOUNDS else ""))
     for ax, key in zip(axes, ("N_opt_C", "D_opt_C")):
         ax.set(xscale="log", yscale="log", xlabel=_xlabel(unit), ylabel=LABELS[key])
         ax.legend(fontsize=7)
-    fig.suptitle("compute-optimal allocation (grey: excluded, clamped points)")
+    fig.suptitle("compute-optimal allocation (filled: interior optimum; hollow: a bound kept; grey: excluded)")
     _save(fig, path)
 
 
@@ -128,22 +134,26 @@ def plot_isoflop(path: Path, results: dict) -> None:
 
 
 def plot_paper_overlay(path: Path, tables: dict[str, Table], results: dict, unit: str) -> None:
-    """Ours (solid, over our compute range) and Table 3 (dashed, 1e-3..1e3 PF-days)."""
+    """Ours (solid, over our compute range) and Table 3 (dashed, 1e-3..1e3 PF-days), an arch's
+    colour for both. An N_opt(C) or D_opt(C) law fitted mostly to bounds (approach1.MOSTLY_BOUNDS)
+    is drawn dotted and labelled a bound: it is not a measured optimum to set beside the paper's."""
     to_pf = compute_scale(unit) / PF_DAY  # C_pf = C_unit * to_pf
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     paper_span = np.geomspace(1e-3, 1e3, 50)
     for ax, key in zip(axes, ("L_C", "N_opt_C", "D_opt_C")):
-        for i, arch in enumerate(paper.ARCHS):
-            ax.plot(paper_span, paper.law(arch, key)(paper_span), "--", color=_color(i), lw=1,
+        for arch in paper.ARCHS:
+            ax.plot(paper_span, paper.law(arch, key)(paper_span), "--", color=palette.color(arch), lw=1,
                     label=f"paper {arch}")
-        for j, (arch, result) in enumerate(results.items()):
-            i = paper.ARCHS.index(arch) if arch in paper.ARCHS else len(paper.ARCHS) + j
+        for arch, result in results.items():
             span = _span(tables[arch])
-            ax.plot(span * to_pf, result.laws[key](span), "-", color=_color(i), lw=2,
-                    label=f"ours {arch}")
+            share = result.bound_share() if isinstance(result, approach1.Result) else 0.0
+            bound = key != "L_C" and share > approach1.MOSTLY_BOUNDS
+            ax.plot(span * to_pf, result.laws[key](span), ":" if bound else "-", color=palette.color(arch),
+                    lw=1.5 if bound else 2,
+                    label=f"ours {arch}" + (f" (a bound: {share:.0%} of its points clamped)" if bound else ""))
         ax.set(xscale="log", yscale="log", xlabel="compute C (PF-days)", ylabel=LABELS[key])
         ax.legend(fontsize=6)
-    fig.suptitle("fitted laws (solid) vs the paper's Table 3 (dashed)")
+    fig.suptitle("fitted laws (solid; dotted: a bound) vs the paper's Table 3 (dashed)")
     _save(fig, path)
 
 

@@ -160,7 +160,7 @@ def calibration(path: str) -> dict | None:
     if not os.path.exists(path):
         return None
     workdir = os.path.dirname(path) or "."
-    fix = (f"delete it and re-run `python -m linscale_jax.study.calibrate --workdir={workdir}` (the report "
+    fix = (f"delete it and re-run `python -m linscale_jax.study --config=calibrate --workdir={workdir}` (the report "
            "leaves the calibration out until then)")
     cal = read_json(path, fix)
     _need(cal, {"designs": list}, path, fix)

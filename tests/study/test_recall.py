@@ -215,6 +215,10 @@ def test_cells_control_per_shape_and_verdict_input(tmp_path):
     assert v["did_not_train"] == [("tnl", 16, 8, 2), ("tnl", 16, 8, 4)]
     verdict, lines = findings.retrieval(v, path)
     assert verdict.startswith("**reproduced**") and "hgrn2 e8" in "\n".join(lines)
+    section = recall.report.report_section(rows, study, None, path).splitlines()  # the answer first
+    assert section[2].startswith("**Summary (3. llama leads on retrieval): reproduced: LLaMA's MQAR accuracy")
+    row = next(i for i, x in enumerate(section) if x.startswith("| 16 | 2 | Δ llama − hgrn2 e8 | +0.1"))
+    assert row < 10 and "| tnl |" not in section[row]
     assert "tnl d16 e8 P=2 (did not train)" in lines[-1] and "(copy level)" in lines[-1]
     assert not any(x.startswith("Beside the verdict") for x in lines)
     # a variant's recall result is shown beside the verdict, never counted in it
@@ -264,6 +268,9 @@ def test_cells_control_per_shape_and_verdict_input(tmp_path):
     assert not v["control"]["met"] and v["control"]["best"] == pytest.approx(0.6)
     verdict, _ = findings.retrieval(v, path)
     assert verdict.startswith("**not measured**") and "0.600" in verdict
+    section = recall.report.report_section(table.read_csv(path), study, None, path)
+    assert section.splitlines()[2].startswith("**Summary (3. llama leads on retrieval): not measured (Positive "
+                                              "control not met: LLaMA's best cell") and "Δ llama" not in section
 
 
 def test_untrained_run_through_the_trainer_is_did_not_train_and_resumes_to_its_scores(tmp_path):

@@ -6,6 +6,7 @@ calibration runs the same verdict code on simulations of the study's design."""
 import csv
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -78,13 +79,14 @@ def other_protocol(d: Path, design: dict) -> str:
 
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
-    from linscale_jax.study.scaling import report, results
+    from linscale_jax.study.scaling import report, results, runner
 
     wd = tmp_path_factory.mktemp("study")
     study, runs = make_study(wd)
     study.fit.bootstrap = 20
     study.protocol_from = other_protocol(tmp_path_factory.mktemp("other") / "paper", results.design(study, runs))
-    found = results.write(study, runs, str(wd), wall=dict(runs_s=60.0, workers=2, t0=0.0))
+    errors = runner.fit_laws(study, str(wd / "fit" / "table.csv"), str(wd / "fit"), 1, log=lambda line: None)
+    found = results.write(study, runs, str(wd), errors, wall=dict(runs_s=60.0, workers=2, t0=0.0))
     return wd, study, runs, found, report.write_report(str(wd))
 
 
@@ -155,10 +157,13 @@ def test_verdicts_under_both_protocols(written, tmp_path):
         results.protocol_sources(study, runs)
 
 
-def test_calibration_on_the_study_design(written):
+def test_calibration_on_the_study_design(written, tmp_path):
+    import shutil
+
     from linscale_jax.study.calibrate import simulate as calibrate
 
-    wd, *_ = written
+    wd = tmp_path / "study"  # a copy: calibration.json and the report change
+    shutil.copytree(written[0], wd)
     cal = calibrate.calibrate(str(wd), seeds=4, effect=0.3, n_boot=40)
     by = {c["case"]: c for c in cal["cases"]}
     assert list(by) == list(calibrate.CASES)
@@ -178,3 +183,79 @@ def test_calibration_on_the_study_design(written):
 
     text = Path(report.write_report(str(wd))).read_text()
     assert "## Calibration of the verdicts on this study's design" in text and "null-crossing-at-C*" in text
+    lower = by["one arch lower"]["by_scenario"]
+    power = (lower["1x offset"]["resolved"] + lower["1x slope"]["resolved"]) / 2
+    summary = "\n".join(_block(text, "## Summary"))
+    assert (f"- Power (calibration, 4 simulated studies per case): a 0.3-nat difference is resolved in the right "
+            f"direction in {power:.0%} (lower)") in summary and "Power not calibrated" not in summary
+
+
+def _block(text: str, title: str) -> list[str]:
+    """The lines of a report section from its title to the next '## ' title."""
+    lines = text.splitlines()
+    i = lines.index(title)
+    return lines[i:next((j for j in range(i + 1, len(lines)) if lines[j].startswith("## ")), len(lines))]
+
+
+def test_report_leads_with_its_answer(written):
+    from linscale_jax.study.scaling import holdout
+
+    wd, _, _, found, path = written
+    text = Path(path).read_text()
+    block = _block(text, "## Summary")
+    assert text.splitlines().index("## Summary") <= 4 and len(block) <= 15
+    summary = "\n".join(block)
+    f = found["findings"]
+    assert f"**1. Power laws fit all four architectures: {f['power_laws']['verdict']}**" in summary
+    tnl = f["power_laws"]["archs"]["tnl"]
+    lo, hi = tnl["exponent_ci"]
+    assert f"tnl {tnl['exponent']:+.4f} [{lo:+.4f}, {hi:+.4f}]" in summary
+    eq = f["equal_compute"]["archs"]["cosformer2"]
+    assert f"cosformer2 {eq['diff']:+.3f} [{eq['ci_low']:+.3f}, {eq['ci_high']:+.3f}] (better)" in summary
+    assert "**3. llama leads on retrieval: not measured**" in summary
+    c = found["common_compute"]
+    assert f"**{c['best']}**; {c['runner_up']} is {c['diff'][0]:+.3f}" in summary
+    assert holdout.bias_text(f["power_laws"]["bias"]) in summary  # finding 1's held-out errors
+    assert holdout.bias_text(found["holdout"]["bias"]) in summary  # approach 3's
+    assert f["power_laws"]["bias"]["n"] == 8 and found["holdout"]["bias"]["n"] == 8
+    assert f"Power not calibrated: run `python -m linscale_jax.study --config=calibrate --workdir={wd}`" in summary
+    assert "- Not measured: finding 3 (run `python -m linscale_jax.study --config=configs/study/recall.py" in summary
+    interior = {a: s["interior"] for a, s in found["bracketing"]["val_loss"].items()}
+    assert max(interior.values()) < 0.5 and "are **bounds, not measured optima**" in summary
+    assert "envelopes are interior on " in summary and not re.search(r"(\d+%)–\1 ", summary)  # no '0%–0%'
+
+
+def test_bounds_and_unmeasured_probes_say_so_in_their_rows(written, tmp_path):
+    """A law fitted mostly to bounds is labelled in every row beside the paper's; a probe whose
+    positive control failed is one 'not measured' line with no heatmap; difference rows read
+    'Δ llama − arch'."""
+    import shutil
+
+    from linscale_jax.study.scaling import compare, report
+
+    wd = tmp_path / "copy"
+    shutil.copytree(written[0], wd)
+    found = json.loads((wd / contract.FINDINGS_JSON).read_text())
+    found["bracketing"]["val_loss"]["llama"]["interior"] = 0.8  # llama's envelope mostly interior
+    found["probes"] = {"niah": compare.niah_comparison({a: np.zeros(9) for a in OFFSET}, n_boot=50),
+                       "probe": compare.probe_comparison({"llama": 0.9, "tnl": 0.5, "hgrn2": 0.85, "cosformer2": 0.3},
+                                                         dict.fromkeys(OFFSET, 64))}
+    (wd / contract.FINDINGS_JSON).write_text(json.dumps(found))
+    text = Path(report.write_report(str(wd))).read_text()
+    table3 = "\n".join(_block(text, "## Fitted laws beside the paper's Table 3"))
+    for a, inside in found["bracketing"]["val_loss"].items():
+        for law in ("N_opt(C)", "D_opt(C)"):
+            row = next(x for x in table3.splitlines() if x.startswith(f"| {a} | {law} |"))
+            assert ("**a bound, not a measurement (interior on" in row) == (inside["interior"] < 0.5), row
+        assert "bound" not in next(x for x in table3.splitlines() if x.startswith(f"| {a} | L(C) |"))
+    side = text[text.index("**Exponents side by side**"):].splitlines()
+    assert next(x for x in side if x.startswith("| tnl |")).count("a bound, not a measurement") == 2
+    assert "a bound" not in next(x for x in side if x.startswith("| llama |"))
+    assert ("**Retrieval, NIAH**: not measured: the positive control failed: llama's model retrieves no needle "
+            "exactly") in text
+    assert _block(text, "## NIAH heatmaps (largest model of each arch, final checkpoint)")[2].startswith(
+        "not measured: the positive control failed") and "niah_heatmap" not in text
+    assert "- Δ llama − tnl: 0.4 [" in text and "- Δ llama − cosformer2: 0.6 [" in text and "llama-tnl" not in text
+    summary = "\n".join(_block(text, "## Summary"))
+    assert "; NIAH (the positive control failed: llama's model retrieves no needle exactly" in summary
+    assert "line probe" not in summary  # its control passed: measured

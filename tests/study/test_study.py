@@ -56,8 +56,13 @@ def test_quick_study_stops_resumes_and_reports(tmp_path):
         assert fits["llama"][law]["ci95"]["exponent"] is not None
     assert fits["llama"]["L_C"]["exponent"] < 0  # loss falls with compute
     report = (Path(wd) / "report.md").read_text()
+    assert report.startswith("# Miniature scaling study") and "\n## Summary\n" in report[:2000]
+    # NIAH's shortest prompt does not fit in 128 trained tokens: not run, one line says why
+    assert ("**Retrieval, NIAH**: not measured: the shortest prompt, 129 tokens of needle, question and 32 "
+            "haystack tokens, and its answer do not fit in the trained context of 128 tokens") in report
+    assert ("**Line probe**: not measured: the positive control failed" in report) != ("- Δ llama − hgrn2:" in report)
     for needle in ("Scale difference from the paper", "Table 3", "Lowest loss at the largest common compute",
-                   "Exponents side by side", "Retrieval, NIAH", "Line probe", "llama-hgrn2", "N_opt(C)",
+                   "Exponents side by side", "report/loss_vs_step.png", "N_opt(C)",
                    "How well the envelope brackets the optimum", "## Noise", "Held-out prediction of the largest size",
                    "fitted L(C) at that C", "The paper's findings in miniature", "## Wall time",
                    "worker process(es)"):
@@ -85,7 +90,7 @@ def test_quick_study_stops_resumes_and_reports(tmp_path):
     largest = [r for r in runs if r.size == "d64"]
     for r in largest:
         tasks = {json.loads(x)["task"] for x in (Path(r.workdir) / "eval" / "results.jsonl").read_text().splitlines()}
-        assert {"val_loss", "niah", "probe"} <= tasks
+        assert {"val_loss", "probe"} <= tasks and "niah" not in tasks
 
     assert set(json.loads((Path(wd) / "findings.json").read_text())["findings"]) == {
         "power_laws", "equal_compute", "retrieval"}

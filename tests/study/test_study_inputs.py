@@ -75,7 +75,7 @@ def test_a_damaged_calibration_json_names_the_design_and_case(tmp_path):
     for bad, named in ((dict(designs=[dict(design, cases=[dict(case, worse=1.7)])]), "designs[0].cases[0].worse is 1.7"),
                        (dict(designs=[dict(design, summary=None)]), "entry designs[0].summary is a NoneType")):
         path.write_text(json.dumps(bad))
-        with pytest.raises(inputs.InputError, match=r"delete it and re-run `python -m linscale_jax.study.calibrate") as e:
+        with pytest.raises(inputs.InputError, match=r"delete it and re-run `python -m linscale_jax.study --config=calibrate") as e:
             inputs.calibration(str(path))
         assert named in str(e.value), e.value
     path.write_text('{"designs": [{"design": "own", "cases": [{"bet')

@@ -168,6 +168,26 @@ def test_cells_of_every_batch_are_scored_on_the_same_validation_rows(tmp_path):
 
 
 @pytest.mark.slow  # a real miniature grid: about a minute on 2 cores
+def test_cells_md_leads_with_the_rules_and_their_bounds():
+    """cells.md's summary from the shipped rule file: each law with the direction its exponent's
+    interval resolves, the archs that share the rule, the sizes whose optimum is a bound, the seed sd."""
+    from linscale_jax.study.tune import outputs
+
+    rule = json.loads((ROOT / "linscale_jax" / "train" / "tuned_rule.json").read_text())
+    text = "\n".join(outputs.summary_lines(rule))
+    lr = rule["archs"]["llama"]["lr"]
+    assert f"llama: lr* = {lr['coefficient']:.3g}·N^{lr['exponent']:+.3f}, exponent [{lr['exponent_ci'][0]:+.3f}, " \
+           f"{lr['exponent_ci'][1]:+.3f}]: falls with size" in text
+    assert "exponent [-0.582, +0.403]: flat within its interval (a trend in N not resolved)" in text  # batch*
+    shared = [a for a, x in rule["archs"].items() if x.get("same_as") == "llama"]
+    assert f"- {', '.join(shared)} share llama's rule" in text
+    edges = [s for s, v in rule["archs"]["llama"]["sizes"].items() if v["lr_edge"]]
+    assert edges and f"Bounds, not optima (the best cell at the end of its line): llama {edges[0]} (lr)" in text
+    assert f"{rule['seed_sd']['value']:.4f} nats ({rule['seed_sd']['pairs']} replicate pairs)" in text
+    rule["seed_sd"] = {"value": float("nan"), "pairs": 0}
+    assert "- Seed-to-seed sd: not measured (no replicate cells)" in "\n".join(outputs.summary_lines(rule))
+
+
 def test_miniature_tuning_end_to_end(tmp_path):
     study = preset()
     study.sizes = "d16l2,d16"
@@ -191,7 +211,9 @@ def test_miniature_tuning_end_to_end(tmp_path):
     assert doc["archs"]["llama"]["range"] == {"n_min": ns[0], "n_max": ns[1]}  # its fitted sizes
     s = rule.settings(doc, "llama", doc["range"]["n_min"], 128, "byte")
     assert s["batch_size"] in (4, 8, 16, 32) and s["b2"] == 0.99 and s["lr"] > 0
-    assert (d / "lr.png").stat().st_size > 0 and "| llama | d16 |" in (d / "cells.md").read_text()
+    cells_md = (d / "cells.md").read_text()
+    assert (d / "lr.png").stat().st_size > 0 and "| llama | d16 |" in cells_md
+    assert cells_md.startswith("# Tuning grid\n\n## Summary\n\n- llama: lr* = ")
     assert (d / "cells.csv").read_text().startswith("arch,size,n_params,lr,batch,beta2,seed,loss,val_loss,best")
     again = experiments.run(study, str(tmp_path))  # everything measured: nothing retrained
     assert again["processed"] == 0

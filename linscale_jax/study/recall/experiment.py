@@ -70,6 +70,6 @@ def report(study, workdir: str, joined: dict, ctx) -> str:
     """DIR/recall.png and the "Recall (MQAR)" section of DIR/report.md."""
     plot(joined["rows"], study, os.path.join(workdir, files.RECALL_PNG))
     path = os.path.join(workdir, files.REPORT_MD)
-    update_report(path, report_section(joined["rows"], study, joined["rates"]))
+    update_report(path, report_section(joined["rows"], study, joined["rates"], os.path.join(workdir, files.RECALL_CSV)))
     ctx.log(f"[recall] wrote {workdir}/{', '.join(joined['written'] + [files.RECALL_PNG, files.REPORT_MD])}")
     return path

@@ -12,8 +12,8 @@ import re
 
 import numpy as np
 
+from linscale_jax import palette
 from linscale_jax.contract import split_list
-from linscale_jax.models.sizes import Variant
 from linscale_jax.study.recall.table import CONTROL_ACCURACY, Status, control
 
 SECTION = "## Recall (MQAR)"
@@ -22,8 +22,8 @@ STATUS_WORDS = {Status.DID_NOT_TRAIN: "did not train", Status.COPY_LEVEL: "copy 
 
 def plot(rows: list[dict], study, path: str) -> None:
     """Accuracy (seed mean, interval incl. the seed spread) against state floats per layer, one
-    panel per number of pairs; a colour per architecture, solid for the paper's mixer and dashed for
-    a variant (e.g. +short_conv=4); filled markers: recall results, hollow: copy level, crosses: did
+    panel per number of pairs; the arch's colour (linscale_jax.palette), solid for the paper's mixer
+    and dashed for a variant (e.g. +short_conv=4); filled markers: recall results, hollow: copy level, crosses: did
     not train. Where the usable state differs (TNL's decayed heads), a dotted line at the usable state."""
     import matplotlib
 
@@ -33,8 +33,6 @@ def plot(rows: list[dict], study, path: str) -> None:
     cells = [r for r in rows if r["seed"] == "all"]
     pairs = sorted({r["n_pairs"] for r in cells})
     labels = list(dict.fromkeys(r["arch"] for r in cells))
-    variants = {a: Variant.parse(a) for a in labels}
-    colour = {a: f"C{i}" for i, a in enumerate(dict.fromkeys(v.arch for v in variants.values()))}
     fig, axes = plt.subplots(1, len(pairs), figsize=(5.2 * len(pairs), 4.2), squeeze=False, sharey=True)
     for ax, p in zip(axes[0], pairs):
         for label in labels:
@@ -42,7 +40,7 @@ def plot(rows: list[dict], study, path: str) -> None:
                           key=lambda r: r["state_floats"])
             if not mine:
                 continue
-            c, ls = colour[variants[label].arch], "--" if variants[label].is_variant else "-"
+            c, ls = palette.color(label), palette.linestyle(label)
             x = np.array([r["state_floats"] for r in mine])
             y = np.array([r["accuracy"] for r in mine])
             err = np.array([y - [r["ci_low"] for r in mine], [r["ci_high"] for r in mine] - y])
@@ -132,11 +130,25 @@ def steps_phrase(study) -> str:
             f"{study.get('baseline_max_steps') or study.max_steps})")
 
 
-def report_section(rows: list[dict], study, rates: dict | None) -> str:
-    """The report's recall section: protocol, plot, the cell table, the control, the sweep."""
+def summary(csv_path: str) -> list[str]:
+    """The section's first lines, its answer: finding 3's verdict on this study (the baseline minus
+    each linear arch where the positive control passed, rows labelled "Δ llama − tnl"), or "not
+    measured" with the reason in one line, and the cells left out (scaling.findings.retrieval on
+    recall.verdict_input)."""
+    from linscale_jax.study.recall.table import verdict_input
+    from linscale_jax.study.scaling import findings
+
+    verdict, lines = findings.retrieval(verdict_input(csv_path), "this study")
+    title = dict(findings.TITLES)["retrieval"]
+    return [f"**Summary ({title}): {verdict.replace('**', '')}.**", "", *lines, ""]
+
+
+def report_section(rows: list[dict], study, rates: dict | None, csv_path: str | None = None) -> str:
+    """The report's recall section: its answer (summary, from the recall.csv at csv_path), the
+    protocol, the plot, the cell table, the control, the sweep."""
     ctl = control(rows)
     n_pairs = split_list(study.n_pairs, "study.n_pairs")
-    lines = [SECTION, "",
+    lines = [SECTION, "", *(summary(csv_path) if csv_path else []),
              f"Multi-query associative recall (Arora et al. 2023, Zoology): {study.n_layers}-layer models "
              f"trained on MQAR sequences of {study.seq_len} tokens with {{{study.n_pairs}}} key-value "
              f"pairs (distinct keys and values, {study.n_keys} keys, {study.n_values} values, "

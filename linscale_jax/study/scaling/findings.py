@@ -183,11 +183,12 @@ def retrieval(recall: dict | None, source: str) -> tuple[str, list[str]]:
     verdict += (f": LLaMA's MQAR accuracy is higher, resolved, in {lead} of {len(diffs)} "
                 f"(width, pairs, linear arch) cells; lower, resolved, in {behind}")
     beside = recall_differences(recall["rows"], variants=True)
-    return verdict, [f"From {source} (MQAR; llama minus arch, seed-mean accuracy [95%]):", "",
-                     "| d | pairs | arch | llama − arch |", "|---|---|---|---|",
-                     *(f"| {d} | {p} | {a} | {_ci(v)} |" for d, p, a, v in diffs), "",
+    b = BASELINE_ARCH
+    return verdict, [f"From {source} (MQAR; {b} minus each arch, seed-mean accuracy [95%]):", "",
+                     "| d | pairs | difference | [95%] |", "|---|---|---|---|",
+                     *(f"| {d} | {p} | Δ {b} − {a} | {_ci(v)} |" for d, p, a, v in diffs), "",
                      *([f"Beside the verdict (not the paper's mixers): " + "; ".join(
-                         f"llama − {a} at d {d}, {p} pairs {_ci(v)}" for d, p, a, v in beside) + ".",
+                         f"Δ {b} − {a} at d {d}, {p} pairs {_ci(v)}" for d, p, a, v in beside) + ".",
                         ""] if beside else []), *skipped]
 
 
@@ -210,6 +211,10 @@ def section(result: dict) -> tuple[list[str], dict]:
         L += [f"**{title}:** **{f['verdict']}**{extra}{_protocols(f)}.", ""]
         if key == "power_laws" and f["archs"]:
             L += power_laws(f, est, by) + [""]
+            if (f.get("bias") or {}).get("n"):
+                from linscale_jax.study.scaling.holdout import bias_text
+
+                L += [f"Held-out errors of finding 1 ({est[0]}): {bias_text(f['bias'])}.", ""]
         elif key == "equal_compute" and f["archs"]:
             L += equal_compute(f, est, by, result["margin"]) + [""]
         elif key == "retrieval" and result.get("retrieval_lines"):

@@ -171,33 +171,49 @@ def run_rows(runs, workdir: str, counts: dict) -> list[dict]:
                         pf_days=r.pf_days, val_loss=fr.get("val_loss", {}).get("val_loss"),
                         probe_acc=fr.get("probe", {}).get("probe_acc"),
                         probe_items=fr.get("probe", {}).get("probe_items"),
+                        probe_chance=fr.get("probe", {}).get("probe_chance"),
                         niah_task=niah[0], niah_weighted_acc=niah[1].get("niah_weighted_acc"),
                         niah_score=niah[1].get("niah_score"),
                         niah_heatmap=os.path.relpath(heat, workdir) if heat else None, timing=_timing(r)))
     return out
 
 
-def probes(rows: list[dict], workdir: str, seed: int) -> dict:
-    """NIAH and the line probe of each arch's largest model (seed 0): accuracies and llama − arch."""
+def probes(rows: list[dict], workdir: str, seed: int, runs=()) -> dict:
+    """NIAH and the line probe of each arch's largest model (seed 0): accuracies and, where the
+    positive control passes (study.compare), the baseline minus each arch; else `not_measured` with
+    the reason. NIAH counts only cells whose prompt and answer lie within the run's trained context
+    (eval.niah.in_context_max; a sweep at longer lengths, e.g. the paper's grid, keeps its shorter
+    cells); without any, NIAH is not measured, with runner.niah_unmeasured's reason."""
+    from linscale_jax.eval import niah
+    from linscale_jax.study.scaling import runner
+
+    seq = {r.name: int(r.config.train.seq_len) for r in runs}
     largest = {}
     for r in rows:
         if not r["seed"] and (r["arch"] not in largest or r["n_params"] > largest[r["arch"]]["n_params"]):
             largest[r["arch"]] = r
-    cells, acc, n_items = {}, {}, {}
+    cells, acc, n_items, chance, swept = {}, {}, {}, 0.25, False
     for a, r in largest.items():
-        if r["niah_heatmap"]:
-            js = os.path.join(workdir, os.path.splitext(r["niah_heatmap"])[0] + ".json")
-            if os.path.exists(js):
-                cells[a] = ((np.asarray(json.load(open(js))["scores"], float) - 1.0) / 9.0).ravel()
+        js = r["niah_heatmap"] and os.path.join(workdir, os.path.splitext(r["niah_heatmap"])[0] + ".json")
+        if js and os.path.exists(js):
+            sweep, swept = json.load(open(js)), True
+            inside = [i for i, n in enumerate(sweep["lengths"])
+                      if r["name"] not in seq or n <= niah.in_context_max(seq[r["name"]])]
+            if inside:
+                cells[a] = ((np.asarray(sweep["scores"], float)[inside] - 1.0) / 9.0).ravel()
         if r["probe_acc"] is not None:
             acc[a], n_items[a] = float(r["probe_acc"]), int(r["probe_items"])
+            chance = float(r.get("probe_chance") or chance)
     out = {}
     if cells:
-        per, diffs = compare.niah_comparison(cells, seed=seed)
-        out["niah"] = dict(by_arch=per, diffs=diffs)
+        out["niah"] = compare.niah_comparison(cells, seed=seed)
+    else:
+        why = next((w for w in (runner.niah_unmeasured(r.config) for r in runs if getattr(r, "final", True))
+                    if w), None) or ("no NIAH cell lies within the trained context" if swept else None)
+        if why:
+            out["niah"] = dict(by_arch={}, minus_baseline={}, control=None, not_measured=why)
     if acc:
-        per, diffs = compare.probe_comparison(acc, n_items)
-        out["probe"] = dict(by_arch=per, diffs=diffs)
+        out["probe"] = compare.probe_comparison(acc, n_items, chance)
     return out
 
 
@@ -290,7 +306,9 @@ def write(study, runs, workdir: str, fit_errors: dict | None = None, wall: dict 
     found["reference_tokens_per_param"] = dict(chinchilla=CHINCHILLA_TOKENS_PER_PARAM,
                                                porian=porian_tokens_per_param())
     found["runs"] = run_rows(runs, workdir, counts)
-    found["probes"] = probes(found["runs"], workdir, int(study.fit.seed))
+    found["probes"] = probes(found["runs"], workdir, int(study.fit.seed), runs)
+    held = [(h["diff"], a) for a, r in found["findings"]["power_laws"]["archs"].items() for h in r.get("holdout") or []]
+    found["findings"]["power_laws"]["bias"] = holdout.bias([e for e, _ in held], [a for _, a in held])
     found["design"] = design(study, runs)
     found["fit_errors"] = fit_errors or {}
     other, src = protocol_sources(study, runs)

@@ -16,7 +16,8 @@ largest size predicted by laws fitted without it, scaling.holdout), DIR/findings
 Resumable at every level: a run whose last checkpoint is its final step is not trained again, a
 partial run resumes from its newest checkpoint (trainer.train), and eval.runner skips
 (checkpoint, task) pairs already in a run's eval/results.jsonl. Per run: val_loss at every
-checkpoint, then NIAH and the corpus probe (eval.probe) on the final checkpoint (of
+checkpoint, then NIAH (at lengths within the trained context, and only where its shortest prompt
+fits there: niah_unmeasured) and the corpus probe (eval.probe) on the final checkpoint (of
 every run, or of each arch's largest run with study.eval.final_runs = "largest").
 Sharding, --join_only, the backends and the stop and failure lines are study.experiments' and
 study.executor's, the same for every kind.
@@ -77,7 +78,7 @@ def eval_context(study, run=None) -> dict:
         assert len(grid) == 2 and min(grid) >= 1
     except (ValueError, AssertionError):
         raise ValueError(f"study.eval.niah_grid must look like 4x4, got {study.eval.niah_grid!r}") from None
-    return dict(val_batches=val_batches(study, run), niah_grid=grid,
+    return dict(val_batches=val_batches(study, run), niah_grid=grid, niah_in_context=True,
                 probe_items=int(study.eval.probe_items))
 
 
@@ -89,8 +90,27 @@ def val_batches(study, run=None) -> int:
     return max(1, math.ceil(n * int(study.overrides.train.batch_size) / int(run.config.train.batch_size)))
 
 
-def final_tasks(study) -> list[str]:
-    return [str(study.eval.niah_task), "probe"]
+def final_tasks(study, run) -> list[str]:
+    """NIAH (where it can pass: niah_unmeasured) and the corpus probe."""
+    niah = str(study.eval.niah_task)
+    return ([] if niah_unmeasured(run.config, niah) else [niah]) + ["probe"]
+
+
+def niah_unmeasured(config, task: str = "niah") -> str | None:
+    """Why a run of `config` cannot be measured by NIAH within its trained context (the study's
+    lengths: eval.niah.context_grid), or None: its shortest useful prompt (the needle, the question
+    and 32 haystack tokens, in the run's vocabulary) with its answer must fit in train.seq_len."""
+    from linscale_jax import data
+    from linscale_jax.eval import niah
+
+    vocab = data.get_vocabulary(config.data)
+    need = niah.min_length(lambda text: list(vocab.encode(text)), "easy" if task == "niah_easy" else "standard")
+    seq = int(config.train.seq_len)
+    if need <= niah.in_context_max(seq):
+        return None
+    return (f"the shortest prompt, {need} tokens of needle, question and 32 haystack tokens, and its answer "
+            f"do not fit in the trained context of {seq} tokens: NIAH needs train.seq_len >= "
+            f"{need + 1 + niah.ANSWER_TOKENS}")
 
 
 estimators = plan_lib.estimators
@@ -166,7 +186,7 @@ def process_run(study, run, log=_print, final: bool = True) -> None:
     ctx = eval_context(study, run)
     evaluate(run.workdir, "all", loss_tasks(study), ctx_kwargs=ctx, log=log)
     if final:
-        evaluate(run.workdir, "last", final_tasks(study), ctx_kwargs=ctx, log=log)
+        evaluate(run.workdir, "last", final_tasks(study, run), ctx_kwargs=ctx, log=log)
     c2, t2 = _compile_clock(), time.time()
     if Estimator.COOLDOWN in estimators(study):
         run_cooldowns(study, run, ctx, log)

@@ -189,9 +189,48 @@ def check_summary(study, loss: dict, ref: dict) -> dict:
     return out
 
 
+def _exponent_text(law: dict, name: str) -> str:
+    """'lr* = 0.755·N^-0.508, exponent [-0.775, -0.027]: falls with size (resolved)'."""
+    text = f"{name} = {law['coefficient']:.3g}·N^{law['exponent']:+.3f}"
+    ci = law.get("exponent_ci")
+    if not ci:
+        return text + " (no interval)"
+    trend = ("falls with size" if ci[1] < 0 else "rises with size" if ci[0] > 0 else
+             "flat within its interval (a trend in N not resolved)")
+    return text + f", exponent [{ci[0]:+.3f}, {ci[1]:+.3f}]: {trend}"
+
+
+def summary_lines(rule: dict) -> list[str]:
+    """cells.md's first screen: each fitted rule with the direction its exponent's interval
+    resolves, which checked archs share it, the sizes whose optimum is a bound (the best cell at
+    the end of its line), and the seed noise behind the intervals (or why it is not measured)."""
+    L = ["## Summary", ""]
+    for arch, a in rule["archs"].items():
+        if "lr" in a and "check" not in a:
+            L.append(f"- {arch}: {_exponent_text(a['lr'], 'lr*')}; {_exponent_text(a['batch'], 'batch*')}; "
+                     f"β2 {a['beta2']:g}.")
+    shared = {arch: a["check"] for arch, a in rule["archs"].items() if "same_as" in a}
+    own = {arch: a["check"] for arch, a in rule["archs"].items() if "check" in a and "same_as" not in a}
+    for label, group in ((f"share {rule['default']}'s rule", shared), ("get their own lr rule", own)):
+        if group:
+            ratios = [v["ratio"] for ch in group.values() for v in ch["sizes"].values()]
+            L.append(f"- {', '.join(group)} {label} (best checked rate / the rule's: "
+                     f"{min(ratios):.2f}–{max(ratios):.2f}).")
+    edges = [f"{arch} {s} ({'lr' if v['lr_edge'] else ''}{' and ' if v['lr_edge'] and v['batch_edge'] else ''}"
+             f"{'batch' if v['batch_edge'] else ''})" for arch, a in rule["archs"].items()
+             for s, v in a.get("sizes", {}).items() if v["lr_edge"] or v["batch_edge"]]
+    if edges:
+        L.append(f"- Bounds, not optima (the best cell at the end of its line): {', '.join(edges)}.")
+    sd = rule["seed_sd"]
+    L.append(f"- Seed-to-seed sd of a cell's loss: {sd['value']:.4f} nats ({sd['pairs']} replicate pairs), the "
+             "intervals' noise." if sd["pairs"] else "- Seed-to-seed sd: not measured (no replicate cells); "
+             "the intervals carry no seed noise.")
+    return L + [""]
+
+
 def summary_md(study, rule: dict, rows: list[dict]) -> str:
-    """cells.md: the rules with intervals, the per-arch checks, then every cell."""
-    lines = ["# Tuning grid", "", f"`{rule['command']}` on {rule['machine']}.", "",
+    """cells.md: the summary, the rules with intervals, the per-arch checks, then every cell."""
+    lines = ["# Tuning grid", "", *summary_lines(rule), f"`{rule['command']}` on {rule['machine']}.", "",
              f"Loss: validation loss (nats per byte) at the budget's end under the {rule['data']['estimator']}"
              f" estimator; {rule['data']['tokens']:.4g} tokens per cell; seed-to-seed sd "
              f"{rule['seed_sd']['value']:.4f} ({rule['seed_sd']['pairs']} replicate pairs), the intervals' noise.", "",

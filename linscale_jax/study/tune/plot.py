@@ -1,5 +1,6 @@
 """The tuning grid's plot: loss against learning rate, one panel per (arch, size), one line per
-(batch, β2), each size's lr* (the vertex) marked.
+(batch, β2) in the arch's colour (linscale_jax.palette: darker for a larger batch; β2 by line
+style), each size's lr* (the vertex) marked.
 
     png = plot_lr(rows, fitted, "DIR/tune/lr.png")     # rows: study.tune.cell_rows
 """
@@ -7,6 +8,8 @@
 from __future__ import annotations
 
 import math
+
+from linscale_jax import palette
 
 
 def plot_lr(rows: list[dict], fitted: dict, path: str) -> str:
@@ -23,8 +26,8 @@ def plot_lr(rows: list[dict], fitted: dict, path: str) -> str:
     nrows = math.ceil(len(panels) / cols)
     fig, axes = plt.subplots(nrows, cols, figsize=(3.2 * cols, 2.8 * nrows), squeeze=False, sharey="row")
     finite = [r["loss"] for r in rows if isinstance(r["loss"], float)]
-    combos = sorted({(r["batch"], r["beta2"]) for r in rows})
-    color = {k: plt.get_cmap("tab10")(i % 10) for i, k in enumerate(combos)}  # one per (batch, β2)
+    batches = sorted({r["batch"] for r in rows})
+    styles = {b2: ("-", "--", ":", "-.")[i % 4] for i, b2 in enumerate(sorted({r["beta2"] for r in rows}))}
     for ax, (arch, size) in zip(axes.flat, panels):
         mine = [r for r in rows if (r["arch"], r["size"]) == (arch, size) and r["seed"] == 0]
         lines = sorted({(r["batch"], r["beta2"]) for r in mine})
@@ -32,7 +35,8 @@ def plot_lr(rows: list[dict], fitted: dict, path: str) -> str:
             pts = sorted((r["lr"], r["loss"]) for r in mine
                          if (r["batch"], r["beta2"]) == (batch, beta2) and isinstance(r["loss"], float))
             if pts:
-                ax.plot(*zip(*pts), marker="o", ms=3, lw=1, color=color[(batch, beta2)],
+                ax.plot(*zip(*pts), marker="o", ms=3, lw=1, ls=styles[beta2],
+                        color=palette.shades(arch, len(batches) + 1)[batches.index(batch) + 1],
                         label=f"batch {batch}, β2 {beta2:g}")
         div = [r["lr"] for r in mine if not isinstance(r["loss"], float)]
         if div and finite:
