@@ -206,7 +206,7 @@ def test_report_leads_with_its_answer(written):
     assert text.splitlines().index("## Summary") <= 4 and len(block) <= 15
     summary = "\n".join(block)
     f = found["findings"]
-    assert f"**1. Power laws fit all four architectures: {f['power_laws']['verdict']}**" in summary
+    assert f"**1. Power laws fit every architecture: {f['power_laws']['verdict']}**" in summary
     tnl = f["power_laws"]["archs"]["tnl"]
     lo, hi = tnl["exponent_ci"]
     assert f"tnl {tnl['exponent']:+.4f} [{lo:+.4f}, {hi:+.4f}]" in summary
@@ -235,12 +235,12 @@ def test_bounds_and_unmeasured_probes_say_so_in_their_rows(written, tmp_path):
 
     wd = tmp_path / "copy"
     shutil.copytree(written[0], wd)
-    found = json.loads((wd / contract.FINDINGS_JSON).read_text())
+    found = json.loads((wd / files.FINDINGS_JSON).read_text())
     found["bracketing"]["val_loss"]["llama"]["interior"] = 0.8  # llama's envelope mostly interior
     found["probes"] = {"niah": compare.niah_comparison({a: np.zeros(9) for a in OFFSET}, n_boot=50),
                        "probe": compare.probe_comparison({"llama": 0.9, "tnl": 0.5, "hgrn2": 0.85, "cosformer2": 0.3},
                                                          dict.fromkeys(OFFSET, 64))}
-    (wd / contract.FINDINGS_JSON).write_text(json.dumps(found))
+    (wd / files.FINDINGS_JSON).write_text(json.dumps(found))
     text = Path(report.write_report(str(wd))).read_text()
     table3 = "\n".join(_block(text, "## Fitted laws beside the paper's Table 3"))
     for a, inside in found["bracketing"]["val_loss"].items():
