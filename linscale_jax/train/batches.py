@@ -5,19 +5,23 @@
                                #   like batch_sharding; the batch that update step + 1 consumes
     batches.local_rows         # the global row indices this process reads (sorted)
     batches.put(batches.local(step)) == batches(step)   # read (host) and put (devices) separately
+    block = batches.put_block(batches.local_block(step, n, k))   # [k, B, t]: steps step..step+n-1,
+                                                        #   rows n..k-1 zero (one dispatch's batches)
     batches.state(step); batches.check_state(saved)
 
 The rows a process reads are those of its addressable devices under the batch sharding (rows
 split over 'data'/'fsdp', columns over 'seq', replicas over 'tensor'): with P processes holding
 disjoint row blocks each reads B/P rows; a mesh axis that spans processes makes them read the same
 rows. Row r of step s is the same for every process count (data.rows), so the global array is too.
+A block's rows are read in one call of the source when it has `rows_of_steps` (prepared records:
+one read of k·B rows instead of k reads) and put on the devices as one array per key.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import jax
-from jax.sharding import Sharding
+from jax.sharding import NamedSharding, PartitionSpec, Sharding
 
 BATCH_KEYS = ("inputs", "targets", "segment_ids", "weights")
 
@@ -48,6 +52,37 @@ class GlobalBatches:
             return x[sel][:, idx[1]]
 
         return {k: jax.make_array_from_callback(self.shape, self.sharding, lambda idx, x=local[k]: shard(idx, x))
+                for k in BATCH_KEYS}
+
+    def local_block(self, step: int, n: int, k: int) -> dict:
+        """numpy [k, len(local_rows), t] per key: the rows of steps step .. step+n-1 this process
+        holds, then k - n steps of zeros (never read: a block runs n steps)."""
+        read = getattr(self.source, "rows_of_steps", None)
+        steps = range(step, step + n)
+        if read is not None:
+            rows = read(steps, self.local_rows)
+        else:
+            per_step = [self.source.rows(s, self.local_rows) for s in steps]
+            rows = {key: np.stack([r[key] for r in per_step]) for key in per_step[0]}
+        if n == k:
+            return rows
+        return {key: np.concatenate([x, np.zeros((k - n, *x.shape[1:]), x.dtype)]) for key, x in rows.items()}
+
+    def block_sharding(self) -> NamedSharding:
+        """The sharding of a block [k, B, t]: the batch sharding's, the block axis unsplit."""
+        return NamedSharding(self.sharding.mesh, PartitionSpec(None, *self.sharding.spec))
+
+    def put_block(self, local: dict) -> dict:
+        """The global [k, B, t] jax.Arrays of a block's process-local rows (`local_block`'s output)."""
+        b = self.shape[0]
+        shape = (next(iter(local.values())).shape[0], *self.shape)
+        sharding = self.block_sharding()
+
+        def shard(idx, x):
+            sel = [self._position[r] for r in range(*idx[1].indices(b))]
+            return x[:, sel][:, :, idx[2]]
+
+        return {k: jax.make_array_from_callback(shape, sharding, lambda idx, x=local[k]: shard(idx, x))
                 for k in BATCH_KEYS}
 
     def state(self, step: int) -> dict:

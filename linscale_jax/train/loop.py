@@ -11,11 +11,15 @@ train.grad_accum micro-batches and scanned; the loss is sum(weights * cross-entr
 over the whole global batch, so accumulation is exact up to summation order.
 Step s means "after s optimizer updates"; the row logged at step s holds the loss of update s.
 
-The step loop never waits on the devices between log steps: batches are read and put on the
-devices by a background thread (linscale_jax.train.overlap), each step's metrics stay on the
-devices until a log, eval or checkpoint step fetches them all at once, and preemption is decided by
-JAX's preemption sync service (linscale_jax.train.preemption), a host-side call. Checkpoint
-checksums are hashed per process in a background thread (linscale_jax.run.checksums.Recorder).
+The step loop runs blocks of steps, one dispatch each (linscale_jax.train.blocks: up to
+train.log_every steps in a `lax.fori_loop`, ending at every log, eval and checkpoint step; the
+losses and parameters are those of one dispatch per step, bit for bit). It never waits on the
+devices between log steps: a block's batches are read in one call and put on the devices by a
+background thread (linscale_jax.train.overlap), the per-step metrics stay on the devices as [k]
+arrays until a log, eval or checkpoint step fetches them all at once, and preemption is decided by
+JAX's preemption sync service (linscale_jax.train.preemption), a host-side call, at block edges.
+Checkpoint checksums are hashed per process in a background thread
+(linscale_jax.run.checksums.Recorder).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from linscale_jax.run import async_save
 from linscale_jax.run import checkpoint as ckpt
 from linscale_jax.run import checksums
 from linscale_jax.run import signals
+from linscale_jax.train import blocks
 from linscale_jax.train import divergence
 from linscale_jax.train import overlap
 from linscale_jax.train.batches import BATCH_KEYS, GlobalBatches
@@ -50,7 +55,7 @@ from linscale_jax.parallel import sharding
 from linscale_jax.models import ModelConfig
 from linscale_jax.errors import Stopped
 
-PREFETCH = 2  # batches read and put on the devices ahead of the running step
+PREFETCH = 2  # blocks of batches read and put on the devices ahead of the running block
 
 NonFiniteLossError = divergence.DivergenceError  # NaN/inf or exploding loss; checkpoints are kept
 
@@ -172,7 +177,8 @@ def compiled(config, mesh):
 @functools.lru_cache(maxsize=8)
 def _compiled(key):
     """Shardings and jitted functions of a (model, optimizer, mesh); cached so that repeated runs
-    in one process (tests, notebooks) reuse their compilations."""
+    in one process (tests, notebooks) reuse their compilations. step_fn is one train step,
+    block_fn n of them in one dispatch (linscale_jax.train.blocks); jit compiles each on first use."""
     config_json, mesh = key
     sections = json.loads(config_json)
     model_cfg = ModelConfig.from_config(json.loads(sections[0]))
@@ -186,6 +192,8 @@ def _compiled(key):
     o_shard = sharding.named(mesh, sharding.opt_state_specs(tx, abstract_opt, p_specs))
     rep = NamedSharding(mesh, PartitionSpec())
     b_shard = NamedSharding(mesh, sharding.batch_spec(mesh))
+    blk_shard = NamedSharding(mesh, PartitionSpec(None, *b_shard.spec))
+    train_step = make_train_step(parts.graphdef, tx, accum)
     with_sharding = lambda a, sh: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sh)  # noqa: E731
     init = _init_fn(model_cfg, seed)
     return types.SimpleNamespace(
@@ -195,9 +203,13 @@ def _compiled(key):
         init_params=jax.jit(lambda: init()[0], out_shardings=p_shard),
         init_opt=jax.jit(tx.init, out_shardings=o_shard),
         rest=jax.jit(lambda: init()[1], out_shardings=rep),
-        step_fn=jax.jit(_under_mesh(make_train_step(parts.graphdef, tx, accum), mesh),
+        step_fn=jax.jit(_under_mesh(train_step, mesh),
                         in_shardings=(p_shard, o_shard, rep, b_shard),
                         out_shardings=(p_shard, o_shard, rep), donate_argnums=(0, 1)),
+        # block_fn(params, opt_state, rest, batches [k, b, t], n, scale [k], scaled [k]): n steps
+        block_fn=jax.jit(_under_mesh(blocks.make_block_step(train_step), mesh),
+                         in_shardings=(p_shard, o_shard, rep, blk_shard, rep, rep, rep),
+                         out_shardings=(p_shard, o_shard, rep), donate_argnums=(0, 1)),
         eval_fn=jax.jit(_under_mesh(make_eval_step(parts.graphdef), mesh), in_shardings=(p_shard, rep, b_shard)),
     )
 
@@ -207,6 +219,29 @@ def step_functions(config, devices=None):
     the trainer uses in this process, so a caller reusing them (study.cooldown) compiles nothing."""
     mesh = sharding.make_mesh(config.mesh, devices)
     return _compiled(_key(config, mesh)), mesh
+
+
+def scaled_steps(config, params, opt_state, step: int, factors, devices=None):
+    """(params, opt_state) after len(factors) more updates from `step` (the arrays of checkpoint
+    `step`, placed like the trainer's: fns.abs_params / abs_opt), on the run's own next batches,
+    the update of step + j + 1 taken at factors[j] times the schedule's rate: params + f·(step(params)
+    − params) (blocks: `scale`, `scaled`). The branches of study.cooldown; the run's own compiled
+    block program, so a branch after its run compiles nothing."""
+    from linscale_jax import data
+
+    fns, _ = step_functions(config, devices)
+    batches = GlobalBatches(data.train_rows(config), fns.b_shard)
+    factors = np.asarray(factors, np.float32)
+    k = blocks.block_steps(config)
+    rest = fns.rest()
+    for first, n in blocks.block_plan(0, len(factors), k, ()):
+        scale = np.ones((k,), np.float32)
+        scale[:n] = factors[first:first + n]
+        batch = batches.put_block(batches.local_block(step + first, n, k))
+        params, opt_state, _ = fns.block_fn(params, opt_state, rest, batch, n,
+                                            jax.device_put(scale, fns.rep),
+                                            jax.device_put(np.ones((k,), bool), fns.rep))
+    return params, opt_state
 
 
 def _say(msg: str) -> None:
@@ -286,7 +321,7 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
     if data_state is not None:
         batches.check_state(data_state)  # the batches themselves follow from the step (a seek)
 
-    step_fn, eval_fn = fns.step_fn, fns.eval_fn
+    block_fn, eval_fn = fns.block_fn, fns.eval_fn
 
     def to_global(batch):
         return sharding.global_batch(batch, b_shard, BATCH_KEYS)
@@ -304,6 +339,12 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
     schedule = optim.make_schedule(config.optim, total)
     save_at = ckpt.save_steps(config.checkpoint, total)
     log_every = max(int(tr.log_every), 1)
+    profiled = metrics_lib.parse_profile_steps(tr.get("profile_steps", ""))
+    k = blocks.block_steps(config)  # blocks end at every step that logs, evaluates or saves
+    plan = blocks.block_plan(step, total, k, blocks.every(log_every, step, total)
+                             | blocks.every(eval_every, step, total) | save_at
+                             | ({profiled[0] - 1, profiled[1]} if profiled else set()))
+    scale, scaled = (jax.device_put(x, fns.rep) for x in blocks.unscaled(k))
     with signals.postponed():  # it rewrites metrics.jsonl without the rows after `step`
         logger = metrics_lib.MetricsLogger(workdir, total, step,
                                            tracker=tracking.wandb_writer(config, workdir))
@@ -315,30 +356,40 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
     feed, batch0 = None, None
 
     def flush():
-        """Fetch the pending steps' metrics (the loop's one device->host transfer) -> a row."""
+        """Fetch the pending blocks' metrics (the loop's one device->host transfer) -> a row of
+        the last step; every step's loss goes through the divergence monitor."""
         nonlocal t_ref, n_ref, idle_ref
-        fetched = jax.device_get([m for _, m in pending])
-        for (s, _), m in zip(pending, fetched):
-            loss = float(m["loss"])
-            reason = monitor.observe(s, loss, bool(m["params_finite"]))
-            if reason:
-                raise divergence.diverged(monitor, s, reason, float(m["grad_norm"]), workdir,
-                                          mngr, float(config.optim.lr))
-            losses[s] = loss
-        s, m = pending[-1][0], fetched[-1]
+        fetched = jax.device_get([m for _, _, m in pending])
+        for (first, n, _), m in zip(pending, fetched):
+            for i in range(n):
+                s, loss = first + i + 1, float(m["loss"][i])
+                reason = monitor.observe(s, loss, bool(m["params_finite"][i]))
+                if reason:
+                    raise divergence.diverged(monitor, s, reason, float(m["grad_norm"][i]), workdir,
+                                              mngr, float(config.optim.lr))
+                losses[s] = loss
+        first, n, _ = pending[-1]
+        s, grad_norm = first + n, float(fetched[-1]["grad_norm"][n - 1])
         pending.clear()
         now = time.perf_counter()
         done, span = s - n_ref, max(now - (t_ref or t_start), 1e-9)
         tps = done * tokens_per_step / span
         mem, mem_peak = metrics_lib.device_memory()
         row = dict(step=s, loss=losses[s], lr=float(schedule(s - 1)),
-                   grad_norm=float(m["grad_norm"]), tokens=s * tokens_per_step,
+                   grad_norm=grad_norm, tokens=s * tokens_per_step,
                    tokens_per_sec=tps, mfu=flops_exact_tok * tps / peak,
                    flops=flops_tok * s * tokens_per_step, mem_gb=mem / 1e9,
                    mem_peak_gb=None if mem_peak is None else mem_peak / 1e9,
                    data_wait=min((feed.idle_s - idle_ref) / span, 1.0))
         t_ref, n_ref, idle_ref = now, s, feed.idle_s
         return row
+
+    def validation() -> dict:
+        """The validation loss of the current parameters on train.eval_batches batches (the
+        loop's evaluation point: at every train.eval_every steps and the last)."""
+        sums = [eval_fn(params, rest, b) for b in eval_set]
+        l, w = (sum(float(x[i]) for x in sums) for i in (0, 1))
+        return dict(val_loss=l / max(w, 1.0))
 
     def finish_saves():
         """Wait for pending checkpoint writes; hand the finalised steps to the checksum thread."""
@@ -347,29 +398,30 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
             recorder.submit(ckpt.ckpt_dir(workdir) / str(s))
         unrecorded.clear()
 
-    with Preemption() as preemption:  # from here a signal is a stop at the next step
+    with Preemption() as preemption:  # from here a signal is a stop at the next block's end
         try:
-            if step < total:  # host rows of steps step..total-1, read and put on the devices ahead
-                host_rows = (batches.local(s) for s in range(step, total))
-                feed = overlap.Prefetcher(host_rows, batches.put, PREFETCH)
+            if plan:  # host rows of the blocks, read and put on the devices ahead
+                host_rows = (batches.local_block(first, n, k) for first, n in plan)
+                feed = overlap.Prefetcher(host_rows, batches.put_block, PREFETCH)
             t_compile = time.perf_counter()
             if feed is not None:  # compile before the clock starts: the first progress row is a rate
                 batch0 = feed.next()
-                step_fn.lower(params, opt_state, rest, batch0[0]).compile()
-                print(f"Compiled the train step in {time.perf_counter() - t_compile:.1f}s; training "
-                      f"steps {step + 1}..{total}.", flush=True)
+                block_fn.lower(params, opt_state, rest, batch0[0], plan[0][1], scale,
+                               scaled).compile()
+                print(f"Compiled the train step in {time.perf_counter() - t_compile:.1f}s (up to {k} "
+                      f"steps per dispatch); training steps {step + 1}..{total}.", flush=True)
             t_ref, n_ref, t_start = None, step, time.perf_counter()
             idle_ref = feed.idle_s if feed is not None else 0.0
             logger.t0 = t_start
-            last = None  # the last dispatched step's loss: busy until the devices finished it
-            while step < total:
+            last = None  # the last dispatched block's losses: busy until the devices finished it
+            for first, n in plan:
                 (batch, _), batch0 = (batch0 or feed.next(busy=last)), None
-                profile.before(step + 1)
-                params, opt_state, m = step_fn(params, opt_state, rest, batch)
-                step += 1
+                profile.before(first + 1)
+                params, opt_state, m = block_fn(params, opt_state, rest, batch, n, scale, scaled)
+                step = first + n
                 saving.check(step)
                 last = m["loss"]
-                pending.append((step, m))
+                pending.append((first, n, m))
                 profile.after(step, m)
                 do_eval = eval_set is not None and (step % eval_every == 0 or step == total)
                 do_log = step % log_every == 0 or step == total
@@ -377,9 +429,7 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
                 if at_sync:
                     row = flush()
                     if do_eval:
-                        sums = [eval_fn(params, rest, b) for b in eval_set]
-                        l, w = (sum(float(x[i]) for x in sums) for i in (0, 1))
-                        row["val_loss"] = l / max(w, 1.0)
+                        row.update(validation())
                         t_ref = time.perf_counter()
                     if do_log or do_eval:
                         logger.write(row)
