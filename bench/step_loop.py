@@ -114,9 +114,9 @@ def instrumented(clock: Clock):
         jax.block_until_ready(args)
 
     process = time.process_time
-    patches = [
-        clock.wrap(batches.GlobalBatches, "local", "data"),
-        clock.wrap(batches.GlobalBatches, "put", "data"),
+    patches = [clock.wrap(batches.GlobalBatches, name, "data") for name in
+               ("local", "put", "local_block", "put_block") if hasattr(batches.GlobalBatches, name)]
+    patches += [
         clock.wrap(metrics.MetricsLogger, "write", "metrics"),
         clock.wrap(metrics.MetricsLogger, "progress", "metrics"),
         clock.wrap(metrics, "device_memory", "metrics"),
@@ -129,16 +129,21 @@ def instrumented(clock: Clock):
 
     def dispatch_timed(key):
         fns = compiled(key)
-        real = fns.step_fn
+        timed = {}
+        for name in ("step_fn", "block_fn"):  # one step per dispatch, or blocks of steps
+            real = getattr(fns, name, None)
+            if real is None:
+                continue
 
-        def step_fn(*args):
-            t = time.thread_time()
-            out = real(*args)
-            clock.add("dispatch", time.thread_time() - t)
-            return out
+            def call(*args, real=real):
+                t = time.thread_time()
+                out = real(*args)
+                clock.add("dispatch", time.thread_time() - t)
+                return out
 
-        step_fn.lower = real.lower
-        return types.SimpleNamespace(**dict(vars(fns), step_fn=step_fn))
+            call.lower = real.lower
+            timed[name] = call
+        return types.SimpleNamespace(**dict(vars(fns), **timed))
 
     patches.append((trainer, "_compiled", compiled, dispatch_timed))
     for owner, name, _, new in patches:
@@ -336,7 +341,9 @@ def main():
     for run in runs:
         r = bench_run(study, run, a.steps or None, a.burst, a.bursts, compiling)
         rows.append(r)
-        if not a.json:
+        if a.json:  # progress on stderr; the one JSON object at the end
+            print(json.dumps(r), file=sys.stderr, flush=True)
+        else:
             print(f"| {r['arch']} | {r['size']} | {r['steps']} | {r['loop_tokens_per_sec']:,.0f} | "
                   f"{r['step_tokens_per_sec']:,.0f} | {r['ratio']:.2f} | " +
                   " | ".join(f"{r['parts'][k]:.2f}" for k in PARTS) + " |", flush=True)

@@ -336,7 +336,7 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
     flops_tok = float(accounting.paper_flops_per_token(model_cfg, seq_len))
     flops_exact_tok = float(accounting.flops_per_token_exact(model_cfg, seq_len))
     peak = metrics_lib.peak_flops_per_device(config) * mesh.size
-    schedule = optim.make_schedule(config.optim, total)
+    schedule = jax.jit(optim.make_schedule(config.optim, total))  # a row's lr: one dispatch
     save_at = ckpt.save_steps(config.checkpoint, total)
     log_every = max(int(tr.log_every), 1)
     profiled = metrics_lib.parse_profile_steps(tr.get("profile_steps", ""))

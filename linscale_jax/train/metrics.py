@@ -222,8 +222,9 @@ def device_memory() -> tuple[float | None, float | None]:
     d0, total = devices[0], 0
     for a in jax.live_arrays():
         try:
-            if d0 in a.sharding.device_set:
-                total += int(np.prod(a.sharding.shard_shape(a.shape))) * a.dtype.itemsize
+            if d0 in a.sharding.device_set:  # a whole copy, or the shard this device holds
+                total += a.nbytes if a.is_fully_replicated else \
+                    int(np.prod(a.sharding.shard_shape(a.shape))) * a.dtype.itemsize
         except Exception:  # noqa: BLE001 - an array deleted meanwhile, an exotic sharding
             continue
     return float(total), None
