@@ -1,6 +1,6 @@
 """The trainer's whole loop against its compiled step alone, per ladder rung, as a study worker runs it.
 
-    python bench/step_loop.py [--config=configs/study/cpu.py] [--archs=llama,tnl,hgrn2,cosformer2]
+    python bench/step_loop.py [--config=cpu] [--archs=llama,tnl,hgrn2,cosformer2]
                               [--sizes=d16l2,d16,d32l2,d32,d48] [--steps=N] [--core=0] [--json]
 
 Each rung's run config is the preset's own (study.plan.build_plan: model, the tuned rule's lr,
@@ -237,7 +237,7 @@ def step_alone(config, n: int, bursts: int) -> dict:
 def bench_run(study, run, steps: int | None, burst: int, bursts: int, compiling: CompileClock) -> dict:
     """One rung: the loop (train + checkpoint eval) and the step alone, side by side."""
     from linscale_jax.eval.runner import evaluate
-    from linscale_jax.study import runner
+    from linscale_jax.study.scaling import runner
     from linscale_jax.train import loop as trainer
 
     cfg = run.config
@@ -293,7 +293,7 @@ def warm_up(config) -> None:
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--config", default="configs/study/cpu.py")
+    p.add_argument("--config", default="cpu", help="a study preset: a packaged name or a file")
     p.add_argument("--archs", default=None, help="comma list (default: the preset's)")
     p.add_argument("--sizes", default=None, help="comma list (default: the preset's)")
     p.add_argument("--steps", type=int, default=0, help="steps per run (default: the preset's)")
@@ -309,13 +309,11 @@ def main():
     as_worker(a.core)
     import jax
 
-    from linscale_jax.study import plan, presets
+    from linscale_jax.study import presets
+    from linscale_jax.study.scaling import plan
     from linscale_jax.train import loop as trainer
 
-    name = Path(a.config).stem
-    study = presets.preset(name) if (Path(presets.CONFIGS) / f"{name}.py").exists() else None
-    if study is None:
-        raise SystemExit(f"ERROR: {a.config} is not a study preset; pass configs/study/<name>.py")
+    study = presets.preset(a.config)  # a packaged preset's name or a preset file
     if a.archs:
         study.archs = a.archs
     if a.sizes:

@@ -21,7 +21,7 @@ from helpers.train import tiny_config
 
 from linscale_jax import data
 from linscale_jax.run import checkpoint as ckpt
-from linscale_jax.study import cooldown
+from linscale_jax.study.scaling import cooldown
 from linscale_jax.train import loop as trainer
 from linscale_jax.train.batches import GlobalBatches
 
@@ -67,7 +67,11 @@ def cooldown_equal(c, workdir: str, batches, fns, rest) -> tuple[bool, float]:
         old = jax.tree.map(jnp.copy, params)  # the step donates its inputs
         new, opt_state, _ = fns.step_fn(params, opt_state, rest, batches(5 + j))
         params = scaled(old, new, jnp.float32(f))
-    got = ckpt.restore(ckpt.manager(out, read_only=True), out, fns.abs_params, step=9)["params"]
+    src = ckpt.manager(out, read_only=True)
+    try:
+        got = ckpt.restore(src, out, fns.abs_params, step=9)["params"]
+    finally:
+        src.close()
     moved = max(float(np.max(np.abs(a - b))) for a, b in
                 zip(jax.tree.leaves(jax.device_get(got)), jax.tree.leaves(start)))
     return equal(jax.device_get(got), jax.device_get(params)), moved

@@ -8,11 +8,10 @@ The checkpoint of `step` (parameters, AdamW state, data-iterator position) is re
 for k = max(1, round(fraction · step)) more steps on the run's own next batches with the learning
 rate decaying from optim.lr towards 0: the update of cooldown step j (j = 1..k) is lr · f((j−1)/k),
 f(t) = 1 − sqrt(t) ("1-sqrt", Hägele et al.'s better shape) or 1 − t ("linear"). The branch
-reuses the run's own jitted train step (train.loop.step_functions: compiled once per process, so after
-training a branch compiles nothing) and scales each update: AdamW's update is linear in the learning
-rate and its moments do not depend on it, so params + f·(step(params) − params) is exactly the step
-at rate f·lr, taken in the run's own blocks of steps (train.loop.scaled_steps: several steps per
-dispatch, the same arithmetic). The cooled-down parameters are saved as checkpoint step + k of
+runs the run's own compiled blocks of train steps (train.loop.scaled_steps: compiled once per
+process, so after training a branch compiles nothing) and scales each update: AdamW's update is
+linear in the learning rate and its moments do not depend on it, so params + f·(step(params) −
+params) is exactly the step at rate f·lr. The cooled-down parameters are saved as checkpoint step + k of
 `out_dir` (a workdir that eval reads like any run's); the branch leaves the run's own checkpoints
 untouched.
 """
