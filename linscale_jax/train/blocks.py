@@ -26,9 +26,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from linscale_jax.train.batches import BYTES_PER_TOKEN
+
 MAX_STEPS = 32  # steps per dispatch at most: a log interval longer than this is split
 MAX_BYTES = 64 << 20  # a block's batches on the devices: at most this many bytes (big batches: fewer steps)
-BYTES_PER_TOKEN = 16  # inputs, targets, segment_ids (int32) and weights (float32)
 
 
 def block_steps(config) -> int:

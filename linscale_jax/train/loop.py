@@ -235,10 +235,11 @@ def scaled_steps(config, params, opt_state, step: int, factors, devices=None):
     factors = np.asarray(factors, np.float32)
     k = blocks.block_steps(config)
     rest = fns.rest()
-    for first, n in blocks.block_plan(0, len(factors), k, ()):
+    plan = blocks.block_plan(0, len(factors), k, ())
+    for (first, n), local in zip(plan, batches.blocks([(step + f, n) for f, n in plan], k)):
         scale = np.ones((k,), np.float32)
         scale[:n] = factors[first:first + n]
-        batch = batches.put_block(batches.local_block(step + first, n, k))
+        batch = batches.put_block(local)
         params, opt_state, _ = fns.block_fn(params, opt_state, rest, batch, n,
                                             jax.device_put(scale, fns.rep),
                                             jax.device_put(np.ones((k,), bool), fns.rep))
@@ -409,8 +410,7 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
     with Preemption() as preemption:  # from here a signal is a stop at the next block's end
         try:
             if plan:  # host rows of the blocks, read and put on the devices ahead
-                host_rows = (batches.local_block(first, n, k) for first, n in plan)
-                feed = overlap.Prefetcher(host_rows, batches.put_block, PREFETCH)
+                feed = overlap.Prefetcher(batches.blocks(plan, k), batches.put_block, PREFETCH)
             t_compile = time.perf_counter()
             if feed is not None:  # compile before the clock starts: the first progress row is a rate
                 batch0 = feed.next()

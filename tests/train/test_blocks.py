@@ -44,9 +44,13 @@ def test_block_steps_follow_the_log_interval_and_the_bytes():
     assert blocks.block_steps(c) == 1
 
 
-def test_a_block_is_the_steps_batches_read_at_once():
+def test_a_block_is_the_steps_batches_read_at_once(monkeypatch):
     """local_block (one read of the records) == the per-step rows stacked, zeros after n; the
-    global block array == the per-step global batches stacked."""
+    blocks of a plan read several at a time == each block read alone; the global block array ==
+    the per-step global batches stacked."""
+    from linscale_jax.train import batches as batches_lib
+
+    monkeypatch.setattr(batches_lib, "READ_BYTES", 6 * 4 * 32 * 16)  # reads of 6 steps of tiny rows or more
     c = tiny_config()
     fns, _ = trainer.step_functions(c)
     batches = GlobalBatches(data.train_rows(c), fns.b_shard)
@@ -55,6 +59,10 @@ def test_a_block_is_the_steps_batches_read_at_once():
         want = np.stack([batches.local(s)[key] for s in (5, 6, 7)])
         np.testing.assert_array_equal(block[key][:3], want)
         assert not block[key][3].any() and block[key].dtype == want.dtype
+    plan = blocks.block_plan(2, 14, 4, {5, 9})
+    for (first, n), got in zip(plan, batches.blocks(plan, 4), strict=True):  # read together
+        for key, x in batches.local_block(first, n, 4).items():
+            np.testing.assert_array_equal(got[key], x)
     on_devices = batches.put_block(block)
     assert on_devices["inputs"].sharding == batches.block_sharding()
     for s in (5, 6, 7):
