@@ -234,18 +234,36 @@ def step_alone(config, n: int, bursts: int) -> dict:
     return {k: float(np.median(v)) for k, v in (("cpu", cpu), ("wall", wall), ("dispatch", dispatch))}
 
 
-def bench_run(study, run, steps: int | None, burst: int, bursts: int, compiling: CompileClock) -> dict:
-    """One rung: the loop (train + checkpoint eval) and the step alone, side by side."""
+def _study_module(name: str):
+    """linscale_jax.study.scaling.<name> (linscale_jax.study.<name> in a checkout before the study's
+    kinds: the bench measures that code too)."""
+    import importlib
+
+    try:
+        return importlib.import_module(f"linscale_jax.study.scaling.{name}")
+    except ModuleNotFoundError:
+        return importlib.import_module(f"linscale_jax.study.{name}")
+
+
+def bench_run(study, run, steps: int | None, burst: int, bursts: int, compiling: CompileClock,
+              cooldowns: bool = False) -> dict:
+    """One rung: the loop (train + checkpoint eval) and the step alone, side by side; with
+    `cooldowns`, the study's cooldown branches of the run after them (trained and evaluated as
+    runner.process_run does), timed apart."""
+    import dataclasses
+
     from linscale_jax.eval.runner import evaluate
-    from linscale_jax.study.scaling import runner
     from linscale_jax.train import loop as trainer
 
+    runner = _study_module("runner")
     cfg = run.config
     if steps:
         cfg.train.steps = int(steps)
     n = int(cfg.train.steps)
     clock = Clock()
     workdir = tempfile.mkdtemp(prefix=f"step_loop_{run.name}_")
+    run = dataclasses.replace(run, workdir=workdir)
+    cool = {}
     try:
         c0, p0, w0 = compiling.seconds, time.process_time(), time.perf_counter()
         with instrumented(clock), quiet():
@@ -254,6 +272,11 @@ def bench_run(study, run, steps: int | None, burst: int, bursts: int, compiling:
             evaluate(workdir, "all", runner.loss_tasks(study),
                      ctx_kwargs=runner.eval_context(study, run), log=lambda m: None)
         c2, p2, w2 = compiling.seconds, time.process_time(), time.perf_counter()
+        if cooldowns and "cooldown" in runner.estimators(study):
+            with quiet():
+                runner.run_cooldowns(study, run, runner.eval_context(study, run), log=lambda m: None)
+            cool = dict(cooldown_cpu_s=round(time.process_time() - p2, 2),
+                        cooldown_compile_s=round(compiling.seconds - c2, 2))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     step = step_alone(cfg, burst, bursts)  # after the loop: the loop pays the compilation
@@ -267,7 +290,7 @@ def bench_run(study, run, steps: int | None, burst: int, bursts: int, compiling:
                 ratio=round(step["cpu"] * n / loop_s, 3),
                 ratio_wall=round(step["wall"] * n / loop_wall, 3),
                 loop_cpu_s=round(loop_s, 2), loop_wall_s=round(loop_wall, 2),
-                train_cpu_s=round(p1 - p0, 2),
+                train_cpu_s=round(p1 - p0, 2), **cool,
                 step_ms=round(step["cpu"] * 1e3, 3),
                 parts={k: round(v, 2) for k, v in parts.items()})
 
@@ -304,13 +327,17 @@ def main():
                    help="the persistent compilation cache: 'fresh' (an empty directory: every rung "
                         "compiles, as in a fresh clone), 'shared' (the trainer's default) or a "
                         "directory (pass one twice to see the cache's hits)")
+    p.add_argument("--cooldowns", action="store_true",
+                   help="also the study's cooldown branches of each run (trained and evaluated), "
+                        "timed apart: cooldown_cpu_s; a run's whole CPU cost is loop_cpu_s + that")
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
     as_worker(a.core)
     import jax
 
     from linscale_jax.study import presets
-    from linscale_jax.study.scaling import plan
+
+    plan = _study_module("plan")
     from linscale_jax.train import loop as trainer
 
     study = presets.preset(a.config)  # a packaged preset's name or a preset file
@@ -332,19 +359,21 @@ def main():
         print(f"{a.config}: {len(runs)} rung(s), one core ({a.core}), single-threaded XLA, "
               f"compilation cache {cache}; load average {load} on {os.cpu_count()} cores",
               flush=True)
+        extra = " cooldowns CPU s |" if a.cooldowns else ""
         print("| arch | size | steps | loop tok/s | step tok/s | ratio | " +
-              " | ".join(f"{k} s" for k in PARTS) + " |")
-        print("|---|---|---|---|---|---|" + "---|" * len(PARTS), flush=True)
+              " | ".join(f"{k} s" for k in PARTS) + " |" + extra)
+        print("|---|---|---|---|---|---|" + "---|" * (len(PARTS) + bool(extra)), flush=True)
     rows = []
     for run in runs:
-        r = bench_run(study, run, a.steps or None, a.burst, a.bursts, compiling)
+        r = bench_run(study, run, a.steps or None, a.burst, a.bursts, compiling, a.cooldowns)
         rows.append(r)
         if a.json:  # progress on stderr; the one JSON object at the end
             print(json.dumps(r), file=sys.stderr, flush=True)
         else:
             print(f"| {r['arch']} | {r['size']} | {r['steps']} | {r['loop_tokens_per_sec']:,.0f} | "
                   f"{r['step_tokens_per_sec']:,.0f} | {r['ratio']:.2f} | " +
-                  " | ".join(f"{r['parts'][k]:.2f}" for k in PARTS) + " |", flush=True)
+                  " | ".join(f"{r['parts'][k]:.2f}" for k in PARTS) + " |" +
+                  (f" {r.get('cooldown_cpu_s', float('nan')):.2f} |" if a.cooldowns else ""), flush=True)
     if scratch_cache:
         shutil.rmtree(scratch_cache, ignore_errors=True)
     if a.json:
