@@ -31,7 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def stacked_step(config, k: int, devices=None):
     """(jitted step over k stacked runs, fns, mesh): step(params [k, ...], opt_state [k, ...], rest,
     batch [k, b, t]) -> (params, opt_state, metrics [k]): the run's train step (train.loop's own,
-    its optimizer and schedule) under jax.vmap, donating params and optimizer state."""
+    its optimizer and schedule, the rate a constant) under jax.vmap, donating params and optimizer
+    state."""
     import jax
 
     from linscale_jax.models import ModelConfig
@@ -44,8 +45,8 @@ def stacked_step(config, k: int, devices=None):
     parts = sharding.model_parts(model_cfg, int(config.train.seed))
     tx = optim.make_optimizer(config.optim, int(config.train.steps), parts.param_axes,
                               parts.abstract_params)
-    step = trainer.make_train_step(parts.graphdef, tx, int(config.train.grad_accum))
-    vmapped = jax.vmap(step, in_axes=(0, 0, None, 0))
+    step = trainer.make_train_step(parts.graphdef, lambda _: tx, int(config.train.grad_accum))
+    vmapped = jax.vmap(lambda p, o, r, b: step(p, o, r, b, None), in_axes=(0, 0, None, 0))
     return jax.jit(trainer._under_mesh(vmapped, mesh), donate_argnums=(0, 1)), fns, mesh
 
 

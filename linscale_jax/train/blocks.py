@@ -3,7 +3,7 @@
     k = block_steps(config)                                # the most steps one dispatch runs
     plan = block_plan(start, total, k, ends)               # [(first step, steps)], blocks in order
     block = make_block_step(train_step)
-    params, opt_state, m = block(params, opt_state, rest, batches, n, scale, scaled)
+    params, opt_state, m = block(params, opt_state, rest, batches, n, scale, scaled, lr)
 
 A block is a `lax.fori_loop` over its n <= k steps (n is an argument: one program serves every
 block length), each step the run's own train step on batch i of `batches` ([k, b, t] per key;
@@ -63,18 +63,18 @@ def every(period: int, start: int, total: int) -> set[int]:
 
 
 def make_block_step(train_step):
-    """block(params, opt_state, rest, batches, n, scale, scaled) -> (params, opt_state, metrics):
-    train_step(params, opt_state, rest, batch) -> (params, opt_state, {loss, grad_norm,
+    """block(params, opt_state, rest, batches, n, scale, scaled, lr) -> (params, opt_state, metrics):
+    train_step(params, opt_state, rest, batch, lr) -> (params, opt_state, {loss, grad_norm,
     params_finite}) run n times (0 < n <= k) on batches[i] ([k, b, t] per key; k is the block's
     static size, one compilation per k), the metrics as [k] arrays (see module docstring)."""
 
-    def block(params, opt_state, rest, batches, n, scale, scaled):
+    def block(params, opt_state, rest, batches, n, scale, scaled, lr):
         k = jax.tree.leaves(batches)[0].shape[0]
 
         def body(i, carry):
             p, o, loss, norm, finite = carry
             batch = jax.tree.map(lambda x: jax.lax.dynamic_index_in_dim(x, i, keepdims=False), batches)
-            new, o, m = train_step(p, o, rest, batch)
+            new, o, m = train_step(p, o, rest, batch, lr)
             f = scale[i]
             new = jax.lax.cond(scaled[i],
                                lambda: jax.tree.map(lambda a, b: a + f * (b - a), p, new),

@@ -70,7 +70,11 @@ def loss_sums(model, batch):
     return jnp.sum(ce * w), jnp.sum(w)
 
 
-def make_train_step(graphdef, tx, grad_accum: int):
+def make_train_step(graphdef, tx_of, grad_accum: int):
+    """train_step(params, opt_state, rest, batch, lr) -> (params, opt_state, {loss, grad_norm,
+    params_finite}): one update on a [b, t] batch with the optimizer tx_of(lr) (lr: the peak rate,
+    a float32 scalar argument; optim.runtime_lr)."""
+
     def grads_of(params, rest, mb):
         def f(p):
             return loss_sums(nnx.merge(graphdef, p, rest), mb)
@@ -78,7 +82,8 @@ def make_train_step(graphdef, tx, grad_accum: int):
         (l, w), g = jax.value_and_grad(f, has_aux=True)(params)
         return g, l, w
 
-    def train_step(params, opt_state, rest, batch):
+    def train_step(params, opt_state, rest, batch, lr):
+        tx = tx_of(lr)
         if grad_accum == 1:
             g, l, w = grads_of(params, rest, batch)
         else:  # micro-batch j = rows j, j+A, j+2A, ...: each device keeps its rows (no resharding)
@@ -169,48 +174,112 @@ def _key(config, mesh):
     return json.dumps([x.to_json() if hasattr(x, "to_json") else x for x in sections]), mesh
 
 
+def _program_key(key):
+    """The part of a run's key its train and eval programs depend on: not the seed (init only),
+    nor a runtime peak rate (optim.runtime_lr): runs differing only in those share programs."""
+    config_json, mesh = key
+    sections = json.loads(config_json)
+    optim_cfg = json.loads(sections[1])
+    if optim.runtime_lr(ml_collections.ConfigDict(optim_cfg)):
+        optim_cfg["lr"] = None
+    sections[1], sections[3] = json.dumps(optim_cfg), None
+    return json.dumps(sections), mesh
+
+
 def compiled(config, mesh):
     """The shardings and jitted init / train / eval functions of `config` on `mesh` (cached: runs
-    with the same model, optimizer, steps, seed and mesh in one process share their compilations)."""
+    with the same model, optimizer, steps, seed and mesh in one process share their compilations;
+    the train and eval programs are shared by runs that differ only in seed or, under a constant
+    schedule, peak rate)."""
     return _compiled(_key(config, mesh))
+
+
+def replicated(value, sharding):
+    """A numpy value as a jax.Array replicated over `sharding` (every process passes the same
+    value; valid when the mesh spans several processes, unlike device_put of a host value)."""
+    value = np.asarray(value)
+    return jax.make_array_from_callback(value.shape, sharding, lambda idx: np.asarray(value[idx]))
+
+
+class _Bound:
+    """A shared jitted program with its trailing arguments bound (a run's peak rate): called,
+    traced and lowered like the jitted function with the leading arguments."""
+
+    def __init__(self, program, *tail):
+        self.program, self.tail = program, tail
+
+    def __call__(self, *args):
+        return self.program(*args, *self.tail)
+
+    def trace(self, *args):
+        return self.program.trace(*args, *self.tail)
+
+    def lower(self, *args):
+        return self.program.lower(*args, *self.tail)
 
 
 @functools.lru_cache(maxsize=8)
 def _compiled(key):
-    """Shardings and jitted functions of a (model, optimizer, mesh); cached so that repeated runs
-    in one process (tests, notebooks) reuse their compilations. step_fn is one train step,
-    block_fn n of them in one dispatch (linscale_jax.train.blocks); jit compiles each on first use."""
+    """The functions of one run (see `compiled`): its seed's init functions, and the shared
+    programs (_programs) bound to its peak rate. step_fn(params, opt_state, rest, batch) is one
+    train step, block_fn(params, opt_state, rest, batches [k, b, t], n, scale [k], scaled [k]) n of
+    them in one dispatch (linscale_jax.train.blocks); jit compiles each on first use."""
     config_json, mesh = key
     sections = json.loads(config_json)
     model_cfg = ModelConfig.from_config(json.loads(sections[0]))
     optim_cfg = ml_collections.ConfigDict(json.loads(sections[1]))
-    steps, seed, accum = int(sections[2]), int(sections[3]), int(sections[4])
-    parts = sharding.model_parts(model_cfg, seed)
+    progs = _programs(_program_key(key))
+    init = _init_fn(model_cfg, int(sections[3]))
+    lr = replicated(np.float32(optim_cfg.lr), progs.rep)
+    return types.SimpleNamespace(
+        **{k: v for k, v in vars(progs).items() if k not in ("step", "block")},
+        init_params=jax.jit(lambda: init()[0], out_shardings=progs.p_shard),
+        rest=jax.jit(lambda: init()[1], out_shardings=progs.rep),
+        step_fn=_Bound(progs.step, lr), block_fn=_Bound(progs.block, lr))
+
+
+@functools.lru_cache(maxsize=8)
+def _programs(program_key):
+    """Shardings and jitted train / eval programs of a (model, optimizer, steps, mesh); cached so
+    that repeated runs in one process (tests, notebooks, a study worker's runs) reuse their
+    compilations. step and block take the peak rate as their last argument (a float32 scalar;
+    the optimizer's own optim.lr where the schedule keeps it: optim.runtime_lr)."""
+    config_json, mesh = program_key
+    sections = json.loads(config_json)
+    model_cfg = ModelConfig.from_config(json.loads(sections[0]))
+    optim_cfg = ml_collections.ConfigDict(json.loads(sections[1]))
+    steps, accum = int(sections[2]), int(sections[4])
+    parts = sharding.model_parts(model_cfg, 0)
     p_specs = sharding.param_specs(parts.abstract_params, parts.param_axes, mesh)
     p_shard = sharding.named(mesh, p_specs)
+    runtime = optim.runtime_lr(optim_cfg)
+    if runtime:
+        optim_cfg.lr = 1.0  # a placeholder: the rate is the programs' argument
     tx = optim.make_optimizer(optim_cfg, steps, parts.param_axes, parts.abstract_params)
+
+    def tx_of(lr):
+        if not runtime:
+            return tx
+        return optim.make_optimizer(optim_cfg, steps, parts.param_axes, parts.abstract_params, lr)
+
     abstract_opt = jax.eval_shape(tx.init, parts.abstract_params)
     o_shard = sharding.named(mesh, sharding.opt_state_specs(tx, abstract_opt, p_specs))
     rep = NamedSharding(mesh, PartitionSpec())
     b_shard = NamedSharding(mesh, sharding.batch_spec(mesh))
     blk_shard = NamedSharding(mesh, PartitionSpec(None, *b_shard.spec))
-    train_step = make_train_step(parts.graphdef, tx, accum)
+    train_step = make_train_step(parts.graphdef, tx_of, accum)
     with_sharding = lambda a, sh: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sh)  # noqa: E731
-    init = _init_fn(model_cfg, seed)
     return types.SimpleNamespace(
         p_shard=p_shard, o_shard=o_shard, b_shard=b_shard, rep=rep,
         abs_params=jax.tree.map(with_sharding, parts.abstract_params, p_shard),
         abs_opt=jax.tree.map(with_sharding, abstract_opt, o_shard),
-        init_params=jax.jit(lambda: init()[0], out_shardings=p_shard),
         init_opt=jax.jit(tx.init, out_shardings=o_shard),
-        rest=jax.jit(lambda: init()[1], out_shardings=rep),
-        step_fn=jax.jit(_under_mesh(train_step, mesh),
-                        in_shardings=(p_shard, o_shard, rep, b_shard),
-                        out_shardings=(p_shard, o_shard, rep), donate_argnums=(0, 1)),
-        # block_fn(params, opt_state, rest, batches [k, b, t], n, scale [k], scaled [k]): n steps
-        block_fn=jax.jit(_under_mesh(blocks.make_block_step(train_step), mesh),
-                         in_shardings=(p_shard, o_shard, rep, blk_shard, rep, rep, rep),
-                         out_shardings=(p_shard, o_shard, rep), donate_argnums=(0, 1)),
+        step=jax.jit(_under_mesh(train_step, mesh),
+                     in_shardings=(p_shard, o_shard, rep, b_shard, rep),
+                     out_shardings=(p_shard, o_shard, rep), donate_argnums=(0, 1)),
+        block=jax.jit(_under_mesh(blocks.make_block_step(train_step), mesh),
+                      in_shardings=(p_shard, o_shard, rep, blk_shard, rep, rep, rep, rep),
+                      out_shardings=(p_shard, o_shard, rep), donate_argnums=(0, 1)),
         eval_fn=jax.jit(_under_mesh(make_eval_step(parts.graphdef), mesh), in_shardings=(p_shard, rep, b_shard)),
     )
 
@@ -240,9 +309,9 @@ def scaled_steps(config, params, opt_state, step: int, factors, devices=None):
         scale = np.ones((k,), np.float32)
         scale[:n] = factors[first:first + n]
         batch = batches.put_block(local)
-        params, opt_state, _ = fns.block_fn(params, opt_state, rest, batch, n,
-                                            jax.device_put(scale, fns.rep),
-                                            jax.device_put(np.ones((k,), bool), fns.rep))
+        params, opt_state, _ = fns.block_fn(params, opt_state, rest, batch,
+                                            replicated(np.int32(n), fns.rep), replicated(scale, fns.rep),
+                                            replicated(np.ones((k,), bool), fns.rep))
     return params, opt_state
 
 
@@ -350,7 +419,8 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
     plan = blocks.block_plan(step, total, k, blocks.every(log_every, step, total)
                              | blocks.every(eval_every, step, total) | save_at
                              | ({profiled[0] - 1, profiled[1]} if profiled else set()))
-    scale, scaled = (jax.device_put(x, fns.rep) for x in blocks.unscaled(k))
+    scale, scaled = (replicated(x, fns.rep) for x in blocks.unscaled(k))
+    steps_of = {n: replicated(np.int32(n), fns.rep) for n in {n for _, n in plan}}  # a block's n
     with signals.postponed():  # it rewrites metrics.jsonl without the rows after `step`
         logger = metrics_lib.MetricsLogger(workdir, total, step,
                                            tracker=tracking.wandb_writer(config, workdir))
@@ -414,7 +484,7 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
             t_compile = time.perf_counter()
             if feed is not None:  # compile before the clock starts: the first progress row is a rate
                 batch0 = feed.next()
-                block_fn.lower(params, opt_state, rest, batch0[0], plan[0][1], scale,
+                block_fn.lower(params, opt_state, rest, batch0[0], steps_of[plan[0][1]], scale,
                                scaled).compile()
                 print(f"Compiled the train step in {time.perf_counter() - t_compile:.1f}s (up to {k} "
                       f"steps per dispatch); training steps {step + 1}..{total}.", flush=True)
@@ -425,7 +495,8 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
             for first, n in plan:
                 (batch, _), batch0 = (batch0 or feed.next(busy=last)), None
                 profile.before(first + 1)
-                params, opt_state, m = block_fn(params, opt_state, rest, batch, n, scale, scaled)
+                params, opt_state, m = block_fn(params, opt_state, rest, batch, steps_of[n], scale,
+                                                scaled)
                 step = first + n
                 saving.check(step)
                 last = m["loss"]

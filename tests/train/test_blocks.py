@@ -70,6 +70,21 @@ def test_a_block_is_the_steps_batches_read_at_once(monkeypatch):
             np.testing.assert_array_equal(np.asarray(on_devices[key][s - 5]), np.asarray(x))
 
 
+def test_runs_differing_in_seed_or_constant_rate_share_their_programs():
+    """The train and eval programs of runs that differ only in seed or (constant schedule) peak
+    rate are one jit object (one compilation); their init functions and rates are their own."""
+    a, b = tiny_config(), tiny_config()
+    b.optim.lr, b.train.seed = 3e-3, 1
+    fa, fb = trainer.step_functions(a)[0], trainer.step_functions(b)[0]
+    assert fa.block_fn.program is fb.block_fn.program and fa.step_fn.program is fb.step_fn.program
+    assert fa.eval_fn is fb.eval_fn and fa.init_params is not fb.init_params
+    assert float(fa.block_fn.tail[0]) == np.float32(a.optim.lr) and float(fb.block_fn.tail[0]) == np.float32(3e-3)
+    c, d = tiny_config(), tiny_config()  # cosine: the rate is in the program
+    c.optim.schedule = d.optim.schedule = "cosine"
+    d.optim.lr = 3e-3
+    assert trainer.step_functions(c)[0].block_fn.program is not trainer.step_functions(d)[0].block_fn.program
+
+
 def _bits(tmp_path, archs: str) -> dict:
     """helpers.blocks_bits_check in a subprocess with XLA's own CPU code generation (the suite's
     cheap-compile flags dropped: the elemental emitters compile a loop body's reductions in another
