@@ -3,6 +3,7 @@
   recs = open_records(config, "train")            # data.records.Records, checked against the config
   src = RecordRows(recs, batch_size, seed)
   src.rows(step, row_ids) -> batch dict [len(row_ids), t]; src.state(step); src.check_state(state)
+  src.rows_of_steps(steps, row_ids) -> [len(steps), len(row_ids), t]: rows(s, row_ids) of each step, one read
 
 Row r of step s is record order[s·B + r] (data.records.order: Grain's index shuffle, O(1) per
 index), so a process reads only the rows it asks for and resuming at step s costs one index
@@ -123,6 +124,16 @@ class RecordRows:
         targets, segs = self.records.read(self.keys(step, row_ids))
         self.tokens_read += targets.size
         return records.to_batch(targets, segs, self.records.pad_id)
+
+    def rows_of_steps(self, steps, row_ids) -> dict:
+        """rows(s, row_ids) for each step s of `steps`, stacked [len(steps), len(row_ids), t], read
+        in one call (a read has a fixed cost: the train loop reads a block of steps at once)."""
+        steps, row_ids = list(steps), list(row_ids)
+        keys = [k for s in steps for k in self.keys(s, row_ids)]
+        targets, segs = self.records.read(keys)
+        self.tokens_read += targets.size
+        batch = records.to_batch(targets, segs, self.records.pad_id)
+        return {k: v.reshape(len(steps), len(row_ids), *v.shape[1:]) for k, v in batch.items()}
 
     def one_pass(self, num_batches: int) -> list[dict]:
         """The first num_batches batches of epoch 0 (fewer if the split is short; the last padded)."""

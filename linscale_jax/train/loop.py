@@ -11,11 +11,15 @@ train.grad_accum micro-batches and scanned; the loss is sum(weights * cross-entr
 over the whole global batch, so accumulation is exact up to summation order.
 Step s means "after s optimizer updates"; the row logged at step s holds the loss of update s.
 
-The step loop never waits on the devices between log steps: batches are read and put on the
-devices by a background thread (linscale_jax.train.overlap), each step's metrics stay on the
-devices until a log, eval or checkpoint step fetches them all at once, and preemption is decided by
-JAX's preemption sync service (linscale_jax.train.preemption), a host-side call. Checkpoint
-checksums are hashed per process in a background thread (linscale_jax.run.checksums.Recorder).
+The step loop runs blocks of steps, one dispatch each (linscale_jax.train.blocks: up to
+train.log_every steps in a `lax.fori_loop`, ending at every log, eval and checkpoint step; the
+losses and parameters are those of one dispatch per step, bit for bit). It never waits on the
+devices between log steps: a block's batches are read in one call and put on the devices by a
+background thread (linscale_jax.train.overlap), the per-step metrics stay on the devices as [k]
+arrays until a log, eval or checkpoint step fetches them all at once, and preemption is decided by
+JAX's preemption sync service (linscale_jax.train.preemption), a host-side call, at block edges.
+Checkpoint checksums are hashed per process in a background thread
+(linscale_jax.run.checksums.Recorder).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from linscale_jax.run import async_save
 from linscale_jax.run import checkpoint as ckpt
 from linscale_jax.run import checksums
 from linscale_jax.run import signals
+from linscale_jax.train import blocks
 from linscale_jax.train import divergence
 from linscale_jax.train import early_stop
 from linscale_jax.train import overlap
@@ -52,7 +57,7 @@ from linscale_jax.models import ModelConfig
 from linscale_jax.config import check_model
 from linscale_jax.errors import Stopped
 
-PREFETCH = 2  # batches read and put on the devices ahead of the running step
+PREFETCH = 2  # blocks of batches read and put on the devices ahead of the running block
 
 NonFiniteLossError = divergence.DivergenceError  # NaN/inf or exploding loss; checkpoints are kept
 
@@ -66,7 +71,11 @@ def loss_sums(model, batch):
     return jnp.sum(ce * w), jnp.sum(w)
 
 
-def make_train_step(graphdef, tx, grad_accum: int):
+def make_train_step(graphdef, tx_of, grad_accum: int):
+    """train_step(params, opt_state, rest, batch, lr) -> (params, opt_state, {loss, grad_norm,
+    params_finite}): one update on a [b, t] batch with the optimizer tx_of(lr) (lr: the peak rate,
+    a float32 scalar argument; optim.runtime_lr)."""
+
     def grads_of(params, rest, mb):
         def f(p):
             return loss_sums(nnx.merge(graphdef, p, rest), mb)
@@ -74,7 +83,8 @@ def make_train_step(graphdef, tx, grad_accum: int):
         (l, w), g = jax.value_and_grad(f, has_aux=True)(params)
         return g, l, w
 
-    def train_step(params, opt_state, rest, batch):
+    def train_step(params, opt_state, rest, batch, lr):
+        tx = tx_of(lr)
         if grad_accum == 1:
             g, l, w = grads_of(params, rest, batch)
         else:  # micro-batch j = rows j, j+A, j+2A, ...: each device keeps its rows (no resharding)
@@ -165,41 +175,112 @@ def _key(config, mesh):
     return json.dumps([x.to_json() if hasattr(x, "to_json") else x for x in sections]), mesh
 
 
+def _program_key(key):
+    """The part of a run's key its train and eval programs depend on: not the seed (init only),
+    nor a runtime peak rate (optim.runtime_lr): runs differing only in those share programs."""
+    config_json, mesh = key
+    sections = json.loads(config_json)
+    optim_cfg = json.loads(sections[1])
+    if optim.runtime_lr(ml_collections.ConfigDict(optim_cfg)):
+        optim_cfg["lr"] = None
+    sections[1], sections[3] = json.dumps(optim_cfg), None
+    return json.dumps(sections), mesh
+
+
 def compiled(config, mesh):
     """The shardings and jitted init / train / eval functions of `config` on `mesh` (cached: runs
-    with the same model, optimizer, steps, seed and mesh in one process share their compilations)."""
+    with the same model, optimizer, steps, seed and mesh in one process share their compilations;
+    the train and eval programs are shared by runs that differ only in seed or, under a constant
+    schedule, peak rate)."""
     return _compiled(_key(config, mesh))
+
+
+def replicated(value, sharding):
+    """A numpy value as a jax.Array replicated over `sharding` (every process passes the same
+    value; valid when the mesh spans several processes, unlike device_put of a host value)."""
+    value = np.asarray(value)
+    return jax.make_array_from_callback(value.shape, sharding, lambda idx: np.asarray(value[idx]))
+
+
+class _Bound:
+    """A shared jitted program with its trailing arguments bound (a run's peak rate): called,
+    traced and lowered like the jitted function with the leading arguments."""
+
+    def __init__(self, program, *tail):
+        self.program, self.tail = program, tail
+
+    def __call__(self, *args):
+        return self.program(*args, *self.tail)
+
+    def trace(self, *args):
+        return self.program.trace(*args, *self.tail)
+
+    def lower(self, *args):
+        return self.program.lower(*args, *self.tail)
 
 
 @functools.lru_cache(maxsize=8)
 def _compiled(key):
-    """Shardings and jitted functions of a (model, optimizer, mesh); cached so that repeated runs
-    in one process (tests, notebooks) reuse their compilations."""
+    """The functions of one run (see `compiled`): its seed's init functions, and the shared
+    programs (_programs) bound to its peak rate. step_fn(params, opt_state, rest, batch) is one
+    train step, block_fn(params, opt_state, rest, batches [k, b, t], n, scale [k], scaled [k]) n of
+    them in one dispatch (linscale_jax.train.blocks); jit compiles each on first use."""
     config_json, mesh = key
     sections = json.loads(config_json)
     model_cfg = ModelConfig.from_config(json.loads(sections[0]))
     optim_cfg = ml_collections.ConfigDict(json.loads(sections[1]))
-    steps, seed, accum = int(sections[2]), int(sections[3]), int(sections[4])
-    parts = sharding.model_parts(model_cfg, seed)
+    progs = _programs(_program_key(key))
+    init = _init_fn(model_cfg, int(sections[3]))
+    lr = replicated(np.float32(optim_cfg.lr), progs.rep)
+    return types.SimpleNamespace(
+        **{k: v for k, v in vars(progs).items() if k not in ("step", "block")},
+        init_params=jax.jit(lambda: init()[0], out_shardings=progs.p_shard),
+        rest=jax.jit(lambda: init()[1], out_shardings=progs.rep),
+        step_fn=_Bound(progs.step, lr), block_fn=_Bound(progs.block, lr))
+
+
+@functools.lru_cache(maxsize=8)
+def _programs(program_key):
+    """Shardings and jitted train / eval programs of a (model, optimizer, steps, mesh); cached so
+    that repeated runs in one process (tests, notebooks, a study worker's runs) reuse their
+    compilations. step and block take the peak rate as their last argument (a float32 scalar;
+    the optimizer's own optim.lr where the schedule keeps it: optim.runtime_lr)."""
+    config_json, mesh = program_key
+    sections = json.loads(config_json)
+    model_cfg = ModelConfig.from_config(json.loads(sections[0]))
+    optim_cfg = ml_collections.ConfigDict(json.loads(sections[1]))
+    steps, accum = int(sections[2]), int(sections[4])
+    parts = sharding.model_parts(model_cfg, 0)
     p_specs = sharding.param_specs(parts.abstract_params, parts.param_axes, mesh)
     p_shard = sharding.named(mesh, p_specs)
+    runtime = optim.runtime_lr(optim_cfg)
+    if runtime:
+        optim_cfg.lr = 1.0  # a placeholder: the rate is the programs' argument
     tx = optim.make_optimizer(optim_cfg, steps, parts.param_axes, parts.abstract_params)
+
+    def tx_of(lr):
+        if not runtime:
+            return tx
+        return optim.make_optimizer(optim_cfg, steps, parts.param_axes, parts.abstract_params, lr)
+
     abstract_opt = jax.eval_shape(tx.init, parts.abstract_params)
     o_shard = sharding.named(mesh, sharding.opt_state_specs(tx, abstract_opt, p_specs))
     rep = NamedSharding(mesh, PartitionSpec())
     b_shard = NamedSharding(mesh, sharding.batch_spec(mesh))
+    blk_shard = NamedSharding(mesh, PartitionSpec(None, *b_shard.spec))
+    train_step = make_train_step(parts.graphdef, tx_of, accum)
     with_sharding = lambda a, sh: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sh)  # noqa: E731
-    init = _init_fn(model_cfg, seed)
     return types.SimpleNamespace(
         p_shard=p_shard, o_shard=o_shard, b_shard=b_shard, rep=rep,
         abs_params=jax.tree.map(with_sharding, parts.abstract_params, p_shard),
         abs_opt=jax.tree.map(with_sharding, abstract_opt, o_shard),
-        init_params=jax.jit(lambda: init()[0], out_shardings=p_shard),
         init_opt=jax.jit(tx.init, out_shardings=o_shard),
-        rest=jax.jit(lambda: init()[1], out_shardings=rep),
-        step_fn=jax.jit(_under_mesh(make_train_step(parts.graphdef, tx, accum), mesh),
-                        in_shardings=(p_shard, o_shard, rep, b_shard),
-                        out_shardings=(p_shard, o_shard, rep), donate_argnums=(0, 1)),
+        step=jax.jit(_under_mesh(train_step, mesh),
+                     in_shardings=(p_shard, o_shard, rep, b_shard, rep),
+                     out_shardings=(p_shard, o_shard, rep), donate_argnums=(0, 1)),
+        block=jax.jit(_under_mesh(blocks.make_block_step(train_step), mesh),
+                      in_shardings=(p_shard, o_shard, rep, blk_shard, rep, rep, rep, rep),
+                      out_shardings=(p_shard, o_shard, rep), donate_argnums=(0, 1)),
         eval_fn=jax.jit(_under_mesh(make_eval_step(parts.graphdef), mesh), in_shardings=(p_shard, rep, b_shard)),
     )
 
@@ -209,6 +290,30 @@ def step_functions(config, devices=None):
     the trainer uses in this process, so a caller reusing them (study.cooldown) compiles nothing."""
     mesh = sharding.make_mesh(config.mesh, devices)
     return _compiled(_key(config, mesh)), mesh
+
+
+def scaled_steps(config, params, opt_state, step: int, factors, devices=None):
+    """(params, opt_state) after len(factors) more updates from `step` (the arrays of checkpoint
+    `step`, placed like the trainer's: fns.abs_params / abs_opt), on the run's own next batches,
+    the update of step + j + 1 taken at factors[j] times the schedule's rate: params + f·(step(params)
+    − params) (blocks: `scale`, `scaled`). The branches of study.cooldown; the run's own compiled
+    block program, so a branch after its run compiles nothing."""
+    from linscale_jax import data
+
+    fns, _ = step_functions(config, devices)
+    batches = GlobalBatches(data.train_rows(config), fns.b_shard)
+    factors = np.asarray(factors, np.float32)
+    k = blocks.block_steps(config)
+    rest = fns.rest()
+    plan = blocks.block_plan(0, len(factors), k, ())
+    for (first, n), local in zip(plan, batches.blocks([(step + f, n) for f, n in plan], k)):
+        scale = np.ones((k,), np.float32)
+        scale[:n] = factors[first:first + n]
+        batch = batches.put_block(local)
+        params, opt_state, _ = fns.block_fn(params, opt_state, rest, batch,
+                                            replicated(np.int32(n), fns.rep), replicated(scale, fns.rep),
+                                            replicated(np.ones((k,), bool), fns.rep))
+    return params, opt_state
 
 
 def _say(msg: str) -> None:
@@ -293,7 +398,7 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
     if data_state is not None:
         batches.check_state(data_state)  # the batches themselves follow from the step (a seek)
 
-    step_fn, eval_fn = fns.step_fn, fns.eval_fn
+    block_fn, eval_fn = fns.block_fn, fns.eval_fn
 
     def to_global(batch):
         return sharding.global_batch(batch, b_shard, BATCH_KEYS)
@@ -308,9 +413,16 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
     flops_tok = float(accounting.paper_flops_per_token(model_cfg, seq_len))
     flops_exact_tok = float(accounting.flops_per_token_exact(model_cfg, seq_len))
     peak = metrics_lib.peak_flops_per_device(config) * mesh.size
-    schedule = optim.make_schedule(config.optim, total)
+    schedule = jax.jit(optim.make_schedule(config.optim, total))  # a row's lr: one dispatch
     save_at = ckpt.save_steps(config.checkpoint, total)
     log_every = max(int(tr.log_every), 1)
+    profiled = metrics_lib.parse_profile_steps(tr.get("profile_steps", ""))
+    k = blocks.block_steps(config)  # blocks end at every step that logs, evaluates or saves
+    plan = blocks.block_plan(step, total, k, blocks.every(log_every, step, total)
+                             | blocks.every(eval_every, step, total) | save_at
+                             | ({profiled[0] - 1, profiled[1]} if profiled else set()))
+    scale, scaled = (replicated(x, fns.rep) for x in blocks.unscaled(k))
+    steps_of = {n: replicated(np.int32(n), fns.rep) for n in {n for _, n in plan}}  # a block's n
     with signals.postponed():  # it rewrites metrics.jsonl without the rows after `step`
         logger = metrics_lib.MetricsLogger(workdir, total, step,
                                            tracker=tracking.wandb_writer(config, workdir))
@@ -322,29 +434,42 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
     feed, batch0 = None, None
 
     def flush():
-        """Fetch the pending steps' metrics (the loop's one device->host transfer) -> a row."""
+        """Fetch the pending blocks' metrics (the loop's one device->host transfer) -> a row of
+        the last step; every step's loss goes through the divergence monitor."""
         nonlocal t_ref, n_ref, idle_ref
-        fetched = jax.device_get([m for _, m in pending])
-        for (s, _), m in zip(pending, fetched):
-            loss = float(m["loss"])
-            reason = monitor.observe(s, loss, bool(m["params_finite"]))
-            if reason:
-                raise divergence.diverged(monitor, s, reason, float(m["grad_norm"]), workdir,
-                                          mngr, float(config.optim.lr))
-            losses[s] = loss
-        s, m = pending[-1][0], fetched[-1]
+        fetched = jax.device_get([m for _, _, m in pending])
+        for (first, n, _), m in zip(pending, fetched):
+            for i in range(n):
+                s, loss = first + i + 1, float(m["loss"][i])
+                reason = monitor.observe(s, loss, bool(m["params_finite"][i]))
+                if reason:
+                    raise divergence.diverged(monitor, s, reason, float(m["grad_norm"][i]), workdir,
+                                              mngr, float(config.optim.lr))
+                losses[s] = loss
+        first, n, _ = pending[-1]
+        s, grad_norm = first + n, float(fetched[-1]["grad_norm"][n - 1])
         pending.clear()
         now = time.perf_counter()
         done, span = s - n_ref, max(now - (t_ref or t_start), 1e-9)
         tps = done * tokens_per_step / span
         mem, mem_peak = metrics_lib.device_memory()
         row = dict(step=s, loss=losses[s], lr=float(schedule(s - 1)),
-                   grad_norm=float(m["grad_norm"]), tokens=s * tokens_per_step,
+                   grad_norm=grad_norm, tokens=s * tokens_per_step,
                    tokens_per_sec=tps, mfu=flops_exact_tok * tps / peak,
                    flops=flops_tok * s * tokens_per_step, mem_gb=mem / 1e9,
                    mem_peak_gb=None if mem_peak is None else mem_peak / 1e9,
                    data_wait=min((feed.idle_s - idle_ref) / span, 1.0))
         t_ref, n_ref, idle_ref = now, s, feed.idle_s
+        return row
+
+    def validation() -> dict:
+        """The validation loss of the current parameters on train.eval_batches batches, and the
+        early stop's metric (the loop's evaluation point: every train.eval_every steps and the
+        last; stop.reached(row) judges it)."""
+        sums = [eval_fn(params, rest, b) for b in eval_set]
+        l, w = (sum(float(x[i]) for x in sums) for i in (0, 1))
+        row = dict(val_loss=l / max(w, 1.0))
+        row.update(stop.metrics(params, rest, eval_set))  # the stop's metric (early_stop)
         return row
 
     def finish_saves():
@@ -354,29 +479,30 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
             recorder.submit(ckpt.ckpt_dir(workdir) / str(s))
         unrecorded.clear()
 
-    with Preemption() as preemption:  # from here a signal is a stop at the next step
+    with Preemption() as preemption:  # from here a signal is a stop at the next block's end
         try:
-            if step < total:  # host rows of steps step..total-1, read and put on the devices ahead
-                host_rows = (batches.local(s) for s in range(step, total))
-                feed = overlap.Prefetcher(host_rows, batches.put, PREFETCH)
+            if plan:  # host rows of the blocks, read and put on the devices ahead
+                feed = overlap.Prefetcher(batches.blocks(plan, k), batches.put_block, PREFETCH)
             t_compile = time.perf_counter()
             if feed is not None:  # compile before the clock starts: the first progress row is a rate
                 batch0 = feed.next()
-                step_fn.lower(params, opt_state, rest, batch0[0]).compile()
-                print(f"Compiled the train step in {time.perf_counter() - t_compile:.1f}s; training "
-                      f"steps {step + 1}..{total}.", flush=True)
+                block_fn.lower(params, opt_state, rest, batch0[0], steps_of[plan[0][1]], scale,
+                               scaled).compile()
+                print(f"Compiled the train step in {time.perf_counter() - t_compile:.1f}s (up to {k} "
+                      f"steps per dispatch); training steps {step + 1}..{total}.", flush=True)
             t_ref, n_ref, t_start = None, step, time.perf_counter()
             idle_ref = feed.idle_s if feed is not None else 0.0
             logger.t0 = t_start
-            last = None  # the last dispatched step's loss: busy until the devices finished it
-            while step < total:
+            last = None  # the last dispatched block's losses: busy until the devices finished it
+            for first, n in plan:
                 (batch, _), batch0 = (batch0 or feed.next(busy=last)), None
-                profile.before(step + 1)
-                params, opt_state, m = step_fn(params, opt_state, rest, batch)
-                step += 1
+                profile.before(first + 1)
+                params, opt_state, m = block_fn(params, opt_state, rest, batch, steps_of[n], scale,
+                                                scaled)
+                step = first + n
                 saving.check(step)
                 last = m["loss"]
-                pending.append((step, m))
+                pending.append((first, n, m))
                 profile.after(step, m)
                 do_eval = eval_set is not None and (step % eval_every == 0 or step == total)
                 do_log = step % log_every == 0 or step == total
@@ -384,10 +510,7 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
                 if at_sync:
                     row = flush()
                     if do_eval:
-                        sums = [eval_fn(params, rest, b) for b in eval_set]
-                        l, w = (sum(float(x[i]) for x in sums) for i in (0, 1))
-                        row["val_loss"] = l / max(w, 1.0)
-                        row.update(stop.metrics(params, rest, eval_set))  # the stop's metric (early_stop)
+                        row.update(validation())
                         t_ref = time.perf_counter()
                     if do_log or do_eval:
                         logger.write(row)

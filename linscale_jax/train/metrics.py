@@ -222,8 +222,9 @@ def device_memory() -> tuple[float | None, float | None]:
     d0, total = devices[0], 0
     for a in jax.live_arrays():
         try:
-            if d0 in a.sharding.device_set:
-                total += int(np.prod(a.sharding.shard_shape(a.shape))) * a.dtype.itemsize
+            if d0 in a.sharding.device_set:  # a whole copy, or the shard this device holds
+                total += a.nbytes if a.is_fully_replicated else \
+                    int(np.prod(a.sharding.shard_shape(a.shape))) * a.dtype.itemsize
         except Exception:  # noqa: BLE001 - an array deleted meanwhile, an exotic sharding
             continue
     return float(total), None
@@ -276,7 +277,9 @@ class Profile:
 
 
 def _tensorboard_writer(logdir: epath.Path):
-    """A function row -> None writing scalars with tf.summary (None flushes); None if TF is absent."""
+    """A function row -> None writing the row's numbers as TensorBoard scalars (None flushes); None
+    if TF is absent. The events go straight into an event file (TFRecord framing, TF's writer):
+    one record per row, about 20 µs, where tf.summary's eager ops took about 6 ms."""
     try:
         with console.quiet_native_stderr():  # oneDNN / cudart / absl start-up lines: to the log
             import tensorflow as tf
@@ -288,22 +291,26 @@ def _tensorboard_writer(logdir: epath.Path):
             tf.config.set_visible_devices([], kind)
         except (RuntimeError, ValueError):
             pass
-    from tensorflow.core.framework import summary_pb2
+    from tensorflow.core.framework import summary_pb2, tensor_pb2, types_pb2
+    from tensorflow.core.util import event_pb2
 
-    # tf.summary.write with the 'scalars' plugin tag: what tensorboard.summary.scalar writes,
-    # without needing the tensorboard package at training time.
+    logdir.mkdir(parents=True, exist_ok=True)
+    name = f"events.out.tfevents.{time.time():.6f}.{os.uname().nodename}.{os.getpid()}.v2"
+    writer = tf.io.TFRecordWriter(str(logdir / name))
+    writer.write(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())
+    # the 'scalars' plugin's own form (what tf.summary.scalar writes): a float32 scalar tensor
     meta = summary_pb2.SummaryMetadata(
         plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"))
-    writer = tf.summary.create_file_writer(str(logdir))
 
     def write(row):
         if row is None:
             writer.flush()
             return
-        with writer.as_default():
-            for k, v in row.items():
-                if k != "step" and isinstance(v, (int, float)) and math.isfinite(v):
-                    tf.summary.write(k, tf.constant(float(v), tf.float32), step=row["step"],
-                                     metadata=meta)
+        values = [summary_pb2.Summary.Value(tag=k, metadata=meta, tensor=tensor_pb2.TensorProto(
+            dtype=types_pb2.DT_FLOAT, float_val=[float(v)])) for k, v in row.items()
+            if k != "step" and isinstance(v, (int, float)) and math.isfinite(v)]
+        event = event_pb2.Event(wall_time=time.time(), step=int(row["step"]),
+                                summary=summary_pb2.Summary(value=values))
+        writer.write(event.SerializeToString())
 
     return write

@@ -1,7 +1,7 @@
 """The step loop never waits on the devices between log steps: the prefetch thread (order, bounded
-queue, errors, shutdown, data state), no device->host transfer on non-log steps (counted, under
-jax.transfer_guard_device_to_host("disallow")), profiler traces, memory and data-wait figures,
-metrics on a store that cannot append."""
+queue, errors, shutdown, data state), no device->host transfer after a block that ends at a non-log
+step (counted, under jax.transfer_guard_device_to_host("disallow")), profiler traces, memory and
+data-wait figures, metrics on a store that cannot append."""
 
 import json
 import threading
@@ -14,6 +14,7 @@ import pytest
 from etils import epath
 from helpers.train import tiny_config
 
+from linscale_jax.train import blocks
 from linscale_jax.train import loop as trainer
 from linscale_jax.train import metrics as metrics_lib
 from linscale_jax.train.overlap import Prefetcher
@@ -71,21 +72,24 @@ def test_prefetch_raises_the_producer_error_in_order():
 
 # ---------------------------------------------------------------- the step loop, instrumented
 
-LOG_STEPS = {3, 6}  # log_every=3 over 6 steps (6 is also the final checkpoint)
+LOG_STEPS = {4, 8}  # log_every=4 over 8 steps (8 is also the final checkpoint)
+BLOCKS = [2, 4, 6, 8]  # blocks of at most 2 steps (blocks.MAX_STEPS patched); 4 and 6 end the
+#                        profiled steps 5..6 as well
 _FETCHES = ("_value", "__array__", "item", "tolist", "block_until_ready", "copy_to_host_async")
 
 
 @pytest.fixture(scope="module")
 def instrumented(tmp_path_factory):
-    """A 6-step run logging every 3 steps and profiling steps 4..5, with every device->host
-    fetch on the main thread recorded against the number of steps dispatched so far; from the
-    dispatch of a non-log step to the next dispatch, jax.transfer_guard_device_to_host is
-    'disallow' (it raises on accelerators; CPU arrays need no transfer, hence the count)."""
+    """An 8-step run in blocks of 2 steps, logging every 4 steps and profiling steps 5..6, with
+    every device->host fetch on the main thread recorded against the number of steps dispatched
+    so far; from the dispatch of a block that ends at a non-log step to the next dispatch,
+    jax.transfer_guard_device_to_host is 'disallow' (it raises on accelerators; CPU arrays need no
+    transfer, hence the count)."""
     from jax._src import array
 
     workdir = tmp_path_factory.mktemp("instrumented")
     mp = pytest.MonkeyPatch()
-    dispatched, fetches, guard = [0], [], []
+    dispatched, ends, fetches, guard = [0], [], [], []
     main = threading.main_thread()
 
     def counted(name, orig):
@@ -101,47 +105,52 @@ def instrumented(tmp_path_factory):
     device_get = jax.device_get
     mp.setattr(jax, "device_get", lambda x: (fetches.append((dispatched[0], "device_get")),
                                              device_get(x))[1])
+    mp.setattr(blocks, "MAX_STEPS", 2)
+    plans, block_plan = [], blocks.block_plan
+    mp.setattr(blocks, "block_plan", lambda *a: plans.append(block_plan(*a)) or list(plans[-1]))
     compiled = trainer._compiled
 
     def instrumented_compiled(key):
         fns = compiled(key)
-        real = fns.step_fn
+        real = fns.block_fn
 
-        def step_fn(*args):
+        def block_fn(*args):
             while guard:
                 guard.pop().__exit__(None, None, None)
             out = real(*args)
-            dispatched[0] += 1
+            dispatched[0] += plans[-1][len(ends)][1]  # the block's steps (its n, from the plan)
+            ends.append(dispatched[0])
             if dispatched[0] not in LOG_STEPS:
                 ctx = jax.transfer_guard_device_to_host("disallow")
                 ctx.__enter__()
                 guard.append(ctx)
             return out
 
-        step_fn.lower = real.lower
-        return types.SimpleNamespace(**dict(vars(fns), step_fn=step_fn))
+        block_fn.lower = real.lower
+        return types.SimpleNamespace(**dict(vars(fns), block_fn=block_fn))
 
     mp.setattr(trainer, "_compiled", instrumented_compiled)
-    c = tiny_config(steps=6, log_every=3, profile_steps="4,5")
+    c = tiny_config(steps=8, log_every=4, profile_steps="5,6")
     try:
         summary = trainer.train(c, workdir)
     finally:
         while guard:
             guard.pop().__exit__(None, None, None)
         mp.undo()
-    return workdir, summary, fetches
+    return workdir, summary, fetches, ends
 
 
 def test_non_log_steps_fetch_nothing_from_the_devices(instrumented):
-    _, summary, fetches = instrumented
-    assert summary["step"] == 6
+    _, summary, fetches, ends = instrumented
+    assert summary["step"] == 8 and sorted(summary["losses"]) == list(range(1, 9))
+    assert ends == BLOCKS  # several steps per dispatch; blocks end at logs and profile edges
     by_step = {}
     for s, name in fetches:
         by_step.setdefault(s, []).append(name)
     print("device->host fetches on the main thread, by steps dispatched:",
           {s: len(v) for s, v in sorted(by_step.items())})  # (docs/results.md quotes it)
-    assert {1, 2, 4, 5}.isdisjoint(by_step), by_step
-    assert by_step.get(3) and by_step.get(6)  # the counter sees the log steps' fetches
+    assert {2, 6}.isdisjoint(by_step), by_step
+    assert by_step.get(4) and by_step.get(8)  # the counter sees the log steps' fetches
 
 
 def test_profile_steps_write_a_trace(instrumented):
@@ -152,7 +161,7 @@ def test_profile_steps_write_a_trace(instrumented):
 
 def test_rows_report_memory_and_data_wait(instrumented, capsys):
     rows = metrics_lib.read_rows(instrumented[0])
-    assert [r["step"] for r in rows] == [3, 6]
+    assert [r["step"] for r in rows] == [4, 8]
     for r in rows:
         assert r["mem_gb"] > 0 and r["mem_peak_gb"] is None  # CPU: live arrays, no peak
         assert 0.0 <= r["data_wait"] <= 1.0
@@ -176,7 +185,7 @@ def test_data_wait_counts_only_idle_devices():
     feed = Prefetcher(Slow(), lambda b: b, depth=1)
     done = jax.numpy.zeros(())
     done.block_until_ready()
-    for _ in range(4):
+    for _ in range(8):  # at most 2 made ahead (the queue's 1 and the one being handed over)
         feed.next(busy=done)
     idle = feed.idle_s
     assert idle > 0.1

@@ -8,16 +8,16 @@ The checkpoint of `step` (parameters, AdamW state, data-iterator position) is re
 for k = max(1, round(fraction · step)) more steps on the run's own next batches with the learning
 rate decaying from optim.lr towards 0: the update of cooldown step j (j = 1..k) is lr · f((j−1)/k),
 f(t) = 1 − sqrt(t) ("1-sqrt", Hägele et al.'s better shape) or 1 − t ("linear"). The branch
-reuses the run's own jitted train step (train.loop.step_functions: compiled once per process, so after
-training a branch compiles nothing) and scales each update: AdamW's update is linear in the learning
-rate and its moments do not depend on it, so params + f·(step(params) − params) is exactly the step
-at rate f·lr. The cooled-down parameters are saved as checkpoint step + k of `out_dir` (a workdir
-that eval reads like any run's); the branch leaves the run's own checkpoints untouched.
+runs the run's own compiled blocks of train steps (train.loop.scaled_steps: compiled once per
+process, so after training a branch compiles nothing) and scales each update: AdamW's update is
+linear in the learning rate and its moments do not depend on it, so params + f·(step(params) −
+params) is exactly the step at rate f·lr. The cooled-down parameters are saved as checkpoint step + k of
+`out_dir` (a workdir that eval reads like any run's); the branch leaves the run's own checkpoints
+untouched.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 
 import numpy as np
@@ -57,23 +57,13 @@ def branch_steps(config, points: int) -> list[int]:
     return sorted(out)
 
 
-@functools.lru_cache(maxsize=1)
-def _scaled_step():
-    """old + f·(new − old) over a parameter tree, jitted once per process (per parameter shapes)."""
-    import jax
-
-    return jax.jit(lambda old, new, f: jax.tree.map(lambda o, n: o + f * (n - o), old, new))
-
-
 def cooldown(config, run_workdir: str, step: int, fraction: float, out_dir: str,
              shape: str = "1-sqrt") -> str:
     """Train the cooldown branch of `run_workdir`'s checkpoint `step` into `out_dir` (see module);
     a branch already saved there is kept."""
     import jax
-    import jax.numpy as jnp
 
     from linscale_jax import data
-    from linscale_jax.parallel import sharding
     from linscale_jax.run import checkpoint as ckpt
     from linscale_jax.run import checksums
     from linscale_jax.train import loop as trainer
@@ -100,16 +90,8 @@ def cooldown(config, run_workdir: str, step: int, fraction: float, out_dir: str,
         raise FileNotFoundError(f"{run_workdir} has no complete checkpoint (params, optimizer, data "
                                 f"position) at step {step} to cool down from; it has "
                                 f"{ckpt.list_steps(run_workdir)}")
-    params, opt_state = r["params"], r["opt_state"]
-    it = data.make_iterator(config, split="train")
-    it.set_state(r["data"])
-    rest = fns.rest()
-    scaled = _scaled_step()
-    for f in factors:
-        batch = sharding.global_batch(next(it), fns.b_shard, trainer.BATCH_KEYS)
-        old = jax.tree.map(jnp.copy, params)  # the step donates its inputs
-        new, opt_state, _ = fns.step_fn(params, opt_state, rest, batch)
-        params = scaled(old, new, jnp.float32(f))
+    data.train_rows(config).check_state(r["data"])  # the batches follow from the step
+    params, _ = trainer.scaled_steps(config, r["params"], r["opt_state"], step, factors)
     meta = ckpt.make_metadata(config, final, dict(cooldown_from=int(step), cooldown_steps=k,
                                                   cooldown_shape=shape))
     mngr = ckpt.manager(out_dir)

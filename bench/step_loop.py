@@ -1,0 +1,386 @@
+"""The trainer's whole loop against its compiled step alone, per ladder rung, as a study worker runs it.
+
+    python bench/step_loop.py [--config=cpu] [--archs=llama,tnl,hgrn2,cosformer2]
+                              [--sizes=d16l2,d16,d32l2,d32,d48] [--steps=N] [--core=0] [--json]
+
+Each rung's run config is the preset's own (study.plan.build_plan: model, the tuned rule's lr,
+batch and beta2, log and checkpoint cadence, eval batches); --steps shortens a run to N steps and
+keeps every cadence (default: the preset's steps). The process runs as a study worker: pinned to
+one core (--core), single-threaded XLA (study.backends.SINGLE_THREAD), the workers' malloc
+settings, huge pages, the persistent compilation cache. Per rung, in one process:
+
+  loop   trainer.train(config, workdir), then eval.runner.evaluate of every checkpoint with the
+         study's eval context (val_loss): runner.process_run's training and checkpoint evaluation
+  step   the same compiled train step alone (trainer.compiled), dispatched back to back on one
+         device batch; bursts before and after the loop, median per step
+
+ratio = step seconds x steps / loop seconds; loop_tokens_per_sec and step_tokens_per_sec count the
+run's training tokens. `parts` splits the loop's seconds (CPU time of background threads counts:
+on one core it is taken from the step):
+  step        steps x the step alone
+  compile     XLA compilations and persistent-cache reads (jax's monitoring events), train and eval
+  data        rows read and put on the device (train.batches: read, put), any thread
+  dispatch    the Python calls that launch the steps (jit dispatch)
+  metrics     metric rows: device->host fetches (after the step finished), rows written, progress
+  checkpoint  checkpoint writes, their waits and checksum hashing
+  eval        checkpoint evaluation (loading, scoring) beyond its compilation
+  other       the rest: start-up (locks, records, restore), the loop's own bookkeeping, the load
+Wall seconds are those of a shared machine: the header prints the load average; ratios are
+measured side by side in one process.
+--json prints one object {"rows": [{"arch", "size", "steps", "loop_tokens_per_sec",
+"step_tokens_per_sec", "ratio", "parts": {part: seconds}}], "load": [1, 5, 15 min]}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+PARTS = ("step", "compile", "data", "dispatch", "metrics", "checkpoint", "eval", "other")
+
+
+def as_worker(core: int) -> None:
+    """This process as a study worker's: the workers' environment (re-executing once so glibc and
+    XLA read it at start), pinned to `core`."""
+    from linscale_jax.parallel import host_memory
+    from linscale_jax.study.backends import MALLOC_ENV, SINGLE_THREAD
+
+    env = dict(os.environ)
+    flags = env.get("XLA_FLAGS", "")
+    missing = SINGLE_THREAD not in flags or any(k not in env for k in MALLOC_ENV)
+    if missing:
+        env["XLA_FLAGS"] = f"{flags} {SINGLE_THREAD}".strip()
+        for k, v in MALLOC_ENV.items():
+            env.setdefault(k, v)
+        sys.stdout.flush()
+        os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
+    host_memory.use_huge_pages()
+    os.sched_setaffinity(0, {core})
+
+
+class Clock:
+    """Seconds per part, from wrappers around the functions that do each part's work."""
+
+    def __init__(self):
+        self.s = dict.fromkeys(PARTS, 0.0)
+        self.lock = threading.Lock()
+
+    def add(self, part: str, seconds: float) -> None:
+        with self.lock:
+            self.s[part] += seconds
+
+    def wrap(self, owner, name: str, part: str, clock=time.thread_time, settle=None):
+        """owner.name timed into `part` by `clock` (default: the calling thread's CPU time).
+        settle(*args) runs first, untimed (a wait for the devices)."""
+        orig = getattr(owner, name)
+
+        def timed(*args, **kw):
+            if settle is not None:
+                settle(*args)
+            t = clock()
+            try:
+                return orig(*args, **kw)
+            finally:
+                self.add(part, clock() - t)
+
+        return owner, name, orig, timed
+
+
+@contextlib.contextmanager
+def instrumented(clock: Clock):
+    """The trainer's and eval's parts timed into `clock` (see the module docstring): the calling
+    thread's CPU time, or the process's for calls made while the devices are idle (checkpoint
+    writes, whose library works on threads of its own)."""
+    import types
+
+    import jax
+
+    from linscale_jax.run import async_save, checksums
+    from linscale_jax.run import checkpoint as ckpt
+    from linscale_jax.train import batches, metrics
+    from linscale_jax.train import loop as trainer
+
+    def ready(*args):
+        jax.block_until_ready(args)
+
+    process = time.process_time
+    patches = [clock.wrap(batches.GlobalBatches, name, "data") for name in
+               ("local", "put", "local_block", "put_block") if hasattr(batches.GlobalBatches, name)]
+    patches += [
+        clock.wrap(metrics.MetricsLogger, "write", "metrics"),
+        clock.wrap(metrics.MetricsLogger, "progress", "metrics"),
+        clock.wrap(metrics, "device_memory", "metrics"),
+        clock.wrap(jax, "device_get", "metrics", settle=ready),
+        clock.wrap(ckpt, "save", "checkpoint", clock=process),
+        clock.wrap(async_save.Pending, "wait", "checkpoint", clock=process),
+        clock.wrap(checksums, "record", "checkpoint"),
+    ]
+    compiled = trainer._compiled
+
+    def dispatch_timed(key):
+        fns = compiled(key)
+        timed = {}
+        for name in ("step_fn", "block_fn"):  # one step per dispatch, or blocks of steps
+            real = getattr(fns, name, None)
+            if real is None:
+                continue
+
+            def call(*args, real=real):
+                t = time.thread_time()
+                out = real(*args)
+                clock.add("dispatch", time.thread_time() - t)
+                return out
+
+            call.lower = real.lower
+            timed[name] = call
+        return types.SimpleNamespace(**dict(vars(fns), **timed))
+
+    patches.append((trainer, "_compiled", compiled, dispatch_timed))
+    for owner, name, _, new in patches:
+        setattr(owner, name, new)
+    try:
+        yield
+    finally:
+        for owner, name, orig, _ in patches:
+            setattr(owner, name, orig)
+
+
+@contextlib.contextmanager
+def quiet():
+    """File descriptors 1 and 2 to /dev/null (progress bars, absl, XLA), restored after."""
+    from linscale_jax.study.backends import redirect
+
+    saved = os.dup(1), os.dup(2)
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        redirect(null)
+        yield
+    finally:
+        redirect(*saved)
+        for fd in (null, *saved):
+            os.close(fd)
+
+
+class CompileClock:
+    """CPU seconds of this process spent tracing, lowering and compiling (or reading compiled
+    programs from the persistent cache): between the start and end events jax records for each
+    (jax.monitoring; nested events count once)."""
+
+    EVENTS = ("/jax/core/compile/jaxpr_trace_duration",
+              "/jax/core/compile/jaxpr_to_mlir_module_duration",
+              "/jax/core/compile/backend_compile_duration")
+
+    def __init__(self):
+        import jax
+
+        self.seconds, self._depth, self._t0 = 0.0, 0, 0.0
+        jax.monitoring.register_scalar_listener(self._start)
+        jax.monitoring.register_event_duration_secs_listener(self._end)
+
+    def _start(self, event: str, value, **_) -> None:
+        if event in self.EVENTS and threading.current_thread() is threading.main_thread():
+            if self._depth == 0:
+                self._t0 = time.process_time()
+            self._depth += 1
+
+    def _end(self, event: str, duration: float, **_) -> None:
+        if event in self.EVENTS and threading.current_thread() is threading.main_thread():
+            self._depth = max(self._depth - 1, 0)
+            if self._depth == 0:
+                self.seconds += time.process_time() - self._t0
+
+
+def step_alone(config, n: int, bursts: int) -> dict:
+    """The run's compiled train step alone, `n` steps back to back per burst: median seconds per
+    step by the process's CPU time ("cpu") and by the wall clock ("wall"), and the CPU seconds per
+    step of the dispatching calls ("dispatch")."""
+    import jax
+    import numpy as np
+
+    from linscale_jax.parallel import sharding
+    from linscale_jax.train import loop as trainer
+
+    fns, _ = trainer.step_functions(config, jax.devices()[:1])
+    params, rest = fns.init_params(), fns.rest()
+    opt = fns.init_opt(params)
+    b, t = int(config.train.batch_size), int(config.train.seq_len)
+    tokens = np.random.default_rng(0).integers(0, 256, (b, t + 1), dtype=np.int32)
+    batch = sharding.global_batch(dict(inputs=tokens[:, :-1], targets=tokens[:, 1:],
+                                       segment_ids=np.ones((b, t), np.int32),
+                                       weights=np.ones((b, t), np.float32)), fns.b_shard)
+    params, opt, m = fns.step_fn(params, opt, rest, batch)
+    jax.block_until_ready(m)
+    cpu, wall, dispatch = [], [], []
+    for _ in range(bursts):
+        c0, w0, d = time.process_time(), time.perf_counter(), 0.0
+        for _ in range(n):
+            t0 = time.thread_time()
+            params, opt, m = fns.step_fn(params, opt, rest, batch)
+            d += time.thread_time() - t0
+        jax.block_until_ready((params, m))
+        cpu.append((time.process_time() - c0) / n)
+        wall.append((time.perf_counter() - w0) / n)
+        dispatch.append(d / n)
+    return {k: float(np.median(v)) for k, v in (("cpu", cpu), ("wall", wall), ("dispatch", dispatch))}
+
+
+def _study_module(name: str):
+    """linscale_jax.study.scaling.<name> (linscale_jax.study.<name> in a checkout before the study's
+    kinds: the bench measures that code too)."""
+    import importlib
+
+    try:
+        return importlib.import_module(f"linscale_jax.study.scaling.{name}")
+    except ModuleNotFoundError:
+        return importlib.import_module(f"linscale_jax.study.{name}")
+
+
+def bench_run(study, run, steps: int | None, burst: int, bursts: int, compiling: CompileClock,
+              cooldowns: bool = False) -> dict:
+    """One rung: the loop (train + checkpoint eval) and the step alone, side by side; with
+    `cooldowns`, the study's cooldown branches of the run after them (trained and evaluated as
+    runner.process_run does), timed apart."""
+    import dataclasses
+
+    from linscale_jax.eval.runner import evaluate
+    from linscale_jax.train import loop as trainer
+
+    runner = _study_module("runner")
+    cfg = run.config
+    if steps:
+        cfg.train.steps = int(steps)
+    n = int(cfg.train.steps)
+    clock = Clock()
+    workdir = tempfile.mkdtemp(prefix=f"step_loop_{run.name}_")
+    run = dataclasses.replace(run, workdir=workdir)
+    cool = {}
+    try:
+        c0, p0, w0 = compiling.seconds, time.process_time(), time.perf_counter()
+        with instrumented(clock), quiet():
+            trainer.train(cfg, workdir)
+            c1, p1 = compiling.seconds, time.process_time()
+            evaluate(workdir, "all", runner.loss_tasks(study),
+                     ctx_kwargs=runner.eval_context(study, run), log=lambda m: None)
+        c2, p2, w2 = compiling.seconds, time.process_time(), time.perf_counter()
+        if cooldowns and "cooldown" in runner.estimators(study):
+            with quiet():
+                runner.run_cooldowns(study, run, runner.eval_context(study, run), log=lambda m: None)
+            cool = dict(cooldown_cpu_s=round(time.process_time() - p2, 2),
+                        cooldown_compile_s=round(compiling.seconds - c2, 2))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    step = step_alone(cfg, burst, bursts)  # after the loop: the loop pays the compilation
+    loop_s, loop_wall = p2 - p0, w2 - w0
+    parts = dict(clock.s, step=(step["cpu"] - step["dispatch"]) * n, compile=c2 - c0,
+                 eval=max((p2 - p1) - (c2 - c1), 0.0))
+    parts["other"] = loop_s - sum(v for k, v in parts.items() if k != "other")
+    tokens = n * int(cfg.train.batch_size) * int(cfg.train.seq_len)
+    return dict(arch=run.arch, size=run.size, steps=n, loop_tokens_per_sec=round(tokens / loop_s, 1),
+                step_tokens_per_sec=round(tokens / (step["cpu"] * n), 1),
+                ratio=round(step["cpu"] * n / loop_s, 3),
+                ratio_wall=round(step["wall"] * n / loop_wall, 3),
+                loop_cpu_s=round(loop_s, 2), loop_wall_s=round(loop_wall, 2),
+                train_cpu_s=round(p1 - p0, 2), **cool,
+                step_ms=round(step["cpu"] * 1e3, 3),
+                parts={k: round(v, 2) for k, v in parts.items()})
+
+
+def warm_up(config) -> None:
+    """What a study worker has loaded after its first run (TensorFlow for the metrics' event files
+    and the vocabulary, the MFU peak), so that the first rung does not pay the process's start-up."""
+    from linscale_jax import data
+    from linscale_jax.train import metrics
+
+    scratch = tempfile.mkdtemp(prefix="step_loop_warm_")
+    try:
+        with quiet():
+            write = metrics._tensorboard_writer(metrics.epath.Path(scratch))
+            if write is not None:
+                write(dict(step=1, loss=1.0))
+                write(None)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    data.get_vocabulary(config.data)
+    metrics.peak_flops_per_device(config)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--config", default="cpu", help="a study preset: a packaged name or a file")
+    p.add_argument("--archs", default=None, help="comma list (default: the preset's)")
+    p.add_argument("--sizes", default=None, help="comma list (default: the preset's)")
+    p.add_argument("--steps", type=int, default=0, help="steps per run (default: the preset's)")
+    p.add_argument("--core", type=int, default=0, help="the one core this process runs on")
+    p.add_argument("--burst", type=int, default=50, help="steps per timed burst of the step alone")
+    p.add_argument("--bursts", type=int, default=7, help="bursts of the step alone after each loop")
+    p.add_argument("--compile_cache", default="fresh",
+                   help="the persistent compilation cache: 'fresh' (an empty directory: every rung "
+                        "compiles, as in a fresh clone), 'shared' (the trainer's default) or a "
+                        "directory (pass one twice to see the cache's hits)")
+    p.add_argument("--cooldowns", action="store_true",
+                   help="also the study's cooldown branches of each run (trained and evaluated), "
+                        "timed apart: cooldown_cpu_s; a run's whole CPU cost is loop_cpu_s + that")
+    p.add_argument("--json", action="store_true")
+    a = p.parse_args()
+    as_worker(a.core)
+    import jax
+
+    from linscale_jax.study import presets
+
+    plan = _study_module("plan")
+    from linscale_jax.train import loop as trainer
+
+    study = presets.preset(a.config)  # a packaged preset's name or a preset file
+    if a.archs:
+        study.archs = a.archs
+    if a.sizes:
+        study.sizes = a.sizes
+    study.replicates.update(sizes="", seeds=0)
+    scratch_cache = None
+    if a.compile_cache == "fresh":
+        scratch_cache = tempfile.mkdtemp(prefix="step_loop_xla_")
+    cache = trainer.enable_compilation_cache(
+        scratch_cache or (None if a.compile_cache == "shared" else a.compile_cache))
+    compiling = CompileClock()
+    load = [round(x, 2) for x in os.getloadavg()]
+    runs = plan.build_plan(study, tempfile.gettempdir())
+    warm_up(runs[0].config)
+    if not a.json:
+        print(f"{a.config}: {len(runs)} rung(s), one core ({a.core}), single-threaded XLA, "
+              f"compilation cache {cache}; load average {load} on {os.cpu_count()} cores",
+              flush=True)
+        extra = " cooldowns CPU s |" if a.cooldowns else ""
+        print("| arch | size | steps | loop tok/s | step tok/s | ratio | " +
+              " | ".join(f"{k} s" for k in PARTS) + " |" + extra)
+        print("|---|---|---|---|---|---|" + "---|" * (len(PARTS) + bool(extra)), flush=True)
+    rows = []
+    for run in runs:
+        r = bench_run(study, run, a.steps or None, a.burst, a.bursts, compiling, a.cooldowns)
+        rows.append(r)
+        if a.json:  # progress on stderr; the one JSON object at the end
+            print(json.dumps(r), file=sys.stderr, flush=True)
+        else:
+            print(f"| {r['arch']} | {r['size']} | {r['steps']} | {r['loop_tokens_per_sec']:,.0f} | "
+                  f"{r['step_tokens_per_sec']:,.0f} | {r['ratio']:.2f} | " +
+                  " | ".join(f"{r['parts'][k]:.2f}" for k in PARTS) + " |" +
+                  (f" {r.get('cooldown_cpu_s', float('nan')):.2f} |" if a.cooldowns else ""), flush=True)
+    if scratch_cache:
+        shutil.rmtree(scratch_cache, ignore_errors=True)
+    if a.json:
+        print(json.dumps(dict(rows=rows, load=load, load_end=[round(x, 2) for x in os.getloadavg()])))
+    else:
+        print(f"load average at the end: {[round(x, 2) for x in os.getloadavg()]}")
+
+
+if __name__ == "__main__":
+    main()
