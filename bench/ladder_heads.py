@@ -21,21 +21,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from linscale_jax.train import loop as trainer  # noqa: E402
 from linscale_jax.config import base_config  # noqa: E402
+from linscale_jax.models import sizes  # noqa: E402
 
 SHAPES = {
-    "wide-d48": dict(n_layers=2, d_model=48, n_heads=1, ffn_dim=128, tpe="xmixers"),
-    "ladder-d48": dict(n_layers=3, d_model=48, n_heads=6, ffn_dim=128, tpe="lightnet"),
-    "ladder-d48-xmixers": dict(n_layers=3, d_model=48, n_heads=6, ffn_dim=128, tpe="xmixers"),
-    "ladder-d48-none": dict(n_layers=3, d_model=48, n_heads=6, ffn_dim=128, tpe="none"),
-    "wide-d96": dict(n_layers=3, d_model=96, n_heads=3, ffn_dim=256, tpe="xmixers"),
-    "ladder-d96": dict(n_layers=3, d_model=96, n_heads=12, ffn_dim=256, tpe="lightnet"),
+    "wide-d48": dict(n_layers=2, d_model=48, n_heads=1, ffn_dim=128, cosformer2=dict(tpe="xmixers")),
+    "ladder-d48": dict(n_layers=3, d_model=48, n_heads=6, ffn_dim=128, cosformer2=dict(tpe="lightnet")),
+    "ladder-d48-xmixers": dict(n_layers=3, d_model=48, n_heads=6, ffn_dim=128, cosformer2=dict(tpe="xmixers")),
+    "ladder-d48-none": dict(n_layers=3, d_model=48, n_heads=6, ffn_dim=128, cosformer2=dict(tpe="none")),
+    "wide-d96": dict(n_layers=3, d_model=96, n_heads=3, ffn_dim=256, cosformer2=dict(tpe="xmixers")),
+    "ladder-d96": dict(n_layers=3, d_model=96, n_heads=12, ffn_dim=256, cosformer2=dict(tpe="lightnet")),
 }
 
 
 def main(arch: str, steps: int, names: str, root: str = "/tmp/ladder_heads") -> None:
     for name in names.split(","):
         c = base_config()
-        c.model.update(arch=arch, vocab_size=264, max_seq_len=2048, **SHAPES[name])
+        shape = {k: v for k, v in SHAPES[name].items() if k != "cosformer2" or arch == "cosformer2"}
+        sizes.apply_model(c.model, dict(arch=arch, vocab_size=264, max_seq_len=2048, **shape))
         c.train.update(steps=steps, batch_size=8, seq_len=128, log_every=50, eval_every=steps, eval_batches=8)
         c.optim.update(lr=3e-3, warmup_steps=64, schedule="constant")
         c.checkpoint.update(every_steps=steps, log_spaced=0, async_save=False)

@@ -26,7 +26,9 @@ def main(argv=None) -> None:
     from linscale_jax import data
     from linscale_jax.run import checkpoint as ckpt
     from linscale_jax.train import loop as trainer
-    from linscale_jax.study import noise, plan
+    from linscale_jax.study import presets
+    from linscale_jax.study.noise import measure as noise
+    from linscale_jax.study.scaling import plan
 
     p = argparse.ArgumentParser(prog="bench/lr_swing.py", description=__doc__.split("\n")[0])
     p.add_argument("--config", default="configs/study/cpu.py")
@@ -34,7 +36,7 @@ def main(argv=None) -> None:
     p.add_argument("--lrs", default="3e-3,1e-3,3e-4")
     p.add_argument("--workdir", default="/tmp/lr_swing")
     a = p.parse_args(argv)
-    study = noise.study_preset(a.config)
+    study = presets.preset(a.config)
     arch, size = a.run.split("-")
     base = plan.run_config(study, arch, size)
     batches = data.eval_batches(base, split="validation", num_batches=int(study.eval.val_batches))

@@ -37,7 +37,7 @@ def main():
     a = p.parse_args()
     from linscale_jax import contract
     from linscale_jax.train import loop as trainer
-    from linscale_jax.study import plan, runner
+    from linscale_jax.study.scaling import plan, runner
 
     spec = importlib.util.spec_from_file_location("_study_preset", a.config)
     mod = importlib.util.module_from_spec(spec)

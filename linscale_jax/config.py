@@ -16,16 +16,33 @@ section from a named shape (`sizes.apply_model(c.model, sizes.ladder_model(arch,
 
 from __future__ import annotations
 
-import dataclasses
-
 import ml_collections
 
+from linscale_jax.errors import Refusal
 from linscale_jax.models.config import ARCHS, ModelConfig  # noqa: F401  (ARCHS re-exported)
 
 def model_defaults() -> ml_collections.ConfigDict:
     """Model section: the fields of ModelConfig with their defaults (the one source; see its
-    field comments for every choice the paper leaves open)."""
-    return ml_collections.ConfigDict(dataclasses.asdict(ModelConfig()))
+    field comments for every choice the paper leaves open), with one sub-section of options per
+    architecture that has options (`model.tnl.decay_rule`, ...; ArchSpec.options)."""
+    return ml_collections.ConfigDict(ModelConfig().to_dict())
+
+
+class ModelConfigError(Refusal, ValueError):
+    """A model section refused before anything was built or written (its line names the field
+    and the fix)."""
+
+
+def check_model(config, where: str = "") -> ModelConfig:
+    """The model section validated, and against the run's sequence (train.seq_len): every model
+    option in one line (ModelConfig.check_sequence), before anything is built or written. `where`
+    (e.g. a study run's name) starts the line."""
+    try:
+        cfg = ModelConfig.from_config(config.model)
+        cfg.check_sequence(int(config.train.seq_len))
+    except (ValueError, TypeError) as e:
+        raise ModelConfigError(f"{where}: {e}" if where else str(e)) from None
+    return cfg
 
 
 def base_config() -> ml_collections.ConfigDict:
@@ -43,6 +60,8 @@ def base_config() -> ml_collections.ConfigDict:
             log_every=10,
             eval_every=100,  # periodic validation loss; 0 disables
             eval_batches=4,
+            stop_at="",  # "val_accuracy>=T" or "val_loss<=T": stop at the first eval step that meets
+            #              it (linscale_jax.train.early_stop); "": train every step
             peak_flops=0.0,  # per-device peak FLOP/s for MFU; 0: $LINSCALE_PEAK_FLOPS, a known
             #                  accelerator's bf16 peak, or a measured f32 matmul peak on CPU
             profile_steps="",  # "A,B": a jax.profiler trace of steps A..B under DIR/profile/

@@ -40,6 +40,15 @@ RUN_STATUS = "status.json"  # a study run's state under a Ray backend: attempt, 
 CHECKPOINT_METADATA = os.path.join("metadata", "metadata")
 
 
+def split_list(value, field: str | None = None) -> list[str]:
+    """'a, b,c' (or a list of such items) -> ['a', 'b', 'c']: the comma lists of presets and flags.
+    With `field` (the name the user wrote) the list must not be empty: a ValueError naming it."""
+    items = [x.strip() for x in (value.split(",") if isinstance(value, str) else value or ()) if str(x).strip()]
+    if field is not None and not items:
+        raise ValueError(f"{field}={value!r} is an empty list; give comma-separated names")
+    return items
+
+
 def workdir_file(workdir, name: str) -> str:
     """DIR/<name> as a string ('gs://…' kept as it is)."""
     return str(workdir).rstrip("/") + "/" + name

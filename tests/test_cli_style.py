@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCH = ["linscale_jax/parallel/distributed.py"]
 ENTRY = {  # command -> the files that define its flags
-    "linscale_jax.train": ["linscale_jax/train/cli.py", *LAUNCH],
+    "linscale_jax.train": ["linscale_jax/train/cli.py", "linscale_jax/run/command_line.py", *LAUNCH],
     "linscale_jax.models.describe": ["linscale_jax/models/describe.py"],
     "linscale_jax.interop.convert": ["linscale_jax/interop/convert.py"],
     "linscale_jax.data.train_spm": ["linscale_jax/data/train_spm.py"],
@@ -21,9 +21,6 @@ ENTRY = {  # command -> the files that define its flags
     "linscale_jax.eval.generate": ["linscale_jax/eval/generate.py"],
     "linscale_jax.fit": ["linscale_jax/fit/cli.py"],
     "linscale_jax.study": ["linscale_jax/study/__main__.py", *LAUNCH],
-    "linscale_jax.study.noise": ["linscale_jax/study/noise.py"],
-    "linscale_jax.study.calibrate": ["linscale_jax/study/calibrate.py"],
-    "linscale_jax.study.verdicts": ["linscale_jax/study/verdicts.py"],
 }
 ABSL = {"help", "helpfull", "helpshort", "verbosity", "flagfile"}
 FLAG_DEF = re.compile(r'(?:add_argument|DEFINE_\w+)\(\s*"(-{0,2}[\w-]+)"')

@@ -48,15 +48,15 @@ print(json.dumps(dict(imported=len(names), tried=sorted(set(tried)),
 
 # command -> (packages whose every module it may import, its entry modules, modules (and their
 # submodules) to leave out).
-# One interpreter per group: the absl entry points (train, study, side_by_side, describe) define
-# flags of the same names.
+# One interpreter per group: the absl entry points (train, study, describe) define flags of the same
+# names.
 COMMANDS = {
     "train + eval val_loss + fit": (
         ["linscale_jax", "kernels_pallas"],
         ["linscale_jax.train.cli", "linscale_jax.eval.__main__", "linscale_jax.fit.cli"],
         ["linscale_jax.models.describe", "linscale_jax.study", *EVAL_EXTRA]),
-    "study": (["linscale_jax.study"], ["linscale_jax.study.__main__"], ["linscale_jax.study.side_by_side"]),
-    "study.side_by_side + describe": ([], ["linscale_jax.study.side_by_side", "linscale_jax.models.describe"], []),
+    "study": (["linscale_jax.study"], ["linscale_jax.study.__main__"], []),
+    "describe": ([], ["linscale_jax.models.describe"], []),
 }
 
 

@@ -8,6 +8,7 @@
   it = data.make_iterator(config)         # the whole global batches in order (get_state/set_state)
   data.eval_batches(config, split="validation", num_batches=N)   # fixed list of global batches
   data.corpus_documents(config.data, split)                      # raw document strings
+  data.check_training(config, rows, say=print)                   # before training: repeats, eval rows
   vocab = data.get_vocabulary(config.data)                      # seqio.Vocabulary (eval, decoding)
 
 Global batch. Row r of step s is record order[s·B + r] of the train split, where B =
@@ -35,8 +36,8 @@ from linscale_jax.data.errors import DataError
 from linscale_jax.data.records import Records
 from linscale_jax.data.rows import RecordRows, StepIterator, check_model_vocab, open_records, records_dir
 
-__all__ = ["DataError", "Records", "RecordRows", "corpus_documents", "eval_batches", "get_task", "get_vocabulary",
-           "make_iterator", "open_records", "records_dir", "train_rows"]
+__all__ = ["DataError", "Records", "RecordRows", "check_training", "corpus_documents", "eval_batches", "get_task",
+           "get_vocabulary", "make_iterator", "open_records", "records_dir", "train_rows"]
 
 
 def get_task(data_config):
@@ -80,6 +81,34 @@ def eval_batches(config, split: str = "validation", num_batches: int = 4) -> lis
     """The first `num_batches` global batches of one pass over `split` in VALIDATION_SEED's order
     (fewer if the split is short; the last one padded with empty rows)."""
     return _rows(config, split).one_pass(num_batches)
+
+
+def check_training(config, rows, say=print) -> None:
+    """Before the first step of a run reading prepared records: one warning line (through `say`)
+    when train.steps x train.batch_size rows read the train split more than once, with the number
+    of passes; a DataError when periodic evaluation (train.eval_every > 0) asks for more batches
+    (train.eval_batches) than the validation split holds."""
+    if not isinstance(rows, RecordRows):  # synthetic rows (MQAR): drawn fresh for every step
+        return
+    tr, n = config.train, len(rows.records)
+    batch, steps = int(tr.batch_size), int(tr.steps)
+    passes = steps * batch / max(n, 1)
+    if passes > 1:
+        say(f"WARNING: the train split holds {n:,} rows of {rows.seq_len} tokens; {steps:,} steps of {batch} "
+            f"rows read it {passes:.1f} times (each pass in a new order); for no repeats use "
+            f"--config.train.steps={n // batch} or more text ({rows.records.directory}).")
+    wanted = int(tr.eval_batches) if int(tr.eval_every) > 0 else 0
+    if wanted <= 0:
+        return
+    val = open_records(config, "validation")
+    held = -(-len(val) // batch)  # batches of one pass, the last one padded
+    if held < wanted:
+        fewer = f"--config.train.eval_batches={held}" if held else "--config.train.eval_every=0"
+        raise DataError(
+            f"the validation split holds {len(val):,} rows, {held} batch{'es' if held != 1 else ''} of {batch}, "
+            f"fewer than train.eval_batches={wanted} ({val.directory}); set {fewer}, or hold out more text "
+            f"(--config.data.val_fraction, now {config.data.get('val_fraction', 0.05)}, or prepare's "
+            "--val_fraction)")
 
 
 def corpus_documents(data_config, split: str = "train") -> Iterator[str]:

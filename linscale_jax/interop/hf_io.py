@@ -18,6 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from linscale_jax.run.extras import MissingExtra
+
 
 def read_config(src: str) -> dict:
     path = os.path.join(src, "config.json")
@@ -56,11 +58,11 @@ def read_weights(src: str) -> dict[str, np.ndarray]:
     elif bin_files:
         try:
             import torch
-        except ImportError as e:
-            raise ImportError(
-                f"{src} holds PyTorch .bin weights, which need torch to read; `pip install torch` "
-                "or convert them to safetensors first."
-            ) from e
+        except ModuleNotFoundError as e:
+            if e.name != "torch":
+                raise
+            raise MissingExtra("interop", why=f"{src} holds PyTorch .bin weights", module="torch",
+                               instead="convert them to safetensors first") from None
         for path in bin_files:
             try:
                 part = torch.load(path, map_location="cpu", weights_only=True)

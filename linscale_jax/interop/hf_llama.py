@@ -6,8 +6,8 @@ q/k in the *half-split* rotary layout used by `rotate_half` — Meta's interleav
 already permuted away by that script — and our `rope` is the same half-split form, so q_proj/k_proj
 map over without a permutation (the parity test pins this down). SwiGLU: HF down(silu(gate) * up) ==
 our w_down(w_u(x) * silu(w_v(x))), so gate_proj -> w_v, up_proj -> w_u. Grouped-query attention
-(num_key_value_heads < num_attention_heads) maps to model.n_kv_heads; an untied lm_head maps to
-model.tie_embeddings=False and the `lm_head` parameter.
+(num_key_value_heads < num_attention_heads) maps to model.llama.n_kv_heads; an untied lm_head maps
+to model.tie_embeddings=False and the `lm_head` parameter.
 
 Not supported (clear error): biases, rope scaling other than 'default', head_dim != d/h,
 activations other than silu.
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from linscale_jax.interop.hf_io import model_params, take
+from linscale_jax.interop.hf_io import take
 
 ARCH = "llama"
 
@@ -51,13 +51,12 @@ def model_config(hf: dict) -> dict:
         n_layers=int(hf["num_hidden_layers"]),
         d_model=d,
         n_heads=h,
-        n_kv_heads=kv,
         ffn_dim=int(hf["intermediate_size"]),
         vocab_size=int(hf["vocab_size"]),
         max_seq_len=int(hf.get("max_position_embeddings") or 8192),
         norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
-        rope_theta=_rope_theta(hf),
         tie_embeddings=bool(hf.get("tie_word_embeddings", True)),
+        llama=dict(n_kv_heads=kv, rope_theta=_rope_theta(hf)),
     )
 
 
@@ -66,7 +65,7 @@ def to_params(hf: dict, state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     m = model_config(hf)
     d, v, g = m["d_model"], m["vocab_size"], m["ffn_dim"]
     e = d // m["n_heads"]
-    kvd = m["n_kv_heads"] * e
+    kvd = m["llama"]["n_kv_heads"] * e
     out = {
         "embed/embedding": take(state, "model.embed_tokens.weight", (v, d)),
         "final_norm/scale": take(state, "model.norm.weight", (d,)),
@@ -87,22 +86,18 @@ def to_params(hf: dict, state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return out
 
 
-def from_model(model, model_section: dict) -> tuple[dict, dict[str, np.ndarray]]:
-    """Our llama model -> (HF config dict, HF state dict) loadable by LlamaForCausalLM."""
-    if model_section.get("arch") != ARCH:
-        raise ValueError(f"--to=hf-llama needs a llama checkpoint; this one is arch={model_section.get('arch')!r}.")
-    p = model_params(model)
-    l, d, h = model_section["n_layers"], model_section["d_model"], model_section["n_heads"]
-    kv = model_section.get("n_kv_heads") or h
-    tied = model_section.get("tie_embeddings", True)
+def from_params(cfg, v: dict, p: dict[str, np.ndarray]) -> tuple[dict, dict[str, np.ndarray]]:
+    """Our llama parameters (export.variant fields `v`, per-layer paths) -> (HF config dict, HF
+    state dict) loadable by LlamaForCausalLM; to_params reads them back."""
+    l, d, h = cfg.n_layers, cfg.d_model, cfg.n_heads
+    tied = cfg.tie_embeddings
     hf = dict(
         architectures=["LlamaForCausalLM"], model_type="llama",
-        vocab_size=model_section["vocab_size"], hidden_size=d, intermediate_size=model_section["ffn_dim"],
-        num_hidden_layers=l, num_attention_heads=h, num_key_value_heads=kv, head_dim=d // h,
-        hidden_act="silu", max_position_embeddings=model_section["max_seq_len"],
-        rms_norm_eps=model_section["norm_eps"], tie_word_embeddings=tied,
-        rope_theta=model_section["rope_theta"],
-        rope_parameters={"rope_type": "default", "rope_theta": model_section["rope_theta"]},
+        vocab_size=cfg.vocab_size, hidden_size=d, intermediate_size=cfg.ffn_dim,
+        num_hidden_layers=l, num_attention_heads=h, num_key_value_heads=v["llama.n_kv_heads"], head_dim=d // h,
+        hidden_act="silu", max_position_embeddings=cfg.max_seq_len,
+        rms_norm_eps=cfg.norm_eps, tie_word_embeddings=tied, rope_theta=v["llama.rope_theta"],
+        rope_parameters={"rope_type": "default", "rope_theta": v["llama.rope_theta"]},
         attention_bias=False, mlp_bias=False, torch_dtype="float32",
     )
     sd = {"model.embed_tokens.weight": p["embed/embedding"], "model.norm.weight": p["final_norm/scale"]}
@@ -117,4 +112,4 @@ def from_model(model, model_section: dict) -> tuple[dict, dict[str, np.ndarray]]
         sd[hp + "mlp.gate_proj.weight"] = p[o + "mlp/w_v/kernel"].T
         sd[hp + "mlp.up_proj.weight"] = p[o + "mlp/w_u/kernel"].T
         sd[hp + "mlp.down_proj.weight"] = p[o + "mlp/w_down/kernel"].T
-    return hf, {k: np.ascontiguousarray(v) for k, v in sd.items()}
+    return hf, sd

@@ -11,7 +11,7 @@ fla (github fla-org/flash-linear-attention, `HGRN2ForCausalLM`) — differences 
   RMSNorm with weights (attn_norm, mlp_norm, final norm, g_norm)  -> norm_scale=True
   g_norm runs through rms_norm_linear with its default eps 1e-5 (config.norm_eps is not passed)
                                         -> mixer_norm_eps=1e-5; block/final norms: norm_eps
-  q scaled by K^-1/2 inside the GLA kernels                       -> hgrn2_q_scale="rsqrt_k"
+  q scaled by K^-1/2 inside the GLA kernels                       -> hgrn2.q_scale="rsqrt_k"
   SwiGLU channel mixer down(silu(gate) * up)  -> glu_act="silu", w_v = gate, w_u = up
   untied lm_head (tie_word_embeddings false)  -> tie_embeddings=False, lm_head
   lower bound skipped in layer 0        -> nothing to do: β_0 = cumsum(P)_0 - P_0 = 0 in both
@@ -103,8 +103,9 @@ def fla_model_config(hf: dict) -> dict:
         arch=ARCH, n_layers=int(hf["num_hidden_layers"]), d_model=d,
         n_heads=_heads(d, hf.get("expand_ratio", 128), hf.get("num_heads")), ffn_dim=_fla_ffn(hf, d),
         vocab_size=int(hf["vocab_size"]), norm_eps=float(hf.get("norm_eps", 1e-6)),
-        norm_scale=True, mixer_norm_eps=1e-5, hgrn2_q_scale="rsqrt_k", glu_act="silu",
+        norm_scale=True, mixer_norm_eps=1e-5, glu_act="silu",
         tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
+        hgrn2=dict(q_scale="rsqrt_k"),
     )
 
 
@@ -128,3 +129,57 @@ def fla_to_params(hf: dict, state: dict[str, np.ndarray]) -> dict[str, np.ndarra
         out[o + "mlp/w_u/kernel"] = take(state, p + "mlp.up_proj.weight", (g, d)).T
         out[o + "mlp/w_down/kernel"] = take(state, p + "mlp.down_proj.weight", (d, g)).T
     return out
+
+
+# ---------------------------------------------------------------- exports (the inverses)
+def _head(cfg, p: dict) -> np.ndarray:
+    return p["embed/embedding"] if cfg.tie_embeddings else p["lm_head/kernel"].T
+
+
+def official_from_params(cfg, v: dict, p: dict[str, np.ndarray]) -> tuple[dict, dict[str, np.ndarray]]:
+    """Our hgrn2 parameters -> (config.json, state dict) of hgru2-pytorch's Hgrn2ForCausalLM (the
+    paper's block); official_to_params reads them back."""
+    l, d, h = cfg.n_layers, cfg.d_model, cfg.n_heads
+    hf = dict(architectures=["Hgrn2ForCausalLM"], model_type="hgrn2", vocab_size=cfg.vocab_size,
+              decoder_embed_dim=d, expand_ratio=d // h, decoder_layers=l, glu_dim=cfg.ffn_dim,
+              glu_act=v["glu_act"], in_act="none", out_act="silu", bias=False, norm_type="simplermsnorm",
+              no_scale_embedding=v["embed_scale"] == "none", causal=True,
+              tie_word_embeddings=cfg.tie_embeddings, init_std=cfg.init_std, torch_dtype="float32")
+    sd = {"model.embed_tokens.weight": p["embed/embedding"], "model.lower_bounds": p["lower_bounds"],
+          "lm_head.weight": _head(cfg, p)}
+    for j in range(l):
+        hp, o = f"model.layers.{j}.", f"layers/{j}/"
+        sd[hp + "token_mixer.in_proj.weight"] = np.concatenate(
+            [p[o + f"mixer/{w}/kernel"].T for w in ("wi", "wq", "wf")], axis=0)
+        sd[hp + "token_mixer.out_proj.weight"] = p[o + "mixer/wo/kernel"].T
+        sd[hp + "channel_mixer.l1.weight"] = p[o + "mlp/w_v/kernel"].T
+        sd[hp + "channel_mixer.l2.weight"] = p[o + "mlp/w_u/kernel"].T
+        sd[hp + "channel_mixer.l3.weight"] = p[o + "mlp/w_down/kernel"].T
+    return hf, sd
+
+
+def fla_from_params(cfg, v: dict, p: dict[str, np.ndarray]) -> tuple[dict, dict[str, np.ndarray]]:
+    """Our hgrn2 parameters -> (config.json, state dict) of fla's HGRN2ForCausalLM; fla_to_params
+    reads them back. Norms without a learnable scale (norm_scale=False) are written as scales of 1."""
+    l, d, h = cfg.n_layers, cfg.d_model, cfg.n_heads
+    ones = np.ones((d,), np.float32)
+    scale = lambda key: p.get(key, ones)  # noqa: E731
+    hf = dict(architectures=["HGRN2ForCausalLM"], model_type="hgrn2", vocab_size=cfg.vocab_size,
+              hidden_size=d, num_hidden_layers=l, num_heads=h, expand_ratio=d // h,
+              intermediate_size=cfg.ffn_dim, hidden_act="swish", use_short_conv=False, use_lower_bound=True,
+              elementwise_affine=True, norm_eps=cfg.norm_eps, attn_mode="chunk",
+              max_position_embeddings=cfg.max_seq_len, tie_word_embeddings=cfg.tie_embeddings,
+              initializer_range=cfg.init_std, torch_dtype="float32")
+    sd = {"model.embeddings.weight": p["embed/embedding"], "model.lower_bounds": p["lower_bounds"],
+          "model.norm.weight": scale("final_norm/scale"), "lm_head.weight": _head(cfg, p)}
+    for j in range(l):
+        hp, o = f"model.layers.{j}.", f"layers/{j}/"
+        sd[hp + "attn_norm.weight"] = scale(o + "norm1/scale")
+        sd[hp + "mlp_norm.weight"] = scale(o + "norm2/scale")
+        sd[hp + "attn.g_norm.weight"] = scale(o + "mixer/out_norm/scale")
+        for name, ours in (("q", "wq"), ("f", "wf"), ("i", "wi"), ("o", "wo")):
+            sd[hp + f"attn.{name}_proj.weight"] = p[o + f"mixer/{ours}/kernel"].T
+        sd[hp + "mlp.gate_proj.weight"] = p[o + "mlp/w_v/kernel"].T
+        sd[hp + "mlp.up_proj.weight"] = p[o + "mlp/w_u/kernel"].T
+        sd[hp + "mlp.down_proj.weight"] = p[o + "mlp/w_down/kernel"].T
+    return hf, sd

@@ -52,10 +52,11 @@ def load(fmt: str, src: str):
 
 
 def experiment_config(section: dict) -> ml_collections.ConfigDict:
-    """A full experiment config (base_config defaults) whose model section is `section`."""
+    """A full experiment config (base_config defaults) whose model section is `section` (an
+    arch's options, e.g. {"tnl": {"gate": "linear"}}, set field by field)."""
+    from linscale_jax.models import sizes
+
     config = base_config()
-    model = config.model.to_dict()
-    model.update(section)
-    config.model = ml_collections.ConfigDict(model)
-    config.train.seq_len = min(config.train.seq_len, model["max_seq_len"])
+    sizes.apply_model(config.model, section)
+    config.train.seq_len = min(config.train.seq_len, int(config.model.max_seq_len))
     return config

@@ -12,12 +12,14 @@ Token mixer:
     O = SimpleRMSNorm(concat_heads(o)) ⊙ sigmoid(X̄ W_gdown W_gup), then W_o.
 
 TPE (Toeplitz positional encoding), applied once to the embedding output: linscale_jax.models.tpe
-(model.tpe = "lightnet", the default: a d×e projection, a per-channel decay recurrence, the same
+(option model.cosformer2.tpe = "lightnet", the default: a d×e projection, a per-channel decay recurrence, the same
 projection back, Table 1's d·e parameters; "lightnet_untied", separate projections (2·d·e);
 "xmixers", the later per-head rank-1 module; "none").
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import jax.numpy as jnp
 from flax import nnx
@@ -29,7 +31,16 @@ from linscale_jax.models.layers import KeyGen, Linear, LowRankGate, make_norm, m
 from linscale_jax.models.linear_common import (init_cache, linear_attention_flops, lrpe_theta_init,
                                                make_short_conv, qkv_attention, short_conv_flops,
                                                short_conv_state_floats)
-from linscale_jax.models.tpe import make_tpe
+from linscale_jax.models.options import option
+from linscale_jax.models.tpe import TPES, make_tpe
+
+
+@dataclasses.dataclass(frozen=True)
+class Cosformer2Options:
+    """model.cosformer2: tpe lightnet (paper, d·e) | lightnet_untied | xmixers | none
+    (linscale_jax.models.tpe)."""
+
+    tpe: str = option("lightnet", choices=TPES, shape=True)
 
 
 class Cosformer2Attention(nnx.Module):
@@ -82,9 +93,9 @@ def _once_flops(cfg, seq_len: int, chunk: int) -> float:
     """The TPE: lightnet (tied or not) 2·2de; xmixers the linear recurrence with k = e plus 2de;
     none 0."""
     d, h, e = cfg.d_model, cfg.n_heads, cfg.head_dim
-    if cfg.tpe in ("lightnet", "lightnet_untied"):
+    if cfg.cosformer2.tpe in ("lightnet", "lightnet_untied"):
         return 2 * 2 * d * e
-    if cfg.tpe == "xmixers":
+    if cfg.cosformer2.tpe == "xmixers":
         return linear_attention_flops(h, e, e, chunk) + 2 * d * e
     return 0
 
@@ -95,4 +106,5 @@ registry.register(registry.ArchSpec(
     paper_flops_x=lambda d, h, n: 3 / (4 * h) + 23 / (72 * d),
     layer_flops=_layer_flops, once_flops=_once_flops, paper_layers={"410m": 25},
     state_floats=lambda cfg, n: (cfg.n_heads * 2 * cfg.head_dim * cfg.head_dim  # k = 2e (LRPE)
-                                 + short_conv_state_floats(cfg))))
+                                 + short_conv_state_floats(cfg)),
+    options=Cosformer2Options))

@@ -11,7 +11,7 @@ parameter counts, both FLOP definitions, the decoding state of one layer for one
 (`state_floats_per_layer`: a linear mixer's fixed state h × key dim × value dim, with
 `state_floats_per_head`; softmax attention: `kv_floats_per_token_per_layer`, its KV cache per
 token) and, in the JSON only, the architecture's extras: TNL `decay_per_layer`, the per-head decay
-rates λ of every layer ([l][h], from model.tnl_decay_rule); HGRN2 `lower_bound_per_layer`, the
+rates λ of every layer ([l][h], from model.tnl.decay_rule); HGRN2 `lower_bound_per_layer`, the
 forget-gate lower bounds β_j at initialisation ([l]; learnable).
 """
 

@@ -7,8 +7,9 @@ Legend: b batch, t sequence, h heads, e = d/h head dim, d width, l layers, j lay
     S_t = Diag(f_t) S_{t-1} + k_tᵀ v_t,  y_t = q_t S_t       (state e×e per head, scale 1)
     output SimpleRMSNorm(concat_heads(y)) W_o
 
-Released-variant switches (interop): model.hgrn2_q_scale="rsqrt_k" scales q by e^-1/2 (fla);
-model.norm_scale / mixer_norm_eps give the norms learnable scales / their own eps (fla).
+Options (HGRN2Options, `--config.model.hgrn2.<option>`): q_scale="rsqrt_k" scales q by e^-1/2 (fla's
+release; the paper: 1). The linear block's model.norm_scale / mixer_norm_eps give the norms
+learnable scales / their own eps (fla).
 
 Everything about the gate is computed in log space, in float32:
     log β_j   = logsumexp(log P[1..j])          (layer 0: β_0 = 0 exactly: log β_0 = -inf)
@@ -18,6 +19,8 @@ so no 1 - (something close to 1) is ever formed.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -30,6 +33,14 @@ from linscale_jax.models.layers import KeyGen, Linear, make_norm, merge_heads, s
 from linscale_jax.models.linear_common import (init_cache, join_cache, linear_attention_flops,
                                                make_short_conv, project, run_linear_attention,
                                                short_conv_flops, short_conv_state_floats)
+from linscale_jax.models.options import option
+
+
+@dataclasses.dataclass(frozen=True)
+class HGRN2Options:
+    """model.hgrn2: q_scale one (paper) | rsqrt_k (fla: q scaled by (d/h)^-1/2)."""
+
+    q_scale: str = option("one", choices=("one", "rsqrt_k"))
 
 
 def lower_bounds_log(gamma):
@@ -82,7 +93,7 @@ class HGRN2Mixer(nnx.Module):
         log_f = gate_log_f(zf, *extra)
         k = (-jnp.expm1(log_f)).astype(x.dtype)
         q = jax.nn.silu(zq)
-        if self.cfg.hgrn2_q_scale == "rsqrt_k":
+        if self.cfg.hgrn2.q_scale == "rsqrt_k":
             q = q * jnp.asarray(self.cfg.head_dim**-0.5, q.dtype)
         q, k, v = (split_heads(a, h) for a in (q, k, v))
         log_f = split_heads(log_f, h)
@@ -120,4 +131,5 @@ registry.register(registry.ArchSpec(
     layer_flops=lambda cfg, n, chunk: (linear_attention_flops(cfg.n_heads, cfg.head_dim, cfg.head_dim,
                                                               chunk) + short_conv_flops(cfg)),
     state_floats=lambda cfg, n: (cfg.n_heads * cfg.head_dim * cfg.head_dim  # expand ratio e
-                                 + short_conv_state_floats(cfg))))
+                                 + short_conv_state_floats(cfg)),
+    options=HGRN2Options))

@@ -1,13 +1,16 @@
-"""LLaMA: causal softmax attention with RoPE (theta = model.rope_theta), RMSNorm, SwiGLU.
+"""LLaMA: causal softmax attention with RoPE (theta = model.llama.rope_theta), RMSNorm, SwiGLU.
 
 Legend: b batch, t sequence (queries), s keys, h heads, e = d/h head dim, d width.
-W_q, W_k, W_v, W_o ∈ R^{d×d}; with model.n_kv_heads < n_heads (converted checkpoints) grouped-query
-attention, W_k, W_v ∈ R^{d×(n_kv_heads·e)}. RoPE uses the half-split (rotate-half) layout of HF
+Options (LlamaOptions, `--config.model.llama.<option>`): rope_theta, n_kv_heads.
+W_q, W_k, W_v, W_o ∈ R^{d×d}; with model.llama.n_kv_heads < n_heads (converted checkpoints)
+grouped-query attention, W_k, W_v ∈ R^{d×(n_kv_heads·e)}. RoPE uses the half-split (rotate-half) layout of HF
 LLaMA, computed in float32. Packed documents (segment_ids) never attend across a change of id.
 Decoding keeps a KV cache [b, max_len, n_kv_heads, e] per layer, written at the absolute position.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -18,8 +21,31 @@ from linscale_jax.models import registry
 from linscale_jax.models.config import ModelConfig
 from linscale_jax.models.decoder import Decoder, segment_starts
 from linscale_jax.models.layers import KeyGen, Linear, merge_heads, split_heads, stacked_dense, unstack
+from linscale_jax.models.options import option
 
 _MASKED = -1e30
+
+
+@dataclasses.dataclass(frozen=True)
+class LlamaOptions:
+    """model.llama: rope_theta, the RoPE base; n_kv_heads, grouped-query attention's key/value
+    heads (0 = n_heads; converted checkpoints)."""
+
+    rope_theta: float = option(10000.0, minimum=1.0)
+    n_kv_heads: int = option(0, shape=True, minimum=0)
+
+    def check(self, cfg) -> None:
+        if self.n_kv_heads and cfg.n_heads % self.n_kv_heads:
+            raise ValueError(f"model.llama.n_kv_heads={self.n_kv_heads} must divide model.n_heads="
+                             f"{cfg.n_heads} (0 means n_kv_heads = n_heads).")
+        if cfg.head_dim % 2:
+            raise ValueError(f"llama: head dim d_model/n_heads = {cfg.head_dim} must be even for "
+                             "RoPE; change model.n_heads.")
+
+
+def kv_heads(cfg) -> int:
+    """Key/value heads of llama attention (model.llama.n_kv_heads, 0 meaning n_heads)."""
+    return cfg.llama.n_kv_heads or cfg.n_heads
 
 
 def rope(x, positions, theta: float):
@@ -157,14 +183,14 @@ def causal_attention(q, k, v, segment_ids, block: int | None = None,
 class LlamaAttention(nnx.Module):
     def __init__(self, cfg: ModelConfig, *, keys: KeyGen):
         d, std = cfg.d_model, cfg.init_std
-        kv = cfg.kv_heads * cfg.head_dim
+        kv = kv_heads(cfg) * cfg.head_dim
         self.wq = Linear(d, d, keys=keys, std=std, axes=("embed", "heads"))
         self.wk = Linear(d, kv, keys=keys, std=std, axes=("embed", "heads"))
         self.wv = Linear(d, kv, keys=keys, std=std, axes=("embed", "heads"))
         self.wo = Linear(d, d, keys=keys, std=std, axes=("heads", "embed"))
         self.n_heads = cfg.n_heads
-        self.n_kv_heads = cfg.kv_heads
-        self.theta = cfg.rope_theta
+        self.n_kv_heads = kv_heads(cfg)
+        self.theta = cfg.llama.rope_theta
         self.cache_dtype = cfg.dtype
 
     def __call__(self, x, *, positions, segment_ids, cache, extra):
@@ -212,7 +238,7 @@ def _layer_flops(cfg, seq_len: int, chunk: int) -> float:
     """Grouped-query k, v projections (fewer than 2·2d²) and causal softmax QKᵀ, PV over the
     (n+1)/2 keys a token sees on average."""
     d, h, e = cfg.d_model, cfg.n_heads, cfg.head_dim
-    return -2 * 2 * d * (h - cfg.kv_heads) * e + 2 * 2 * d * (seq_len + 1) / 2
+    return -2 * 2 * d * (h - kv_heads(cfg)) * e + 2 * 2 * d * (seq_len + 1) / 2
 
 
 registry.register(registry.ArchSpec(
@@ -220,4 +246,5 @@ registry.register(registry.ArchSpec(
     paper_params_extra=lambda l, d, h: 0,
     paper_flops_x=lambda d, h, n: n / (6 * d) + 5 / (18 * d),
     layer_flops=_layer_flops, softmax_block=True,
-    state_floats=lambda cfg, n: 2 * cfg.kv_heads * cfg.head_dim * n))  # KV cache: 2·d·n
+    state_floats=lambda cfg, n: 2 * kv_heads(cfg) * cfg.head_dim * n,  # KV cache: 2·d·n
+    options=LlamaOptions))

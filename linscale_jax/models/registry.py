@@ -77,6 +77,9 @@ class ArchSpec:
                        the recurrent state h·k·e of a linear mixer (k its key width), a softmax
                        block's KV cache 2·kv_heads·e·seq_len (default: counted from the mixer's
                        init_cache, `cache_floats`)
+    options            the arch's own options: a frozen dataclass of fields with defaults
+                       (linscale_jax.models.options.option), read as cfg.<name>.<field> and set as
+                       --config.model.<name>.<field>=...; None when the arch has none
     """
 
     name: str
@@ -90,6 +93,7 @@ class ArchSpec:
     softmax_block: bool = False
     describe_extras: Callable[[Any], dict] = _no_extras
     state_floats: Callable[[Any, int], int] = cache_floats
+    options: type | None = None
 
 
 _REGISTRY: dict[str, ArchSpec] = {}
@@ -102,11 +106,25 @@ def register(spec: ArchSpec, *, replace: bool = False) -> ArchSpec:
     if not spec.name or "-" in spec.name:
         raise ValueError(f"architecture name {spec.name!r} must be non-empty without '-' "
                          "(config names are '<arch>-<size>').")
+    if spec.options is not None:
+        _check_options(spec)
     if spec.name in _REGISTRY and not replace and _REGISTRY[spec.name] is not spec:
         raise ValueError(f"architecture {spec.name!r} is already registered; pick another name "
                          "or pass replace=True.")
     _REGISTRY[spec.name] = spec
     return spec
+
+
+def _check_options(spec: ArchSpec) -> None:
+    """An options class is a frozen dataclass whose fields have defaults (the paper's block). Its
+    field names must differ from the common model fields' (checked by models.config, which a
+    variant label `<arch>+<field>=<value>` resolves against both)."""
+    cls = spec.options
+    if not (isinstance(cls, type) and dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen):
+        raise TypeError(f"{spec.name}: ArchSpec.options must be a frozen dataclass, got {cls!r}.")
+    for f in dataclasses.fields(cls):
+        if f.default is dataclasses.MISSING:
+            raise TypeError(f"{spec.name}: option {f.name!r} needs a default (the paper's block).")
 
 
 def unregister(name: str) -> None:

@@ -58,7 +58,7 @@ def mixer_costs(cfg: ModelConfig, gen: TpuGeneration, batch: int, seq_len: int) 
         per = kr.flash_attention_costs(1, seq_len, h, e)
     elif cfg.arch in LINEAR_MIXERS:
         kind, kmul = LINEAR_MIXERS[cfg.arch]
-        if cfg.arch == "tnl" and cfg.tnl_lrpe:
+        if cfg.arch == "tnl" and cfg.tnl.lrpe:
             kmul = 2
         per = kr.linear_attention_costs(kind, 1, seq_len, h, kmul * e, e, blocks=TPU_BLOCKS[gen.name])
     else:

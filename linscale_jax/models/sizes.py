@@ -64,29 +64,20 @@ def parse_name(name: str) -> tuple[str, str]:
 
 
 def split_variant(label: str) -> tuple[str, dict]:
-    """'cosformer2+tpe=none+norm_eps=1e-5' -> ('cosformer2', {'tpe': 'none', 'norm_eps': 1e-05}):
-    an architecture and model-field changes, each value typed like the field's default."""
-    from linscale_jax.models.config import ModelConfig
+    """'cosformer2+tpe=none+norm_eps=1e-5' -> ('cosformer2', {'cosformer2': {'tpe': 'none'},
+    'norm_eps': 1e-05}): an architecture and its model-section changes, each value typed like the
+    field's default (one change per `+`: models.variants.variant_change)."""
+    from linscale_jax.models.variants import merge, variant_change
 
     arch, *changes = str(label).split("+")
     registry.get(arch)  # an unknown arch is an error listing the registered ones
-    defaults = ModelConfig().to_dict()
     out = {}
     for change in changes:
         field, sep, text = change.partition("=")
-        if not sep or field not in defaults or field in ("arch", "size"):
-            raise ValueError(f"variant {label!r}: {change!r} must be <model field>=<value> with a field "
-                             f"of ModelConfig other than arch and size (e.g. cosformer2+tpe=none).")
-        kind = type(defaults[field])
-        if kind is bool:
-            if text not in ("true", "false", "True", "False"):
-                raise ValueError(f"variant {label!r}: {field} takes true or false, got {text!r}.")
-            out[field] = text.lower() == "true"
-        else:
-            try:
-                out[field] = kind(text)
-            except ValueError:
-                raise ValueError(f"variant {label!r}: {field}={text!r} is not a {kind.__name__}.") from None
+        if not sep or not field:
+            raise ValueError(f"variant {label!r}: {change!r} must be <field>=<value>, a model field "
+                             "or an option of the arch (e.g. cosformer2+tpe=none).")
+        out = merge(out, variant_change(arch, field, text))
     return arch, out
 
 
@@ -119,7 +110,11 @@ def ladder_model(arch: str, name: str) -> dict:
 
 
 def apply_model(section, values: dict):
-    """Write `values` into a config.model ConfigDict section (plain field assignment)."""
+    """Write `values` into a config.model ConfigDict section: plain field assignment, and an
+    arch's options ({'tnl': {'gate': 'linear'}}) field by field into its sub-section."""
     for key, value in values.items():
-        setattr(section, key, value)
+        if isinstance(value, dict) and key in section and hasattr(section[key], "items"):
+            apply_model(section[key], value)
+        else:
+            setattr(section, key, value)
     return section

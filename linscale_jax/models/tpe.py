@@ -1,9 +1,9 @@
 """cosFormer2's Toeplitz positional encoding (TPE), applied once to the embedding output.
 
-    tpe = make_tpe(cfg, keys)                          # None for model.tpe = "none"
+    tpe = make_tpe(cfg, keys)                          # None for model.cosformer2.tpe = "none"
     y, cache = tpe(x, segment_ids, cache)              # x, y [b, t, d]; cache None or the decode state
 
-model.tpe selects it (legend: b batch, t sequence, d width, e = d/h head dim):
+model.cosformer2.tpe selects it (legend: b batch, t sequence, d width, e = d/h head dim):
   "lightnet"         (default) LightNet's TPE as the paper counts it: y_t = x_t + s_t Wᵀ with
                      s_t = λ ⊙ s_{t-1} + (1 - λ) ⊙ SimpleRMSNorm(x_t) W, one tied W [d, e] and e
                      rates: Table 1's d·e parameters;
@@ -106,7 +106,7 @@ class LightNetTPE(nnx.Module):
 
 
 class XmixersTPE(nnx.Module):
-    """The later per-head rank-1 TPE (model.tpe = "xmixers"): x [b,t,d] -> [b,t,d] (module doc)."""
+    """The later per-head rank-1 TPE (model.cosformer2.tpe = "xmixers"): x [b,t,d] -> [b,t,d] (module doc)."""
 
     def __init__(self, cfg: ModelConfig, *, keys: KeyGen):
         h, e = cfg.n_heads, cfg.head_dim
@@ -134,8 +134,10 @@ class XmixersTPE(nnx.Module):
 
 TPE_MODULES = {"lightnet": LightNetTPE, "lightnet_untied": functools.partial(LightNetTPE, tied=False),
                "xmixers": XmixersTPE}
+TPES = tuple(TPE_MODULES) + ("none",)
 
 
 def make_tpe(cfg: ModelConfig, keys: KeyGen):
-    """The model.tpe module, or None for "none"."""
-    return None if cfg.tpe == "none" else TPE_MODULES[cfg.tpe](cfg, keys=keys)
+    """The model.cosformer2.tpe module, or None for "none"."""
+    tpe = cfg.cosformer2.tpe
+    return None if tpe == "none" else TPE_MODULES[tpe](cfg, keys=keys)

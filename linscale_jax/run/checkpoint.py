@@ -97,9 +97,19 @@ def manager(workdir, ckpt_cfg=None, read_only: bool = False) -> ocp.CheckpointMa
 def _read_metadata(step_dir: epath.Path) -> dict | None:
     f = step_dir / contract.CHECKPOINT_METADATA
     try:
-        return json.loads(f.read_text())
+        return _upgraded(json.loads(f.read_text()))
     except (OSError, ValueError):
         return None
+
+
+def _upgraded(meta):
+    """Stored metadata with its config's model section in today's form (fields renamed since the
+    checkpoint was written are translated: linscale_jax.models.config.upgrade)."""
+    from linscale_jax.models.config import upgrade_config
+
+    if isinstance(meta, dict) and "config" in meta:
+        meta = {**meta, "config": upgrade_config(meta["config"])}
+    return meta
 
 
 def list_steps(workdir) -> list[int]:
@@ -228,7 +238,7 @@ def _restore(mngr, workdir, abstract_params, abstract_opt_state, step, shared):
             mngr.reload()  # forget the moved step
             continue
         return dict(step=s, params=params, opt_state=r.get("opt_state"), data=r.get("data"),
-                    metadata=r["metadata"])
+                    metadata=_upgraded(r["metadata"]))
     return None
 
 

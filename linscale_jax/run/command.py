@@ -9,7 +9,8 @@ DIR/logs/<command>-<time>-<pid>.log, naming that file on the same line; exit sta
 `Refusal` (the command changed nothing) and a workdir that does not exist or cannot be written
 put the log in $TMPDIR/linscale_jax-logs/ instead, so a refused workdir stays byte-identical. A
 gs://... workdir stays one (etils.epath): its log goes to gs://.../logs/. A storage failure
-anywhere in the exception chain gets its own line (linscale_jax.run.storage).
+anywhere in the exception chain gets its own line (linscale_jax.run.storage), and so does a module
+of an optional extra that is not installed: the extra and its pip line (linscale_jax.run.extras).
 A stop (linscale_jax.run.signals: SIGTERM or Ctrl-C, any number of them; `Stopped`, raised by a
 command that saved what it had) prints one line without ERROR: and exits 0. argparse commands use
 linscale_jax.errors.ArgumentParser for the same one-line usage error (rc 2).
@@ -31,7 +32,7 @@ from pathlib import Path
 from linscale_jax import console, contract
 from linscale_jax.parallel import supervise
 from linscale_jax.errors import Refusal, Stopped, UserError, chain
-from linscale_jax.run import signals, storage
+from linscale_jax.run import extras, signals, storage
 
 
 def _first_line(e: BaseException) -> str:
@@ -45,6 +46,9 @@ def one_line(e: BaseException, workdir=None, command: str = "command") -> str:
     if line and not isinstance(e, UserError):
         named = next((x for x in chain(e) if isinstance(x, UserError)), None)
         return _first_line(named) if named else line  # e.g. the save that failed first
+    extra = extras.missing_line(e)  # a module of an optional extra: the extra and its pip line
+    if extra:
+        return extra
     user = (UserError, ValueError, FileNotFoundError, FileExistsError, FloatingPointError,
             NotADirectoryError)
     if isinstance(e, user):

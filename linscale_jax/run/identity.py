@@ -30,9 +30,6 @@ from linscale_jax.errors import Refusal
 RESUMABLE = ("name", "train.steps", "train.log_every", "train.eval_every", "train.eval_batches",
              "train.peak_flops", "train.profile_steps", "train.wandb", "train.wandb_group",
              "checkpoint.", "mesh.")
-SHAPE_FIELDS = tuple(f"model.{k}" for k in ("arch", "n_layers", "d_model", "n_heads", "ffn_dim",
-                                            "vocab_size", "n_kv_heads", "tie_embeddings",
-                                            "scan_layers", "norm_scale", "tnl_gate", "tnl_lrpe"))
 
 
 class RunIdentityError(Refusal, ValueError):
@@ -100,7 +97,9 @@ def check_resume(stored_config, config, workdir, step: int, allow_change: bool =
     d = diff(stored_config, config)
     if not d:
         return {}
-    shape = {k: v for k, v in d.items() if k in SHAPE_FIELDS}
+    from linscale_jax.models.config import shape_fields
+
+    shape = {k: v for k, v in d.items() if k in shape_fields()}
     if shape:
         raise RunIdentityError(
             f"{workdir} holds a different model (checkpoint {step}): {_fmt(shape)}; use a new "

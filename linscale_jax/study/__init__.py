@@ -1,9 +1,9 @@
-"""The miniature scaling study: one command from the corpus to fitted laws and a report.
+"""Experiments on the models: one command from the corpus to a report (`python -m linscale_jax.study`).
 
-Modules: plan (runs of a preset), runner (train, evaluate, join, fit; the corpus probe is eval.probe),
-verdicts (the findings judged with paired draws), holdout (the largest size predicted from the
-others), compare (smoothness, retrieval probes), results (every result computed once, as data),
-report (report.md rendered from those files), calibrate (`python -m linscale_jax.study.calibrate`: the verdicts
-on simulations of the study's design), noise + cooldown (`python -m linscale_jax.study.noise`: the noise sources
-measured); CLI in __main__.
+A preset declares its kind; each kind is one folder registered in `experiments` (scaling, tune,
+recall, noise, calibrate) with the same four steps: plan its runs, process one run, join, report.
+`executor` processes a list of runs on one backend (this process, the local pool of `workers`, or
+Ray through `ray_backend`) with one outcome per run and one stop or failure line; `backends` holds
+what the pool and Ray share. `presets` has the shared defaults of the scaling and tune presets. The
+command line is `__main__` (the experiment run, and the `verdicts` and `side_by_side` subcommands).
 """

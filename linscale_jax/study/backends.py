@@ -4,11 +4,13 @@
     SINGLE_THREAD, MALLOC_ENV   the settings of a run's worker process on CPU (XLA_FLAGS, malloc)
     redirect(fd)                this process's stdout and stderr into the run's log (file descriptors)
     progress(...)               the tail of a run's "done" or "FAILED" line: finished, elapsed, ETA
+    error_class(e)              a failed run's exception class, as it travels back to the executor
 """
 
 from __future__ import annotations
 
 import os
+import pickle
 import sys
 import time
 
@@ -45,3 +47,12 @@ def progress(runs: list, started, finished: set, timed: list, eta, slots: int, t
         running = [r.flops_exact / 2 for r in runs if r.name in started and r.name not in finished]
         rest = f" | ETA {fmt_time(eta(timed, left + running) / slots)}"
     return f" | finished {len(finished)}/{len(runs)} | elapsed {fmt_time(time.time() - t0)}{rest}"
+
+
+def error_class(e: BaseException) -> type | None:
+    """type(e) when it can travel between processes (pickled by name), else None."""
+    try:
+        pickle.dumps(type(e))
+    except Exception:  # noqa: BLE001 - a class defined inside a function
+        return None
+    return type(e)

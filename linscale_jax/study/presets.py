@@ -1,6 +1,7 @@
-"""Shared defaults of the study presets (configs/study/{quick,cpu,paper}.py): a ConfigDict `study`.
+"""Shared defaults of the study presets of the scaling and tune kinds (configs/study/{quick,cpu,paper,tune}.py):
+a ConfigDict `study`.
 
-Fields: model_file, archs (registry.ARCHS by default; a variant label such as cosformer2+tpe=none
+Fields: kind (study.experiments.Kind: what the preset runs; every preset declares it), model_file, archs (registry.ARCHS by default; a variant label such as cosformer2+tpe=none
 runs an architecture with changed model fields as one more arch), sizes, tokens (training tokens
 per run, the same for every size),
 checkpoints (dense checkpoints per run; plus checkpoint.log_spaced early ones), workers (runs
@@ -16,27 +17,25 @@ replicates), fit (how laws are fitted), cluster (what each run asks of a Ray clu
 --backend=ray: study.ray_backend).
 """
 
-import importlib.util
-import os
-
 import ml_collections
 
 from linscale_jax.models import registry
 
-CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "study")
-
-
 def preset(name: str) -> ml_collections.ConfigDict:
-    """configs/study/<name>.py's study config: a preset built on another (cpu_paper, tpe on cpu)."""
-    spec = importlib.util.spec_from_file_location(f"_preset_{name}", os.path.join(CONFIGS, f"{name}.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.get_config()
+    """The study config of the packaged preset `name` (linscale_jax/configs/study/<name>.py) or of a
+    preset file: a preset built on another (cpu_paper, tpe on cpu)."""
+    from linscale_jax.run import config_file
+
+    return config_file.load(name, folder="study")
 
 
-def study_defaults() -> ml_collections.ConfigDict:
+def study_defaults(kind: str) -> ml_collections.ConfigDict:
+    """The shared fields, for a preset of `kind` (a study.experiments.Kind value)."""
+    from linscale_jax.study.experiments import Kind
+
     return ml_collections.ConfigDict(dict(
-        model_file="configs/ladder.py",
+        kind=str(Kind(kind)),
+        model_file="ladder",  # a packaged config (linscale_jax/configs/<name>.py) or a path
         archs=",".join(registry.ARCHS),  # every registered architecture (the paper's four first);
         # an entry may be a variant label '<arch>+<model field>=<value>' (sizes.split_variant)
         sizes="d64,d96,d128,d192,d256",

@@ -37,7 +37,7 @@ from linscale_jax import contract
 from linscale_jax.run import signals
 from linscale_jax.train.metrics import fmt_time
 from linscale_jax.errors import Stopped, UserError
-from linscale_jax.study.backends import MALLOC_ENV, SINGLE_THREAD, progress, redirect
+from linscale_jax.study.backends import MALLOC_ENV, SINGLE_THREAD, error_class, progress, redirect
 
 
 def core_sets(workers: int, cores: list[int] | None = None) -> list[list[int]]:
@@ -47,10 +47,6 @@ def core_sets(workers: int, cores: list[int] | None = None) -> list[list[int]]:
     if len(cores) < workers:
         return [cores] * workers
     return [cores[i::workers] for i in range(workers)]
-
-
-class RunsFailed(UserError, RuntimeError):
-    """Some runs of a parallel study failed; the others finished (message: each run and its log)."""
 
 
 def _worker(index: int, cores: list[int], study, runs: dict, finals: dict, process, todo,
@@ -97,7 +93,7 @@ def _take_runs(index, runs, finals, study, process, todo, events) -> None:
                 # the command's own line for a user error (a refused config: the trainer's line)
                 line = command.one_line(e, run.workdir, "study") if isinstance(e, UserError) else \
                     f"{type(e).__name__}: {e}"
-                events.put(("failed", index, name, f"{line} (log: {log_path})"))
+                events.put(("failed", index, name, (f"{line} (log: {log_path})", error_class(e))))
             name = None  # a stop while waiting for the next run stops no run
     except (KeyboardInterrupt, Stopped) as e:  # the trainer saved a checkpoint (or none was under way)
         if name is not None:
@@ -137,8 +133,8 @@ def run_parallel(study, runs: list, finals: dict, workers: int, process, log=pri
     workers import it by name); finals[run.name] says whether the run gets the final-checkpoint
     tasks. `eta(timed, todo)` (runner.eta_seconds) turns the finished runs' (FLOPs, seconds) into
     one worker's remaining seconds; it is divided by the number of workers.
-    Returns {"failed": {run: error}, "stopped": [runs a signal stopped], "signal": its name or
-    None}; the caller raises RunsFailed for failures."""
+    Returns {"failed": {run: error}, "errors": {run: its exception class}, "stopped": [runs a
+    signal stopped], "signal": its name or None} (study.executor turns it into outcomes)."""
     order = sorted(runs, key=lambda r: -r.flops_exact)
     by_name = {r.name: r for r in runs}
     ctx = mp.get_context("spawn")  # a fresh interpreter: jax is not fork-safe
@@ -157,7 +153,7 @@ def run_parallel(study, runs: list, finals: dict, workers: int, process, log=pri
             if p.is_alive():
                 os.kill(p.pid, signal.SIGTERM)
 
-    started, timed, failed, stopped, done = {}, [], {}, [], set()
+    started, timed, failed, errors, stopped, done = {}, [], {}, {}, [], set()
     t0 = time.time()
     with signals.deferred(forward) as stop:
         try:
@@ -180,7 +176,7 @@ def run_parallel(study, runs: list, finals: dict, workers: int, process, log=pri
                     timed.append((run.flops_exact, info - started[name]))
                     what = f"done in {fmt_time(info - started[name])}"
                 elif kind == "failed":
-                    failed[name], what = info, f"FAILED: {info}"
+                    (failed[name], errors[name]), what = info, f"FAILED: {info[0]}"
                 else:
                     stopped.append(name)
                     what = f"stopped: {info}"
@@ -197,4 +193,4 @@ def run_parallel(study, runs: list, finals: dict, workers: int, process, log=pri
             for name in started:
                 if name not in done and name not in failed and name not in stopped:
                     failed[name] = f"{p.name} exited with code {p.exitcode} (see the run's study.log)"
-    return {"failed": failed, "stopped": stopped, "signal": stop.name}
+    return {"failed": failed, "errors": errors, "stopped": stopped, "signal": stop.name}

@@ -1,4 +1,5 @@
-"""`python -m linscale_jax.train --config=... --workdir=DIR` (the command: linscale_jax.train.cli)."""
+"""`python -m linscale_jax.train --config=... --workdir=DIR` (the command: linscale_jax.train.cli); a
+bare --config name is a packaged config (linscale_jax.run.config_file)."""
 
 from linscale_jax.parallel import host_memory
 
@@ -11,6 +12,12 @@ supervise.maybe_supervise("train")  # several processes: one console, one line f
 from linscale_jax.run import signals  # noqa: E402
 
 signals.install()  # from here any number of SIGTERM / Ctrl-C is one stop (before the heavy imports)
+
+import sys  # noqa: E402
+
+from linscale_jax.run import config_file  # noqa: E402
+
+sys.argv[:] = config_file.command_argv(sys.argv)  # --config=tiny[:ARG]: the packaged configs/tiny.py
 
 from linscale_jax.train import cli  # noqa: E402
 

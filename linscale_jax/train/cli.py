@@ -1,6 +1,7 @@
 """Train a model: python -m linscale_jax.train --config=configs/<file>.py[:<arch>-<size>] --workdir=DIR
 
   --config.train.steps=50 ...   ml_collections overrides of any config field
+  --config_help                 list the config file's fields with their values and notes, and exit
   --init_from=PATH              start a NEW run from the parameters of another run or a converted
                                 checkpoint (a workdir -> its newest checkpoint, or
                                 DIR/checkpoints/<step>) with a fresh optimizer and data from the
@@ -26,13 +27,12 @@ from __future__ import annotations
 
 import sys
 
-from linscale_jax import console
 
 from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
 from linscale_jax.parallel import distributed, supervise
-from linscale_jax.run import command
+from linscale_jax.run import command, command_line
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file, optionally with an argument: configs/tiny.py:tnl-d64.")
@@ -73,21 +73,7 @@ def main(argv) -> None:
     sys.exit(command.run(_train, workdir=_WORKDIR.value, command="train", native_to_log=True))
 
 
-def _parse_flags(argv):
-    """absl flag parsing, with a bad flag or config override reported in one line."""
-    try:
-        return flags.FLAGS(argv)
-    except Exception as e:  # noqa: BLE001 - flags.Error, or ml_collections' KeyError/AttributeError
-        text = str(e).replace("\\n", "\n").replace("\\'", "'")
-        if "Traceback" in text:  # a config file's own error: its last line names it
-            text = text.strip().splitlines()[-1]
-        text = " ".join(text.replace("'", "").split()).rstrip(".")
-        console.print_error(f"bad command line: {text}; see --helpfull for the flags and the "
-                               "config file for its fields.")
-        sys.exit(2)
-
-
 def run() -> None:
     """The command's entry point (linscale_jax/train/__main__.py)."""
     supervise.maybe_supervise("train")  # several processes: one console, a line for a lost peer
-    app.run(main, flags_parser=_parse_flags)
+    app.run(main, flags_parser=command_line.parser(__doc__, _CONFIG))

@@ -38,6 +38,7 @@ from linscale_jax.run import checkpoint as ckpt
 from linscale_jax.run import checksums
 from linscale_jax.run import signals
 from linscale_jax.train import divergence
+from linscale_jax.train import early_stop
 from linscale_jax.train import overlap
 from linscale_jax.train.batches import BATCH_KEYS, GlobalBatches
 from linscale_jax.train.preemption import Preemption
@@ -249,6 +250,7 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
         raise ValueError(f"train.seq_len={seq_len} exceeds model.max_seq_len={model_cfg.max_seq_len}.")
 
     rows = data.train_rows(config)  # data errors surface before compiling
+    data.check_training(config, rows, say=_say)  # repeats: one warning line; too few eval rows: refused
     fns = compiled(config, mesh)
     abs_params, abs_opt, init_opt, b_shard = fns.abs_params, fns.abs_opt, fns.init_opt, fns.b_shard
     batches = GlobalBatches(rows, b_shard)  # batches(s): the global batch of update s + 1; each
@@ -283,6 +285,9 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
         params = fns.init_params()
         opt_state = init_opt(params)
 
+    stop = early_stop.EarlyStop(config, mesh, workdir, step)  # train.stop_at (linscale_jax.train.early_stop)
+    if stop.done:  # the run stopped early at its target: nothing more to train
+        total = step
     if data_state is not None:
         batches.check_state(data_state)  # the batches themselves follow from the step (a seek)
 
@@ -380,21 +385,27 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
                         sums = [eval_fn(params, rest, b) for b in eval_set]
                         l, w = (sum(float(x[i]) for x in sums) for i in (0, 1))
                         row["val_loss"] = l / max(w, 1.0)
+                        row.update(stop.metrics(params, rest, eval_set))  # the stop's metric (early_stop)
                         t_ref = time.perf_counter()
                     if do_log or do_eval:
                         logger.write(row)
                         logger.progress(row)
+                reached = do_eval and stop.reached(row)  # train.stop_at met: save, then stop
                 preempted = preemption.reached(step, at_sync)  # the same answer on every process
                 if preempted and pending:
                     flush()  # the saved step's loss (checkpoint metadata), not a logged row
-                if step in save_at or preempted:
+                if step in save_at or preempted or reached:
                     finish_saves()  # (Orbax waits for the previous save anyway)
                     logger.flush()
-                    extra = dict(guard.metadata, **monitor.health_metadata(step, losses.get(step)))
+                    extra = dict(guard.metadata, **monitor.health_metadata(step, losses.get(step)),
+                                 **stop.metadata(step, row if reached else None))
                     ckpt.save(mngr, step, params, ckpt.make_metadata(config, step, extra),
                               opt_state=opt_state, data_state=batches.state(step))
                     unrecorded.append(step)
                     saving.started(step)
+                if reached:
+                    _say(stop.line(step, row))
+                    break
                 if preempted:
                     stopped = preemption.name or "SIGTERM"
                     _say(f"{stopped}: saved checkpoint at step {step}; re-run the same command to "

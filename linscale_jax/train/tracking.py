@@ -25,6 +25,7 @@ import tempfile
 import uuid
 
 from linscale_jax import contract
+from linscale_jax.run.extras import MissingExtra
 
 STATE = "wandb.json"  # DIR/wandb.json: {"id", "project", "group"} of the workdir's W&B run
 
@@ -36,9 +37,10 @@ class TrackingError(ValueError):
 def _wandb():
     try:
         import wandb
-    except ImportError:
-        raise TrackingError("train.wandb is set but Weights & Biases is not installed; pip install "
-                            "'.[track]' (or -r requirements.txt), or leave train.wandb empty") from None
+    except ModuleNotFoundError as e:
+        if e.name != "wandb":
+            raise
+        raise MissingExtra("track", why="train.wandb is set", instead="leave train.wandb empty") from None
     return wandb
 
 

@@ -23,11 +23,19 @@ def tiny_config(arch="llama", steps=6, **train):
 
 
 def cli_overrides(c):
-    """Command-line flags reproducing tiny_config's changes to configs/tiny.py:<arch>-d64."""
+    """Command-line flags reproducing tiny_config's changes to configs/tiny.py:<arch>-d64 (an
+    arch's options section, model.<arch>, field by field)."""
     flags = []
+
+    def add(prefix, section):
+        for k, v in section.items():
+            if hasattr(v, "items"):
+                add(f"{prefix}.{k}", v)
+            else:
+                flags.append(f"--config.{prefix}.{k}={v}")
+
     for section in ("model", "train", "optim", "checkpoint"):
-        for k, v in c[section].items():
-            flags.append(f"--config.{section}.{k}={v}")
+        add(section, c[section])
     return flags
 
 

@@ -12,7 +12,7 @@ import pytest
 import jax.numpy as jnp
 from flax import nnx
 
-from linscale_jax.interop import hf_io, hf_llama
+from linscale_jax.interop import export, hf_io, hf_llama
 from linscale_jax.interop.loading import load
 
 torch = transformers = None  # imported when this module's tests run, not at collection (both
@@ -69,8 +69,8 @@ def test_hf_to_ours(tmp_path, kv_heads, tied, theta):
     hf = hf_llama_model(0, kv_heads=kv_heads, tied=tied, theta=theta)
     hf.save_pretrained(tmp_path)
     section, model = load("hf-llama", str(tmp_path))
-    assert section["n_kv_heads"] == kv_heads and section["tie_embeddings"] == tied
-    assert section["rope_theta"] == theta
+    assert section["llama"]["n_kv_heads"] == kv_heads and section["tie_embeddings"] == tied
+    assert section["llama"]["rope_theta"] == theta
     ours = np.asarray(forward(model, jnp.asarray(TOKENS)))
     ref = hf_logits(hf, TOKENS)
     diff = np.abs(ours - ref).max()
@@ -91,15 +91,15 @@ def test_ours_to_hf(tmp_path):
     from linscale_jax.interop.loading import build
     from linscale_jax.models import ModelConfig, build_model
 
-    section = dict(arch="llama", n_layers=2, d_model=32, n_heads=4, n_kv_heads=2, ffn_dim=48,
-                   vocab_size=61, max_seq_len=64, norm_eps=1e-5, rope_theta=10000.0,
-                   tie_embeddings=False, init_std=0.3)
+    section = dict(arch="llama", n_layers=2, d_model=32, n_heads=4, ffn_dim=48, vocab_size=61,
+                   max_seq_len=64, norm_eps=1e-5, tie_embeddings=False, init_std=0.3,
+                   llama=dict(n_kv_heads=2, rope_theta=10000.0))
     model = build_model(ModelConfig.from_config(section), rngs=nnx.Rngs(3))
     rng = np.random.default_rng(1)
     values = {k: (v + 0.2 * rng.standard_normal(v.shape).astype(np.float32)) if v.ndim == 1 else v
               for k, v in hf_io.model_params(model).items()}
     model = build(section, values)
-    hf_config, state = hf_llama.from_model(model, section)
+    hf_config, state = export.export("hf-llama", model, ModelConfig.from_config(section))
     hf_io.write_checkpoint(str(tmp_path), hf_config, state)
     hf = transformers.LlamaForCausalLM.from_pretrained(str(tmp_path), attn_implementation="eager").float().eval()
     ours = np.asarray(forward(model, jnp.asarray(TOKENS)))

@@ -79,7 +79,7 @@ def test_switches_matter():
 
     # q scale and the output-norm eps act only through the eps of the norm that follows, and still
     # move the logits by ~3e-3 (30x the tolerance) on this fixture.
-    for change in (dict(hgrn2_q_scale="one"), dict(glu_act="none"), dict(mixer_norm_eps=1e-6)):
+    for change in (dict(hgrn2=dict(q_scale="one")), dict(glu_act="none"), dict(mixer_norm_eps=1e-6)):
         other = build({**section, **change}, values)
         diff = np.abs(np.asarray(forward(other, jnp.asarray(tokens))) - ref).max()
         assert diff > 10 * ATOL, (change, diff)
@@ -94,7 +94,7 @@ def test_cli_writes_a_checkpoint_eval_can_load(tmp_path):
     hf_io.write_checkpoint(str(src), config, state)
     cli.main(["--from=hgrn2-fla", f"--src={src}", f"--workdir={tmp_path / 'work'}"])
     model, cfg, meta = ckpt.load_model(str(tmp_path / "work"))
-    assert cfg.model.arch == "hgrn2" and cfg.model.hgrn2_q_scale == "rsqrt_k"
+    assert cfg.model.arch == "hgrn2" and cfg.model.hgrn2.q_scale == "rsqrt_k"
     assert meta["n_params"] > 0
     assert np.abs(np.asarray(forward(model, jnp.asarray(tokens))) - ref).max() < ATOL
 

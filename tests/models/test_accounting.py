@@ -69,14 +69,14 @@ def test_scan_layers_and_remat_do_not_change_counts():
 def test_released_variant_switches_are_counted():
     c = ModelConfig(arch="tnl", n_layers=2, d_model=64, n_heads=2, ffn_dim=192, vocab_size=264)
     e, d = 32, 64
-    linear = c.replace(tnl_gate="linear", tnl_lrpe=True, norm_scale=True, tie_embeddings=False)
+    linear = c.replace(tnl=dict(gate="linear", lrpe=True), norm_scale=True, tie_embeddings=False)
     base, var = accounting.param_counts(c), accounting.param_counts(linear)
     assert var["embedding"] == 2 * base["embedding"]  # untied lm_head is an embedding
     # gate 2de -> W_u d², + θ [h, e] (= d) per layer, + scales of norm1/norm2/out_norm and final norm
     assert var["non_embedding"] - base["non_embedding"] == 2 * (d * d - 2 * d * e + d + 3 * d) + d
-    gqa = ModelConfig(arch="llama", n_layers=2, d_model=64, n_heads=4, n_kv_heads=1, ffn_dim=192,
+    gqa = ModelConfig(arch="llama", n_layers=2, d_model=64, n_heads=4, llama=dict(n_kv_heads=1), ffn_dim=192,
                       vocab_size=264)
-    full = gqa.replace(n_kv_heads=0)
+    full = gqa.replace(llama=dict(n_kv_heads=0))
     assert (accounting.param_counts(full)["total"] - accounting.param_counts(gqa)["total"]
             == 2 * 2 * d * (4 - 1) * 16)
     assert (accounting.forward_flops_per_token(full, 128) - accounting.forward_flops_per_token(gqa, 128)
@@ -106,9 +106,9 @@ def test_tpe_variants_counts():
     """The default TPE has Table 1's d·e parameters (+ e rates); the untied one 2·d·e + e."""
     c = paper_cfg("cosformer2", "70m")
     d, e = c.d_model, c.head_dim
-    none = accounting.param_counts(c.replace(tpe="none"))["non_embedding"]
+    none = accounting.param_counts(c.replace(cosformer2=dict(tpe="none")))["non_embedding"]
     assert accounting.param_counts(c)["non_embedding"] - none == d * e + e
-    assert accounting.param_counts(c.replace(tpe="lightnet_untied"))["non_embedding"] - none == 2 * d * e + e
+    assert accounting.param_counts(c.replace(cosformer2=dict(tpe="lightnet_untied")))["non_embedding"] - none == 2 * d * e + e
     # cosFormer2-70M: 21.3M non-embedding parameters at the paper's 0.1M rounding
     assert round(accounting.param_counts(c)["non_embedding"] / 1e5) == 213
 

@@ -43,5 +43,5 @@ def test_every_parameter_gets_gradient(arch):
 
 
 def test_check_catches_the_xmixers_tpe_gain():
-    bad = dead(grad_norms("cosformer2", tpe="xmixers", norm_eps=1e-12))
+    bad = dead(grad_norms("cosformer2", cosformer2=dict(tpe="xmixers"), norm_eps=1e-12))
     assert {k for k in bad if "tpe" in k} >= {"['tpe']['q'].value", "['tpe']['k'].value"}, bad

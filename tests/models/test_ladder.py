@@ -29,7 +29,7 @@ def preset_sizes() -> set[str]:
 
 def memories(cfg: ModelConfig) -> np.ndarray:
     """[l, h] tokens of memory 1/(1-λ) of TNL's heads (inf for λ = 1)."""
-    lam = np.stack([np.exp(tnl_log_decay(cfg.tnl_decay_rule, cfg.n_heads, j, cfg.n_layers).astype(np.float64))
+    lam = np.stack([np.exp(tnl_log_decay(cfg.tnl.decay_rule, cfg.n_heads, j, cfg.n_layers).astype(np.float64))
                     for j in range(cfg.n_layers)])
     with np.errstate(divide="ignore"):
         return 1.0 / (1.0 - lam)
@@ -55,12 +55,12 @@ def test_ladder_size_keeps_structure(name):
     np.testing.assert_allclose(beta, np.arange(l) / l, atol=1e-6)
     # TNL, the paper's formula (default): head 0 undecayed in every layer, every other head decayed,
     # memories growing with depth
-    assert tnl.tnl_decay_rule == "paper"
+    assert tnl.tnl.decay_rule == "paper"
     mem = memories(tnl)
     assert np.all(np.isinf(mem[:, 0])) and np.all(np.isfinite(mem[:, 1:]))
     assert np.all(np.diff(mem[:, 1:], axis=0) > 0) and np.all(np.diff(mem[:, 1:], axis=1) < 0)
     # the released rule: only the last layer undecayed, a minority (1/l <= 1/4)
-    mem = memories(tnl.replace(tnl_decay_rule="alibi_layer"))
+    mem = memories(tnl.replace(tnl=dict(decay_rule="alibi_layer")))
     undecayed = [j for j in range(l) if mem[j].min() > UNDECAYED]
     assert undecayed == [l - 1] and (3 * len(undecayed) < l or l == 2)  # 2 layers: half
 
@@ -73,12 +73,19 @@ def test_ladder_widths_and_paper_rule():
 
 def test_variant_labels():
     m = sizes.ladder_model("cosformer2+tpe=none", "d64")
-    assert (m["arch"], m["tpe"], m["d_model"]) == ("cosformer2", "none", 64)
-    assert sizes.split_variant("tnl+tnl_decay_rule=alibi_layer+tnl_lrpe=true") == (
-        "tnl", {"tnl_decay_rule": "alibi_layer", "tnl_lrpe": True})
+    assert (m["arch"], m["cosformer2"], m["d_model"]) == ("cosformer2", {"tpe": "none"}, 64)
+    # an arch's options by name, spelled <arch>.<option>, or by their earlier flat name
+    for label in ("tnl+decay_rule=alibi_layer+lrpe=true", "tnl+tnl.decay_rule=alibi_layer+tnl.lrpe=true",
+                  "tnl+tnl_decay_rule=alibi_layer+tnl_lrpe=true"):
+        assert sizes.split_variant(label) == ("tnl", {"tnl": {"decay_rule": "alibi_layer", "lrpe": True}})
+    assert sizes.split_variant("tnl+short_conv=4+norm_eps=1e-5") == ("tnl", {"short_conv": 4, "norm_eps": 1e-5})
     assert sizes.parse_name("cosformer2+tpe=none-d64") == ("cosformer2+tpe=none", "d64")
-    with pytest.raises(ValueError, match="<model field>=<value>"):
+    with pytest.raises(ValueError, match="neither a common model field nor an option of tnl"):
         sizes.split_variant("tnl+nonsense=1")
+    with pytest.raises(ValueError, match="'cosformer2' options do not apply to tnl"):
+        sizes.split_variant("tnl+tpe=none")
+    with pytest.raises(ValueError, match=r"cosformer2.tpe takes one of \('lightnet'"):
+        sizes.split_variant("cosformer2+tpe=lightning")
     with pytest.raises(ValueError, match="is not a int"):
         sizes.split_variant("tnl+n_layers=many")
     with pytest.raises(ValueError, match="unknown architecture"):
@@ -86,7 +93,7 @@ def test_variant_labels():
 
 
 def test_tpe_preset_runs_the_variant_as_one_more_arch(tmp_path):
-    from linscale_jax.study import plan
+    from linscale_jax.study.scaling import plan
 
     spec = importlib.util.spec_from_file_location("p_tpe", os.path.join(ROOT, "configs", "study", "tpe.py"))
     mod = importlib.util.module_from_spec(spec)
@@ -99,8 +106,8 @@ def test_tpe_preset_runs_the_variant_as_one_more_arch(tmp_path):
     by = {r.name: r for r in runs}
     size = sorted(cpu)[0]
     plain, none = by[f"cosformer2-{size}"], by[f"cosformer2+tpe=none-{size}"]
-    assert (plain.config.model.arch, plain.config.model.tpe) == ("cosformer2", "lightnet")
-    assert (none.config.model.arch, none.config.model.tpe) == ("cosformer2", "none")
+    assert (plain.config.model.arch, plain.config.model.cosformer2.tpe) == ("cosformer2", "lightnet")
+    assert (none.config.model.arch, none.config.model.cosformer2.tpe) == ("cosformer2", "none")
     assert none.n_params < plain.n_params and none.workdir.endswith(f"cosformer2+tpe=none-{size}")
     assert "--config=configs/ladder.py:cosformer2+tpe=none-" in none.command
     # the ablation changes one mechanism: the variant trains at its arch's settings for every size,

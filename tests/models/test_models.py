@@ -158,10 +158,10 @@ def test_config_errors_name_the_fix():
         tiny_cfg("tnl", dtype="fp8")
     with pytest.raises(ValueError, match="remat"):
         tiny_cfg("tnl", remat="all")
-    with pytest.raises(ValueError, match="n_kv_heads=3 must divide"):
-        tiny_cfg("llama", n_heads=4, n_kv_heads=3)
-    with pytest.raises(ValueError, match="tnl_gate"):
-        tiny_cfg("tnl", tnl_gate="sigmoid")
+    with pytest.raises(ValueError, match="model.llama.n_kv_heads=3 must divide"):
+        tiny_cfg("llama", n_heads=4, llama=dict(n_kv_heads=3))
+    with pytest.raises(ValueError, match=r"model.tnl.gate='sigmoid' is not supported; choose one of"):
+        tiny_cfg("tnl", tnl=dict(gate="sigmoid"))
 
 
 def test_input_errors_name_the_fix():

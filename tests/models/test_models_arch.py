@@ -193,7 +193,7 @@ def test_lightnet_tpe_is_up_toeplitz_down(tied):
 
 
 def test_xmixers_tpe_is_a_causal_toeplitz_per_head():
-    c = cfg("cosformer2", tpe="xmixers")
+    c = cfg("cosformer2", cosformer2=dict(tpe="xmixers"))
     tpe = XmixersTPE(c, keys=KeyGen(jax.random.key(0)))
     n_params = sum(int(np.prod(p.shape)) for p in jax.tree.leaves(nnx.state(tpe, nnx.Param)))
     assert n_params == D * E + 2 * D + H  # d·e (per-head projection) + q, k + decays

@@ -211,8 +211,8 @@ def test_state_floats_match_the_decoding_cache():
     """ArchSpec.state_floats (the formula each arch module states) equals the floats of one layer's
     init_cache: h·e·e for TNL and HGRN2, h·2e·e for cosFormer2 (and TNL with LRPE), 2·kv·e·n for
     LLaMA's KV cache."""
-    for arch, extra in (("llama", {}), ("llama", dict(n_kv_heads=2)), ("tnl", {}),
-                        ("tnl", dict(tnl_lrpe=True)), ("hgrn2", {}), ("cosformer2", {})):
+    for arch, extra in (("llama", {}), ("llama", dict(llama=dict(n_kv_heads=2))), ("tnl", {}),
+                        ("tnl", dict(tnl=dict(lrpe=True))), ("hgrn2", {}), ("cosformer2", {})):
         cfg = ModelConfig(arch=arch, d_model=32, n_heads=4, ffn_dim=32, n_layers=2, vocab_size=8,
                           **extra)
         assert registry.get(arch).state_floats(cfg, 24) == registry.cache_floats(cfg, 24)
@@ -229,7 +229,7 @@ def test_linear_archs_come_from_the_registry_and_a_fifth_is_judged_by_the_study(
     the baseline: the fifth architecture above appears in study.verdicts' finding 2."""
     from linscale_jax.fit.synthetic_study import study_table
     from linscale_jax.contract import BASELINE_ARCH
-    from linscale_jax.study import verdicts
+    from linscale_jax.study.scaling import verdicts
 
     name = plain.name
     assert registry.linear_archs() == ("tnl", "hgrn2", "cosformer2", name)

@@ -79,7 +79,7 @@ def test_chunks_carried_through_the_state_equal_one_pass():
 @pytest.mark.parametrize("tpe", ["lightnet", "lightnet_untied", "xmixers", "none"])
 def test_cosformer2_tpe_variants_prefill_and_steps(tpe):
     cfg = ModelConfig(arch="cosformer2", n_layers=1, d_model=16, n_heads=4, ffn_dim=48, vocab_size=32,
-                      max_seq_len=64, tpe=tpe, impl="xla", chunk_size=8)
+                      max_seq_len=64, cosformer2=dict(tpe=tpe), impl="xla", chunk_size=8)
     model = build_model(cfg, nnx.Rngs(0))
     params = nnx.state(model, nnx.Param)
     assert ("tpe" in params) == (tpe != "none")

@@ -1,12 +1,12 @@
 """study.findings: the paper's three findings judged from a study's numbers, each verdict following
 its intervals (synthetic inputs with known answers)."""
 
-from linscale_jax.study import findings
+from linscale_jax.study.scaling import findings
 
 
 def _result(eq_archs: dict):
     """A study.verdicts.judge_all result for one estimator with finding 2's per-arch rows."""
-    from linscale_jax.study import verdicts
+    from linscale_jax.study.scaling import verdicts
 
     pl = {"verdict": "not resolved", "archs": {"llama": {"verdict": "not_resolved", "exponent": -0.1}}}
     vs = [r["verdict"] for r in eq_archs.values()]

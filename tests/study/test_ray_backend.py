@@ -8,7 +8,7 @@ one layer, 24 steps, val_loss at 5 checkpoints), trained once for the module by 
 - the study on Ray, compiling its own programs, one of whose runs is killed with SIGKILL after its
   first checkpoint, gives the local pool's table.csv (timing aside) and fit/fits.json: the killed
   run was retried, resumed from its checkpoint and equals the uninterrupted run;
-- through runner.run_study: the node running one run is removed mid-run and replaced, and the run
+- through experiments.run: the node running one run is removed mid-run and replaced, and the run
   completes on the new node with the local pool's numbers; an application error of another run is
   not retried, is one line naming the run and its log, and the first run still finishes; then a
   finished run whose config changed is refused with the trainer's line;
@@ -21,6 +21,7 @@ value to the workers) around runner.process_run.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import functools
 import ipaddress
 import json
@@ -46,7 +47,8 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 from linscale_jax import contract  # noqa: E402
 from linscale_jax.run import checkpoint as ckpt  # noqa: E402
-from linscale_jax.study import plan, runner, workers  # noqa: E402
+from linscale_jax.study import executor, experiments  # noqa: E402
+from linscale_jax.study.scaling import plan, runner  # noqa: E402
 from linscale_jax.study.ray_backend.status import read_status  # noqa: E402
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the wrappers below reach the workers
@@ -94,6 +96,8 @@ def local_pool(tmp_path_factory):
     """The mini study trained and evaluated by the local pool (2 workers): (study, its directory)."""
     study, wd = mini_study(), str(tmp_path_factory.mktemp("local"))
     t0 = time.time()
+    from linscale_jax.study import workers
+
     out = workers.run_parallel(study, plan.build_plan(study, wd), FINALS, 2, runner.process_run,
                                log=lambda m: None)
     print(f"\nlocal pool {time.time() - t0:.1f}s")
@@ -108,7 +112,7 @@ def after_first_checkpoint(victim: str, then: str, study, run, log, final, host=
     from linscale_jax import contract
     from linscale_jax.parallel import distributed
     from linscale_jax.run import checkpoint as ck
-    from linscale_jax.study import runner as rn
+    from linscale_jax.study.scaling import runner as rn
 
     import jax
 
@@ -174,7 +178,7 @@ def test_ray_study_with_a_killed_run_equals_the_local_pool(cluster, local_pool, 
     process = functools.partial(after_first_checkpoint, victim, "kill")
     t0 = time.time()
     out = ray_backend.run(study, runs, FINALS, process, wd, cluster.address, log=lines.append,
-                          eta=runner.eta_seconds)
+                          eta=executor.eta_seconds)
     print(f"\nRay with one kill {time.time() - t0:.1f}s")
     print("\n".join(lines))
     text = "\n".join(lines)
@@ -191,9 +195,10 @@ def test_ray_study_with_a_killed_run_equals_the_local_pool(cluster, local_pool, 
     assert "Removed the lock of the lost attempt 1 (pid" in log  # not left to the lock's liveness checks
     others = [json.loads(Path(r.workdir, "status.json").read_text()) for r in runs if r is not killed]
     assert all(s["state"] == "done" and s["attempt"] == 1 for s in others)
-    # joined as runner.run_study joins: the same table (timing aside) and fits as the local pool
+    # joined as the scaling experiment joins: the same table (timing aside) and fits as the local pool
+    ctx = experiments.Context(log=lambda m: None, options=experiments.Options())
     for d in (local, wd):
-        runner.join(study, plan.build_plan(study, d), d, 1, log=lambda m: None)
+        runner.join(study, plan.build_plan(study, d), d, ctx)
     assert _rows(Path(wd, "table.csv")) == _rows(Path(local, "table.csv"))
     a, b = (json.loads(Path(d, "fit", "fits.json").read_text()) for d in (wd, local))
     assert a == b and set(a) == {"tnl"}
@@ -210,12 +215,15 @@ def test_a_lost_node_moves_the_run_and_an_application_error_is_not_retried(clust
     Path(bad.workdir, "train.lock").write_text(json.dumps(dict(
         host=os.uname().nodename, pid=os.getpid(), started="now", heartbeat=time.time())))
     process_run = runner.process_run
-    monkeypatch.setattr(runner, "process_run", functools.partial(after_first_checkpoint, moved.name, "pause"))
+    scaling = experiments.get(experiments.Kind.SCALING)  # its process, paused after the first checkpoint
+    monkeypatch.setitem(experiments._REGISTRY, scaling.kind, dataclasses.replace(
+        scaling, process=functools.partial(after_first_checkpoint, moved.name, "pause")))
     old, lines, result = cluster.node, [], []
 
     def drive():
         try:
-            runner.run_study(study, wd, backend="ray", ray_address=cluster.address, log=lines.append)
+            experiments.run(study, wd, experiments.Options(backend="ray", ray_address=cluster.address),
+                            log=lines.append)
         except Exception as e:  # noqa: BLE001 - judged below
             result.append(e)
 
@@ -230,7 +238,7 @@ def test_a_lost_node_moves_the_run_and_an_application_error_is_not_retried(clust
     driver.join(timeout=300)
     text = "\n".join(lines)
     print(f"\n{text}")
-    assert result and isinstance(result[0], workers.RunsFailed), (result, text)
+    assert result and isinstance(result[0], executor.RunsFailed), (result, text)
     msg = str(result[0])
     assert "\n" not in msg and "1 run(s) failed" in msg and f"{bad.name}: " in msg
     assert "is being trained by" in msg and f"(log: {bad.workdir}/study.log)" in msg

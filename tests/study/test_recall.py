@@ -10,13 +10,15 @@ import math
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import ml_collections
 import numpy as np
 import pytest
 
 from linscale_jax.data import DataError, make_iterator, mqar
-from linscale_jax.study import findings, recall
+from linscale_jax.study import recall
+from linscale_jax.study.scaling import findings
 from linscale_jax.study.recall import rates, table, train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -156,8 +158,10 @@ def test_variants_shapes_and_usable_state(tmp_path):
     assert by["tnl", 8].usable_state_floats == 8 * 8 and by["tnl", 4].usable_state_floats == 4 * 4
     assert by["tnl+short_conv=4", 8].usable_state_floats == 8 * 8 + 3 * 3 * 16
     assert by["hgrn2", 4].usable_state_floats == by["hgrn2", 4].state_floats == 4 * 4 * 4
-    assert by["tnl+short_conv=4", 8].config(study).model.short_conv == 4
-    assert by["llama", 8].config(study).optim.lr == 3e-3  # the trainer's optimizer section
+    assert by["tnl+short_conv=4", 8].config.model.short_conv == 4
+    c = by["llama", 8].config  # the trainer's config: MQAR data, the optimizer, the early stop
+    assert c.optim.lr == 3e-3 and c.data.task == "mqar" and c.data.seed == 0 and c.train.stop_at == "val_accuracy>=0.99"
+    assert by["hgrn2", 4].config.data.mqar.n_pairs == [2, 4] and c.train.eval_batches == 2
 
 
 def test_learning_rates_from_the_rates_file(tmp_path):
@@ -167,7 +171,9 @@ def test_learning_rates_from_the_rates_file(tmp_path):
     assert train.learning_rates(study, "tnl+short_conv=4") == [3e-3]
     with pytest.raises(ValueError, match="no rate for 'hgrn2'"):
         train.learning_rates(study, "hgrn2")
-    with pytest.raises(FileNotFoundError, match="recall_sweep.py"):
+    shipped = json.loads((Path(ROOT) / "linscale_jax" / "configs" / "study" / "recall_rates.json").read_text())
+    assert train.learning_rates(_study(lr=""), "tnl") == [shipped["rates"]["tnl"]]  # the preset's: packaged data
+    with pytest.raises(FileNotFoundError, match="--config=recall_sweep"):
         train.learning_rates(_study(lr="", rates=str(tmp_path / "none.json")), "tnl")
     assert train.learning_rates(_study(lr="llama:1e-3,tnl+short_conv=4:1e-4/1e-2"), "tnl+short_conv=4") == [1e-4, 1e-2]
 
@@ -313,7 +319,7 @@ def test_recall_sweep_then_preset_commands_shrunk(tmp_path):
     assert "![MQAR accuracy against state size](recall.png)" in report and "Positive control" in report
     assert "Learning rates from the sweep" in report and "| tnl+short_conv=4 |" in report
     again = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert again.returncode == 0 and "4 runs (4 stored)" in again.stdout  # nothing retrained
+    assert again.returncode == 0 and "4 run(s), 4 finished already" in again.stdout  # nothing retrained
     recall.update_report(str(wd / "report.md"), recall.SECTION + "\n\nnew\n")  # replaced, not appended
     report = (wd / "report.md").read_text()
     assert report.count(recall.SECTION) == 1 and "new" in report and "kept" in report

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from linscale_jax import contract
-from linscale_jax.study import plan
+from linscale_jax.study.scaling import plan
 
 ROOT = Path(__file__).resolve().parents[2]
 OFFSET = {"llama": 0.0, "tnl": 0.25, "hgrn2": 0.0, "cosformer2": -0.25}
@@ -76,7 +76,7 @@ def other_protocol(d: Path) -> str:
 
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
-    from linscale_jax.study import report, results
+    from linscale_jax.study.scaling import report, results
 
     wd = tmp_path_factory.mktemp("study")
     study, runs = make_study(wd)
@@ -117,7 +117,7 @@ def test_results_are_written_once_as_data(written):
 
 
 def test_report_renders_the_files_without_recomputing(written, monkeypatch):
-    from linscale_jax.study import report, verdicts
+    from linscale_jax.study.scaling import report, verdicts
 
     wd, *_, path = written
     text = Path(path).read_text()
@@ -137,7 +137,7 @@ def test_report_renders_the_files_without_recomputing(written, monkeypatch):
 
 
 def test_verdicts_under_both_protocols(written, tmp_path):
-    from linscale_jax.study import results
+    from linscale_jax.study.scaling import results
 
     wd, study, _, found, path = written
     eq = found["findings"]["equal_compute"]
@@ -154,7 +154,7 @@ def test_verdicts_under_both_protocols(written, tmp_path):
 
 
 def test_calibration_on_the_study_design(written):
-    from linscale_jax.study import calibrate
+    from linscale_jax.study.calibrate import simulate as calibrate
 
     wd, *_ = written
     cal = calibrate.calibrate(str(wd), seeds=4, effect=0.3, n_boot=40)
@@ -172,7 +172,7 @@ def test_calibration_on_the_study_design(written):
     assert more["runs"] == 4 * (n_sizes + 4)  # 4 archs x (the sizes + 2 seeds of 2 sizes)
     saved = json.loads((wd / "calibration.json").read_text())["designs"]
     assert len(saved) == 2 and saved[1]["design"].startswith("replicates: 2 more seed(s) of smallest,largest")
-    from linscale_jax.study import report
+    from linscale_jax.study.scaling import report
 
     text = Path(report.write_report(str(wd))).read_text()
     assert "## Calibration of the verdicts on this study's design" in text and "null-crossing-at-C*" in text

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from linscale_jax.study import side_by_side
+from linscale_jax.study.scaling import side_by_side
 
 
 def _study(d, best="llama", resolved=False, power="reproduced"):

@@ -11,20 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from linscale_jax.study import plan, runner
+from linscale_jax.study import experiments
+from linscale_jax.study.presets import preset
+from linscale_jax.study.scaling import plan, runner
 
 ROOT = Path(__file__).resolve().parents[2]
 PF_DAY = 8.64e19
 
-
-def preset(name):
-    import importlib.util
-
-    path = ROOT / "configs" / "study" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"_t_{path.stem}", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.get_config()
 
 
 def _snapshot(run):
@@ -37,7 +30,7 @@ def _snapshot(run):
 @pytest.mark.slow  # the real quick preset, about 5 minutes on 2 cores
 def test_quick_study_stops_resumes_and_reports(tmp_path):
     study, wd = preset("quick"), str(tmp_path / "study")  # the real preset (~4-5 min on 2 cores)
-    first = runner.run_study(study, wd, max_runs=1)
+    first = experiments.run(study, wd, experiments.Options(max_runs=1))
     assert first["stopped"] and first["processed"] == 1
     runs = plan.build_plan(study, wd)
     assert runner.trained(runs[0]) and not any(runner.trained(r) for r in runs[1:])
@@ -47,7 +40,7 @@ def test_quick_study_stops_resumes_and_reports(tmp_path):
     assert len(rows0) == len(os.listdir(Path(runs[0].workdir) / "checkpoints"))
     assert sorted(os.listdir(Path(runs[0].workdir) / "cooldowns")) == ["12", "24", "48"]
 
-    out = runner.run_study(study, wd)
+    out = experiments.run(study, wd)
     assert not out["stopped"] and all(runner.trained(r) for r in runs)
     assert _snapshot(runs[0]) == before  # not retrained, not re-evaluated
 
@@ -75,8 +68,8 @@ def test_quick_study_stops_resumes_and_reports(tmp_path):
     cool = list(csv.DictReader(open(Path(wd) / "fit" / "table_cooldown.csv")))  # 3 branches per run
     assert {int(r["step"]) for r in cool} == {12 + 1, 24 + 2, 48 + 5}
     assert len(cool) == 3 * len(runs) and {r["seed"] for r in cool} == {"0", "1"}
-    # python -m linscale_jax.study.verdicts on the study's tables gives the report's verdicts
-    from linscale_jax.study import verdicts
+    # python -m linscale_jax.study.scaling.verdicts on the study's tables gives the report's verdicts
+    from linscale_jax.study.scaling import verdicts
 
     found = json.loads((Path(wd) / "findings.json").read_text())["findings"]
     res = verdicts.judge_all(verdicts.load_tables([f"val_loss={wd}/fit/table.csv",
@@ -100,7 +93,7 @@ def test_quick_study_stops_resumes_and_reports(tmp_path):
     assert timing[0]["trained"] and timing[0]["train_s"] > timing[0]["train_compile_s"] > 0
     assert (Path(runs[-1].workdir) / "study.log").is_file()  # trained by a worker process (workers = 2)
     done = [_snapshot(r) for r in runs]
-    again = runner.run_study(study, wd)  # everything done: nothing retrained or re-evaluated
+    again = experiments.run(study, wd)  # everything done: nothing retrained or re-evaluated
     assert again["processed"] == len(runs) and [_snapshot(r) for r in runs] == done
 
 
@@ -108,13 +101,13 @@ def test_shards_partition_the_runs(tmp_path):
     runs = plan.build_plan(preset("quick"), str(tmp_path))
     assert len(runs) == 16 and len({r.steps for r in runs}) == 1  # one token budget for all sizes
     assert [r.name for r in runs if r.seed] == [f"{a}-d32-seed1" for a in ("llama", "tnl", "hgrn2", "cosformer2")]
-    parts = [plan.shard(runs, f"{i}/3") for i in range(3)]
+    parts = [experiments.shard(runs, f"{i}/3") for i in range(3)]
     assert sorted(r.index for p in parts for r in p) == list(range(16))
     assert all(r.index % 3 == i for i, p in enumerate(parts) for r in p)
     with pytest.raises(ValueError, match="i/n"):
-        plan.parse_shard("3")
+        experiments.parse_shard("3")
     with pytest.raises(ValueError, match="0 <= i < n"):
-        plan.parse_shard("3/3")
+        experiments.parse_shard("3/3")
 
 
 def table1_flops_per_token(arch, l, d, h, n=8192):
@@ -144,4 +137,4 @@ def test_paper_dry_run_prints_24_runs_with_table1_compute(tmp_path):
         want_total += want
     total = float(re.search(r"^total: 24 runs, \S+ tokens, (\S+) PF-days", out.stdout, re.M).group(1))
     assert total == pytest.approx(want_total, rel=1e-5)
-    assert out.stdout.count("python -m linscale_jax.train --config=configs/paper.py:") == 24
+    assert out.stdout.count("python -m linscale_jax.train --config=paper:") == 24  # the packaged configs/paper.py

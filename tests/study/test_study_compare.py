@@ -5,7 +5,7 @@ import numpy as np
 
 from linscale_jax.fit.synthetic import Law, planted_table
 from linscale_jax.fit.table import from_columns
-from linscale_jax.study import compare
+from linscale_jax.study.scaling import compare
 
 COLS = ("arch", "run", "step", "n_params", "tokens", "flops", "loss")
 
@@ -22,7 +22,7 @@ def test_checkpoint_sd_measures_planted_noise():
 def test_study_holdout_files_and_report_section(tmp_path):
     from linscale_jax.fit import holdout as fit_holdout
     from linscale_jax.fit.bootstrap import SeedSd
-    from linscale_jax.study import holdout
+    from linscale_jax.study.scaling import holdout
 
     t = planted_table(Law(), arch="llama", sizes=np.geomspace(1e6, 1e8, 4), noise=0.005, seed=0)
     out = holdout.write(t, SeedSd(0.01, 4, "measured"), str(tmp_path), n_boot=20, seed=0)
@@ -43,7 +43,7 @@ def test_study_fit_laws_calls_the_fit_library_and_lists_unfittable_archs(tmp_pat
     import ml_collections
 
     from linscale_jax.fit.table import write_csv
-    from linscale_jax.study import runner
+    from linscale_jax.study.scaling import runner
 
     good = planted_table(Law(), arch="llama", sizes=np.geomspace(1e6, 1e8, 6), seed=0)
     tiny = planted_table(Law(), arch="tnl", sizes=np.geomspace(1e6, 1e7, 2), seed=1)  # 2 runs: no envelope

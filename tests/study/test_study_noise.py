@@ -9,7 +9,8 @@ from helpers.train import tiny_config
 
 from linscale_jax.run import checkpoint as ckpt
 from linscale_jax.train import loop as trainer
-from linscale_jax.study import compare, cooldown, noise
+from linscale_jax.study.scaling import compare, cooldown
+from linscale_jax.study.noise import measure as noise
 
 
 def test_cooldown_shapes_and_branch_points():

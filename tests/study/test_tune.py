@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from linscale_jax.study import tune, tune_fit, tune_grid
-from linscale_jax.study.tune_fit import Cell
+from linscale_jax.study import experiments
+from linscale_jax.study.tune import fit as tune_fit, grid as tune_grid
+from linscale_jax.study.tune.fit import Cell
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -149,15 +150,15 @@ def test_vertex_and_edges():
 
 
 def test_tune_preset_dry_run(tmp_path, capsys):
-    out = tune.run_tune(preset(), str(tmp_path), dry_run=True)
+    out = experiments.run(preset(), str(tmp_path), experiments.Options(dry_run=True))
     text = capsys.readouterr().out
-    assert out["measured"] == 0 and len(out["todo"]) == 25  # stage 1: 5 rates x 5 sizes
-    assert "llama-d16-lr0.002-bs8-beta2_0.99" in out["todo"] and "--config.optim.b2=0.99" in text
+    assert out["runs"] == 25 and text.startswith("25 run(s):")  # stage 1: 5 rates x 5 sizes, none measured
+    assert "llama-d16-lr0.002-bs8-beta2_0.99" in text and "--config.optim.b2=0.99" in text
     assert "later stages depend" in text
 
 
 def test_cells_of_every_batch_are_scored_on_the_same_validation_rows(tmp_path):
-    from linscale_jax.study import runner
+    from linscale_jax.study.scaling import runner
 
     study = preset()  # val_batches 32 of the preset's batch 8: 256 rows for every cell
     runs = [tune_grid.make_run(study, Cell("llama", "d16", 0, b, 0.99), str(tmp_path), i)
@@ -175,7 +176,7 @@ def test_miniature_tuning_end_to_end(tmp_path):
     study.eval.val_batches = 2
     study.tune.update(lr_points=3, max_extend=0, batches="8,16", beta2s="0.99", replicate_sizes="smallest",
                       check_archs="", bootstrap=50, prior_lr=4e-3)
-    out = tune.run_tune(study, str(tmp_path))
+    out = experiments.run(study, str(tmp_path))
     d = Path(out["dir"])
     rows = out["rows"]
     assert {r["size"] for r in rows} == {"d16l2", "d16"} and sum(r["best"] for r in rows) == 2
@@ -192,5 +193,6 @@ def test_miniature_tuning_end_to_end(tmp_path):
     assert s["batch_size"] in (4, 8, 16, 32) and s["b2"] == 0.99 and s["lr"] > 0
     assert (d / "lr.png").stat().st_size > 0 and "| llama | d16 |" in (d / "cells.md").read_text()
     assert (d / "cells.csv").read_text().startswith("arch,size,n_params,lr,batch,beta2,seed,loss,val_loss,best")
-    again = tune.run_tune(study, str(tmp_path))  # everything measured: nothing retrained
+    again = experiments.run(study, str(tmp_path))  # everything measured: nothing retrained
+    assert again["processed"] == 0
     assert again["rows"] == rows

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from linscale_jax.fit.synthetic_study import study_table
-from linscale_jax.study import verdicts
+from linscale_jax.study.scaling import verdicts
 
 LIN = ("tnl", "hgrn2")
 SIZES = (5e4, 1e5, 1.9e5, 3.2e5)  # the cpu preset's four ladder sizes
@@ -40,7 +40,7 @@ def test_outcome_four_ways_with_failed_share_and_detectable_effect():
     d[:300] = np.nan
     r = verdicts.outcome(d, 0.05)
     assert r["verdict"] == "not_resolved" and r["reason"] == "fit unstable" and r["ci_low"] is None
-    from linscale_jax.study.findings import label
+    from linscale_jax.study.scaling.findings import label
 
     assert label(r) == "not_resolved (fit unstable)"
 
@@ -136,7 +136,7 @@ def test_estimators_that_disagree_give_depends():
         "depends on the learning-rate protocol"
 
 
-def test_cli_json_from_a_table_with_a_seed_column(tmp_path, capsys):
+def test_command_json_from_a_table_with_a_seed_column(tmp_path):
     t = table({"llama": 0.0, "tnl": 0.3}, seed=5)
     path = tmp_path / "table.csv"
     with open(path, "w") as f:
@@ -144,12 +144,14 @@ def test_cli_json_from_a_table_with_a_seed_column(tmp_path, capsys):
         for i in range(len(t)):
             f.write(f"{t.arch[i]},{t.run[i]},{int(t.step[i])},{t.n_params[i]},{t.tokens[i]},{t.flops[i]},"
                     f"{t.loss[i]},{1 if 'seed1' in t.run[i] else 0}\n")
-    assert verdicts.main([f"--table={path}", "--bootstrap=40", "--json"]) == 0
-    text = capsys.readouterr().out
+    text = verdicts.command([str(path)], bootstrap=40, as_json=True)  # python -m linscale_jax.study verdicts
     assert "NaN" not in text
     out = json.loads(text)
     assert set(out) == {"power_laws", "equal_compute", "retrieval"}
     row = out["equal_compute"]["archs"]["tnl"]
     assert row["verdict"] == "worse" and row["ci_low"] > 0 and {"diff", "ci_high", "measured", "mde"} <= set(row)
     assert out["equal_compute"]["verdict"] == "not reproduced"
-    assert verdicts.main([f"--table={tmp_path / 'missing.csv'}"]) == 1
+    from linscale_jax.fit.table import FitError
+
+    with pytest.raises(FitError, match="missing.csv does not exist"):
+        verdicts.command([str(tmp_path / "missing.csv")])

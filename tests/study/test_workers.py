@@ -97,7 +97,7 @@ def test_runs_in_pinned_processes_longest_first_and_a_failure_does_not_stop_the_
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_sigterm_is_forwarded_and_the_runs_stop(tmp_path, sig):
     """SIGTERM, or one Ctrl-C (SIGINT), to the study: the workers stop, the study waits for them
-    and returns the stopped runs and the signal (runner.run_study: one line, exit status 0)."""
+    and returns the stopped runs and the signal (study.executor: one line, exit status 0)."""
     runs = _runs(tmp_path, [(f"r{i}", float(i)) for i in range(4)])
 
     def term_when_ready():
@@ -138,7 +138,7 @@ def test_a_finished_run_whose_config_changed_is_refused_with_the_trainers_line(t
     from linscale_jax.run import checkpoint as ckpt
     from linscale_jax.run.identity import RunIdentityError
     from linscale_jax.train import loop as trainer
-    from linscale_jax.study import runner
+    from linscale_jax.study.scaling import runner
 
     old = tiny_config(steps=4)
     run = FakeRun("llama-d64", str(tmp_path / "run"), 1.0, steps=4, config=old.copy_and_resolve_references())
@@ -151,13 +151,14 @@ def test_a_finished_run_whose_config_changed_is_refused_with_the_trainers_line(t
     out = workers.run_parallel({}, [run], {run.name: False}, 1, runner.process_run, log=lambda m: None)
     assert out["stopped"] == [] and out["signal"] is None
     assert out["failed"] == {run.name: f"{train_refused.value} (log: {run.workdir}/study.log)"}
+    assert out["errors"] == {run.name: RunIdentityError}  # the class travels back, not a message prefix
     assert "trained already" not in Path(run.workdir, "study.log").read_text()
 
 
 def test_workers_for_rules():
     from ml_collections import ConfigDict
 
-    from linscale_jax.study import runner
+    from linscale_jax.study import executor as runner
 
     assert runner.workers_for(ConfigDict(dict(workers=2)), 20, None) == 2
     assert runner.workers_for(ConfigDict(dict(workers=4)), 3, None) == 3  # at most one per run
@@ -167,7 +168,7 @@ def test_workers_for_rules():
 
 
 def test_eta_scales_with_flops_until_sizes_spread_enough_to_fit_a_slope():
-    from linscale_jax.study import runner
+    from linscale_jax.study import executor as runner
 
     assert runner.eta_seconds([(10.0, 100.0)], [5.0, 20.0]) == 250.0  # proportional to FLOPs
     near = [(10.0, 100.0), (10.1, 140.0)]  # nearly equal FLOPs: no wild slope from two points

@@ -257,3 +257,25 @@ def test_auto_prepare_is_cached_and_follows_the_files(tmp_path):
     assert data.records_dir(c) != d
     c.train.seq_len = 32
     assert rows_lib.records_dir(c) not in (d,)
+
+
+def test_training_warns_of_repeats_and_refuses_too_few_eval_rows(tmp_path):
+    """data.check_training: one warning line with the number of passes when train.steps read the
+    train split more than once; a validation split shorter than train.eval_batches, refused."""
+    c = make_config(tmp_path, n_docs=30, val_fraction=0.3)
+    rows = data.train_rows(c)
+    n, held = len(rows.records), -(-len(data.open_records(c, "validation")) // 4)
+    c.train.update(steps=n // 4, eval_every=10, eval_batches=held)  # one pass, every eval batch there
+    said = []
+    data.check_training(c, rows, say=said.append)
+    assert said == []
+    c.train.steps = 3 * n // 4 + 1  # just over three passes
+    data.check_training(c, rows, say=said.append)
+    assert len(said) == 1 and said[0].startswith("WARNING: the train split holds"), said
+    assert f"read it {(3 * n // 4 + 1) * 4 / n:.1f} times" in said[0] and f"train.steps={n // 4}" in said[0]
+    c.train.eval_batches = held + 1
+    with pytest.raises(data.DataError, match=rf"fewer than train.eval_batches={held + 1}.*"
+                                             rf"--config.train.eval_batches={held}"):
+        data.check_training(c, rows, say=said.append)
+    c.train.eval_every = 0  # no periodic evaluation: nothing to refuse
+    data.check_training(c, rows, say=said.append)

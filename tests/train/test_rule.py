@@ -111,7 +111,7 @@ def test_shipped_rule_refuses_the_paper_scale():
 
 
 def test_cpu_preset_runs_on_the_tuned_rule_and_its_paper_twin(tmp_path):
-    from linscale_jax.study import plan
+    from linscale_jax.study.scaling import plan
 
     doc = rule.load()
     tuned = plan.build_plan(load_config("configs/study/cpu.py"), str(tmp_path))

@@ -66,7 +66,7 @@ def sessions(wandb_dir) -> list[dict]:
 def test_one_wandb_run_per_workdir_resumed_and_evaluated_offline(tmp_path, monkeypatch):
     from linscale_jax.eval.runner import evaluate
     from linscale_jax.train import loop as trainer
-    from linscale_jax.study import cooldown
+    from linscale_jax.study.scaling import cooldown
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wb"))

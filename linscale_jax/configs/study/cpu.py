@@ -20,7 +20,7 @@ from linscale_jax.study.presets import study_defaults
 
 
 def get_config():
-    c = study_defaults()
+    c = study_defaults("scaling")
     c.sizes = "d16l2,d16,d32l2,d32,d48"  # the envelope brackets the optimum here (docs/results.md)
     c.tokens = 3072 * 8 * 128.0  # every size, whatever its batch
     c.checkpoints = 12

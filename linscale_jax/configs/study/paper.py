@@ -2,7 +2,7 @@
 
     python -m linscale_jax.study --config=configs/study/paper.py --workdir=DIR --dry_run   # the runs, their PF-days
     python -m linscale_jax.study --config=configs/study/paper.py --workdir=DIR --shard=i/n  (per slice)
-Model shapes and training settings come from configs/paper.py. A checkpoint every 1,000 steps plus
+Model shapes and training settings come from configs/paper.py (model_file). A checkpoint every 1,000 steps plus
 8 log-spaced early ones give ~84 points per curve. Data: set overrides.data (e.g. data.task =
 "tfds:<name>") to the pretraining corpus.
 """
@@ -11,8 +11,8 @@ from linscale_jax.study.presets import study_defaults
 
 
 def get_config():
-    c = study_defaults()
-    c.model_file = "configs/paper.py"
+    c = study_defaults("scaling")
+    c.model_file = "paper"  # configs/paper.py
     c.sizes = "70m,160m,410m,1b,3b,7b"
     c.tokens = 300e9
     c.checkpoints = 76

@@ -11,7 +11,7 @@ from linscale_jax.study.presets import study_defaults
 
 
 def get_config():
-    c = study_defaults()
+    c = study_defaults("scaling")
     c.sizes = "d32,d48,d64"
     c.tokens = 48 * 8 * 128.0
     c.checkpoints = 4

@@ -1,12 +1,14 @@
 """The recall preset: MQAR accuracy of the four architectures, and of the linear three with a short
 convolution, against the state floats per layer (study.recall).
 
-    python -m linscale_jax.study --config=configs/study/recall.py --workdir=DIR
-    python -m linscale_jax.study --config=configs/study/recall.py --workdir=DIR_EQUAL \
+    python -m linscale_jax.study --config=recall --workdir=DIR
+    python -m linscale_jax.study --config=recall --workdir=DIR_EQUAL \
         --config.shapes=d64e16 --config.max_steps=3000    # finding 3: the control's shape and steps
 
 Zoology's task (Arora et al. 2023) where the budget allows; each arch label at its own learning rate
-from configs/study/recall_rates.json (configs/study/recall_sweep.py chose them). Costs and the
+from configs/study/recall_rates.json (configs/study/recall_sweep.py chose them). Each run is a
+trainer run on data.task=mqar that stops once its validation accuracy reaches stop_accuracy
+(train.stop_at), with checkpoints and resume (study.recall.train). Costs and the
 measured table: docs/results.md "Recall (MQAR)".
 """
 
@@ -31,11 +33,12 @@ def get_config():
         baseline_max_steps=3000,  # the positive control, which needs more steps than the linear archs
         sweep_steps=0,  # > 0: every label trains this many steps (configs/study/recall_sweep.py)
         lr="",  # "": per arch label from `rates`; or "3e-3", or "llama:1e-3,tnl:3e-3,..."
-        rates="configs/study/recall_rates.json",
+        rates="recall_rates",  # the packaged configs/study/recall_rates.json, or a path
         warmup_steps=50,
         schedule="constant",
         weight_decay=0.0,
-        eval_every=100,
+        eval_every=100,  # validation (and the early stop's check) every N steps
+        checkpoint_every=500,  # a checkpoint every N steps (and at the stop): a killed run resumes
         val_sequences=256,
         stop_accuracy=0.99,
         eval_sequences=256,

@@ -13,8 +13,7 @@ from linscale_jax.study.presets import study_defaults
 
 
 def get_config():
-    c = study_defaults()
-    c.kind = "tune"
+    c = study_defaults("tune")
     c.archs = "llama"  # tuned at every size; check_archs are checked against its rule
     c.sizes = "d16l2,d16,d32l2,d32,d48"
     c.tokens = 1536 * 8 * 128.0  # every cell's budget, whatever its batch

@@ -16,6 +16,7 @@ import time
 import warnings
 
 from linscale_jax.errors import UserError
+from linscale_jax.run.extras import MissingExtra
 
 # A local Ray on loopback: no token auth (nothing outside this machine can reach it), no usage
 # reports, and 127.0.0.1 as the node address (Ray picks the interface address otherwise; the
@@ -39,8 +40,10 @@ def connect(address: str | None, log=print):
             os.environ.setdefault(k, v)
     try:
         import ray
-    except ImportError:
-        raise ClusterError("--backend=ray needs Ray: pip install '.[cluster]' (or -r requirements.txt)") from None
+    except ModuleNotFoundError as e:
+        if e.name != "ray":
+            raise
+        raise MissingExtra("cluster", why="--backend=ray", instead="use --backend=local") from None
     if ray.is_initialized():
         return ray, False
     t0 = time.time()

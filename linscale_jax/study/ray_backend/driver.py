@@ -1,7 +1,7 @@
 """The driver of a study on Ray (study.ray_backend): every run as Ray tasks, retried when lost.
 
     out = run(study, runs, finals, process=runner.process_run, workdir=DIR, address=None, log=print,
-              eta=runner.eta_seconds)        # {"failed": {run: line}, "stopped": [...], "signal", "slots"}
+              eta=executor.eta_seconds)   # {"failed": {run: line}, "errors", "stopped", "signal", "slots"}
 
 Runs are submitted longest first (their exact FLOPs), each attempt one task per host
 (study.ray_backend.task) with the resources of its placement; they start as resources free up. The
@@ -39,8 +39,8 @@ from linscale_jax.study.ray_backend.task import host_task
 
 def run(study, runs: list, finals: dict, process, workdir: str, address: str | None = None,
         log=print, eta=None) -> dict:
-    """Process `runs` as Ray tasks (module docstring); returns {"failed": {run: line}, "stopped":
-    [runs], "signal": name or None, "slots": runs at once}."""
+    """Process `runs` as Ray tasks (module docstring); returns {"failed": {run: line}, "errors":
+    {run: exception class}, "stopped": [runs], "signal": name or None, "slots": runs at once}."""
     ray, started_here = connect(address, log)
     try:
         return _drive(ray, study, runs, finals, process, workdir, log, eta, local=started_here)
@@ -58,7 +58,7 @@ def _drive(ray, study, runs, finals, process, workdir, log, eta, local: bool) ->
     places = {r.name: placement(r, cluster) for r in runs}
     if not local:
         check_storage(ray, workdir)
-    failed = {}
+    failed, errors = {}, {}
     order = sorted(runs, key=lambda r: -r.flops_exact)
     task = ray.remote(max_calls=1, max_retries=0)(host_task)
     control = ray.remote(Control).options(
@@ -141,6 +141,7 @@ def _drive(ray, study, runs, finals, process, workdir, log, eta, local: bool) ->
                        f"lost while stopping: {msg}")
             log_file = contract.workdir_file(run.workdir, contract.STUDY_LOG)
             failed[name] = msg if "(log:" in msg else f"{msg} (log: {log_file})"
+            errors[name] = next((o["error"] for o in outcomes if o.get("error")), None)
             write_status(run.workdir, state="failed", ended=entry["ended"], error=failed[name],
                          history=history)
             line(name, f"FAILED: {failed[name]}")
@@ -166,4 +167,4 @@ def _drive(ray, study, runs, finals, process, workdir, log, eta, local: bool) ->
                     end_gang(ray, a)  # a host ended badly: the others are ended too
                 if len(a.outcomes) == len(a.refs):
                     settle(a)
-    return {"failed": failed, "stopped": stopped, "signal": stop.name, "slots": slots}
+    return {"failed": failed, "errors": errors, "stopped": stopped, "signal": stop.name, "slots": slots}

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from linscale_jax.study.backends import MALLOC_ENV, SINGLE_THREAD
 
-REPO = str(Path(__file__).resolve().parents[2])  # on the workers' PYTHONPATH
+REPO = str(Path(__file__).resolve().parents[3])  # the folder holding linscale_jax: on the workers' PYTHONPATH
 ACCELERATORS = ("cpu", "gpu", "tpu")
 
 

@@ -30,7 +30,7 @@ import traceback
 from linscale_jax import contract
 from linscale_jax.errors import Stopped
 from linscale_jax.run import signals
-from linscale_jax.study.backends import redirect
+from linscale_jax.study.backends import error_class, redirect
 from linscale_jax.study.ray_backend.cluster import TEMP_DIR
 from linscale_jax.study.ray_backend.status import now, read_status, write_status
 
@@ -178,7 +178,7 @@ def host_task(study, run, final: bool, process, attempt: int, host: int, hosts: 
                 return dict(me, state="stopped", message=signals.received())
             traceback.print_exc()
             lost = hosts > 1 and peers.peer_failure(e)  # another host of the gang died
-            return dict(me, state="lost" if lost else "failed",
+            return dict(me, state="lost" if lost else "failed", error=error_class(e),
                         message=f"{command.one_line(e, run.workdir, 'study')} (log: {log_path})")
         finally:
             sys.stdout.flush()

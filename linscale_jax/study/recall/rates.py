@@ -1,9 +1,9 @@
-"""Learning rates per arch label for the recall preset, chosen by the sweep and shipped as data with
-their provenance (configs/study/recall_rates.json).
+"""Learning rates per arch label for the recall preset, chosen by the sweep and shipped as package
+data with their provenance (linscale_jax/configs/study/recall_rates.json, the bare name recall_rates).
 
-    python -m linscale_jax.study --config=configs/study/recall_sweep.py --workdir=DIR   # writes DIR/recall_rates.json
-    cp DIR/recall_rates.json configs/study/recall_rates.json               # what the preset reads
-    rate("configs/study/recall_rates.json", "tnl+short_conv=4")           # -> the chosen lr
+    python -m linscale_jax.study --config=recall_sweep --workdir=DIR     # writes DIR/recall_rates.json
+    cp DIR/recall_rates.json linscale_jax/configs/study/recall_rates.json   # what the preset reads
+    rate("recall_rates", "tnl+short_conv=4")                             # -> the chosen lr
 
 The file (JSON): rates {label: lr} (study.recall.table.best_lr: the best mean validation accuracy
 over the seeds after the preset's steps for the label, counted up to the early stop's target, ties to
@@ -28,12 +28,15 @@ SETTINGS = ("n_layers", "n_pairs", "n_keys", "n_values", "placement", "power_a",
 
 
 def read(path: str) -> dict:
+    """The rates file `path` names: a packaged one (a bare name: recall_rates, the preset's) or a path."""
+    from linscale_jax.run import config_file
+
     try:
-        with open(path) as f:
+        with open(config_file.resolve(path, "study", ".json")) as f:
             return json.load(f)
     except OSError:
         raise FileNotFoundError(f"recall rates file {path!r} not found; run `python -m linscale_jax.study "
-                                "--config=configs/study/recall_sweep.py --workdir=DIR` and pass "
+                                "--config=recall_sweep --workdir=DIR` and pass "
                                 "--config.rates=DIR/recall_rates.json, or give --config.lr") from None
 
 

@@ -12,8 +12,8 @@ import re
 
 import numpy as np
 
-from linscale_jax.study.recall.table import (CONTROL_ACCURACY, COPY_LEVEL, DID_NOT_TRAIN, RECALL, control,
-                                split_list)
+from linscale_jax.contract import split_list
+from linscale_jax.study.recall.table import CONTROL_ACCURACY, COPY_LEVEL, DID_NOT_TRAIN, RECALL, control
 
 SECTION = "## Recall (MQAR)"
 STATUS_WORDS = {DID_NOT_TRAIN: "did not train", COPY_LEVEL: "copy level", RECALL: "recall"}
@@ -137,7 +137,7 @@ def steps_phrase(study) -> str:
 def report_section(rows: list[dict], study, rates: dict | None) -> str:
     """The report's recall section: protocol, plot, the cell table, the control, the sweep."""
     ctl = control(rows)
-    n_pairs = split_list(study.n_pairs)
+    n_pairs = split_list(study.n_pairs, "study.n_pairs")
     lines = [SECTION, "",
              f"Multi-query associative recall (Arora et al. 2023, Zoology): {study.n_layers}-layer models "
              f"trained on MQAR sequences of {study.seq_len} tokens with {{{study.n_pairs}}} key-value "

@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 
-from linscale_jax.contract import BASELINE_ARCH
+from linscale_jax.contract import BASELINE_ARCH, split_list
 
 COLUMNS = ("arch", "d_model", "n_pairs", "seq_len", "accuracy", "ci_low", "ci_high", "state_floats",
            "seed", "status", "head_dim", "n_layers", "lr", "steps", "test_loss", "queries", "n_params",
@@ -35,11 +35,6 @@ TRAINED, DID_NOT_TRAIN, COPY_LEVEL, RECALL = "trained", "did_not_train", "copy_l
 STATUSES = (DID_NOT_TRAIN, COPY_LEVEL, RECALL)
 CONTROL_ARCH, CONTROL_ACCURACY = BASELINE_ARCH, 0.9
 FEWER_STEPS = "fewer steps than the control"  # a recall result left out of the verdict
-
-
-def split_list(value) -> list[str]:
-    """'a, b,c' -> ['a', 'b', 'c'] (the study's comma lists)."""
-    return [x.strip() for x in str(value).split(",") if x.strip()]
 
 
 def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
@@ -95,7 +90,7 @@ def cell_rows(runs: list, results: dict, study, chosen: dict | None = None) -> l
     seq_len, rows = int(study.seq_len), []
     for (arch, d, e), lr in chosen.items():
         mine = [r for r in runs if (r.arch, r.d_model, r.head_dim, r.lr) == (arch, d, e, lr)]
-        for p in split_list(study.n_pairs):
+        for p in split_list(study.n_pairs, "study.n_pairs"):
             seeds = []
             for r in mine:
                 res = results[r.name]

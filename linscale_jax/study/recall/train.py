@@ -1,6 +1,6 @@
-"""The recall study's runs: one model per (arch label, shape, seed, lr), trained on MQAR through the
-trainer's optimizer and sharded step (linscale_jax.train.loop.step_functions), with early stopping,
-then scored per number of pairs.
+"""The recall study's runs: one trainer run per (arch label, shape, seed, lr) on MQAR
+(data.task=mqar), stopped early at the validation accuracy target (train.stop_at), with
+checkpoints and resume like every run; then scored per number of pairs.
 
     runs = build_runs(study, workdir)
     result = process_run(study, runs[0])   # DIR/runs/<run>/result.json, reused while settings hold
@@ -13,12 +13,15 @@ study.sweep_steps (when set) trains every label that many steps instead (the swe
 chosen at each label's max_steps from the validation history).
 Learning rates: study.lr (module `learning_rates`), else the rates file study.rates
 (study.recall.rates).
+A run is `python -m linscale_jax.train` on its config (Run.config): train.seed = data.seed = the
+seed (initialisation, and the training and validation sequences), validation every
+study.eval_every steps on study.val_sequences sequences (its rows in DIR/runs/<run>/metrics.jsonl:
+the run's validation history), a checkpoint every study.checkpoint_every steps and at the stop.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import math
 import os
@@ -27,9 +30,9 @@ import time
 
 import numpy as np
 
-from linscale_jax.contract import BASELINE_ARCH
+from linscale_jax.contract import BASELINE_ARCH, split_list
 from linscale_jax.study.recall import rates as rates_file
-from linscale_jax.study.recall.table import DID_NOT_TRAIN, TRAINED, did_not_train, split_list
+from linscale_jax.study.recall.table import DID_NOT_TRAIN, TRAINED, did_not_train
 
 
 def _print(msg: str) -> None:
@@ -52,7 +55,7 @@ def _is_baseline(label: str) -> bool:
 def shapes_of(study, label: str) -> list[str]:
     """The shapes `label` runs at: study.baseline_shapes for the baseline, study.shapes otherwise."""
     base = _is_baseline(label) and study.get("baseline_shapes")
-    return split_list(study.baseline_shapes if base else study.shapes)
+    return split_list(study.baseline_shapes, "study.baseline_shapes") if base else split_list(study.shapes, "study.shapes")
 
 
 def max_steps_of(study, label: str) -> int:
@@ -74,7 +77,7 @@ def learning_rates(study, label: str) -> list[float]:
         return [rates_file.rate(str(study.rates), label)]
     if ":" not in spec:
         return [float(x) for x in spec.split("/")]
-    table = dict(item.rsplit(":", 1) for item in split_list(spec))
+    table = dict(item.rsplit(":", 1) for item in split_list(spec, "study.lr"))
     if label not in table:
         raise ValueError(f"study.lr={spec!r} gives no rate for {label!r}; add '{label}:<lr>'")
     return [float(x) for x in table[label].split("/")]
@@ -112,7 +115,7 @@ def _conv_floats(cfg) -> int:
 
 
 def mqar_options(study) -> dict:
-    return dict(n_pairs=[int(p) for p in split_list(study.n_pairs)], n_keys=int(study.n_keys),
+    return dict(n_pairs=[int(p) for p in split_list(study.n_pairs, "study.n_pairs")], n_keys=int(study.n_keys),
                 n_values=int(study.n_values), placement=str(study.placement),
                 power_a=float(study.power_a))
 
@@ -124,8 +127,8 @@ def variant_of(label: str) -> str:
 
 @dataclasses.dataclass
 class Run:
-    """One training run (the fields workers.run_parallel reads: name, workdir, steps, n_params,
-    flops_exact). arch: the label (a registered arch or a variant)."""
+    """One training run (the fields the executor reads: name, workdir, steps, n_params, flops_exact,
+    config). arch: the label (a registered arch or a variant)."""
 
     arch: str
     d_model: int
@@ -133,11 +136,12 @@ class Run:
     seed: int
     lr: float
     workdir: str
-    steps: int  # at most; early stopping may end sooner
+    steps: int  # at most; the early stop may end sooner
     n_params: int
     flops_exact: float
     state_floats: int
     usable_state_floats: int
+    config: object = None  # the trainer's config (run_config)
 
     @property
     def name(self) -> str:
@@ -147,30 +151,37 @@ class Run:
     def variant(self) -> str:
         return variant_of(self.arch)
 
-    def config(self, study):
-        """The trainer's experiment config of this run (linscale_jax.config.base_config with the
-        study's model, optimizer and step settings)."""
-        from linscale_jax.config import base_config
-
-        c = base_config()
-        c.model.update(model_config(study, self.arch, self.d_model, self.head_dim).to_dict())
-        c.optim.update(lr=self.lr, schedule=str(study.schedule), warmup_steps=int(study.warmup_steps),
-                       weight_decay=float(study.weight_decay))
-        c.train.update(steps=self.steps, batch_size=int(study.batch_size), seq_len=int(study.seq_len),
-                       seed=self.seed)
-        c.mesh.update(data=1, fsdp=1, tensor=1, seq=1)
-        return c
-
     def settings(self, study) -> dict:
         """What the run's result depends on: the model section, the optimizer and step fields of the
         trainer's config and the task (a stored result is reused while these match: `matches`)."""
         keys = ("n_pairs", "n_keys", "n_values", "placement", "power_a", "eval_every", "val_sequences",
                 "stop_accuracy", "eval_sequences")
-        c = self.config(study)
+        c = self.config
         return dict(arch=self.arch, model=c.model.to_dict(),
                     optim={k: c.optim[k] for k in OPTIM_FIELDS},
                     train={k: c.train[k] for k in ("steps", "batch_size", "seq_len", "grad_accum", "seed")},
                     **{k: str(study[k]) for k in keys})
+
+
+def run_config(study, label: str, d: int, e: int, seed: int, lr: float, steps: int, workdir: str):
+    """The trainer's config of one run (linscale_jax.config.base_config): the model, MQAR data,
+    the optimizer, the steps, the validation cadence and the early stop."""
+    from linscale_jax.config import base_config
+
+    c = base_config()
+    c.name = os.path.basename(workdir)
+    c.model.update(model_config(study, label, d, e).to_dict())
+    c.data.update(task="mqar", seed=seed)
+    c.data.mqar = mqar_options(study)
+    c.optim.update(lr=lr, schedule=str(study.schedule), warmup_steps=int(study.warmup_steps),
+                   weight_decay=float(study.weight_decay))
+    every, bs = int(study.eval_every), int(study.batch_size)
+    c.train.update(steps=steps, batch_size=bs, seq_len=int(study.seq_len), seed=seed, log_every=every,
+                   eval_every=every, eval_batches=max(1, int(study.val_sequences) // bs),
+                   stop_at=f"val_accuracy>={float(study.stop_accuracy):g}")
+    c.checkpoint.update(every_steps=int(study.checkpoint_every), log_spaced=0, keep=2, async_save=False)
+    c.mesh.update(data=1, fsdp=1, tensor=1, seq=1)
+    return c
 
 
 # the optimizer fields a run's result depends on (linscale_jax.train.optim.make_optimizer reads them)
@@ -191,7 +202,7 @@ def build_runs(study, workdir: str) -> list[Run]:
     from linscale_jax.models import accounting, registry
 
     seq_len, runs = int(study.seq_len), []
-    for label in split_list(study.archs):
+    for label in split_list(study.archs, "study.archs"):
         steps = train_steps(study, label)
         tokens = steps * int(study.batch_size) * seq_len
         for shape in shapes_of(study, label):
@@ -199,104 +210,68 @@ def build_runs(study, workdir: str) -> list[Run]:
             mc = model_config(study, label, d, e)
             state = int(registry.get(mc.arch).state_floats(mc, seq_len))
             for lr in learning_rates(study, label):
-                for seed in (int(s) for s in split_list(study.seeds)):
-                    run = Run(label, d, e, seed, lr, "", steps,
-                              accounting.param_counts(mc)["non_embedding"],
+                for seed in (int(s) for s in split_list(study.seeds, "study.seeds")):
+                    run = Run(label, d, e, seed, lr, "", steps, accounting.param_counts(mc)["non_embedding"],
                               3 * accounting.flops_per_token_exact(mc, seq_len) * tokens, state,
                               usable_state_floats(mc, seq_len, state))
                     run.workdir = os.path.join(workdir, "runs", run.name)
+                    run.config = run_config(study, label, d, e, seed, lr, steps, run.workdir)
                     runs.append(run)
     return runs
 
 
-def _evaluator(graphdef):
-    import jax
-    import jax.numpy as jnp
-    import optax
-    from flax import nnx
+def history(workdir) -> list[dict]:
+    """The run's validation rows (metrics.jsonl): step, train_loss (that step's), val_loss, val_accuracy."""
+    from linscale_jax import contract
 
-    @jax.jit
-    def sums(params, rest, batch):
-        """(correct queries, queries, summed query cross-entropy) of one batch."""
-        logits = nnx.merge(graphdef, params, rest)(batch["inputs"]).astype(jnp.float32)
-        q = batch["weights"] > 0
-        ce = optax.softmax_cross_entropy_with_integer_labels(logits, batch["targets"])
-        return (jnp.sum((jnp.argmax(logits, -1) == batch["targets"]) & q), jnp.sum(q),
-                jnp.sum(jnp.where(q, ce, 0.0)))
-
-    def evaluate(params, rest, batches) -> tuple[int, int, float]:
-        k = n = 0
-        loss = 0.0
-        for b in batches:
-            c, m, l = sums(params, rest, b)
-            k, n, loss = k + int(c), n + int(m), loss + float(l)
-        return k, n, loss
-
-    return evaluate
+    path = os.path.join(workdir, contract.METRICS)
+    rows = [json.loads(x) for x in open(path)] if os.path.exists(path) else []
+    return [dict(step=r["step"], train_loss=r["loss"], val_loss=r["val_loss"], val_accuracy=r["val_accuracy"])
+            for r in rows if "val_accuracy" in r]
 
 
 def train_run(study, run: Run, log=_print) -> dict:
-    """Train one run with early stopping (the trainer's step), then score it per number of pairs."""
+    """Train (or resume) the run with the trainer, stopping early at the target, then score it per
+    number of pairs."""
+    from linscale_jax.data import mqar
+    from linscale_jax.errors import Stopped
+    from linscale_jax.models import ModelConfig
+    from linscale_jax.parallel import sharding
+    from linscale_jax.train import early_stop
+    from linscale_jax.train import loop as trainer
+
     import jax
 
-    from linscale_jax.data import mqar
-    from linscale_jax.parallel import sharding
-    from linscale_jax.train import loop as trainer
-    from linscale_jax.train.batches import BATCH_KEYS
-
-    trainer.enable_compilation_cache()
-    config = run.config(study)
-    fns, _ = trainer.step_functions(config)
-    params, rest = fns.init_params(), fns.rest()
-    opt_state = fns.init_opt(params)
-    evaluate = _evaluator(sharding.model_parts(model_config(study, run.arch, run.d_model,
-                                                            run.head_dim), run.seed).graphdef)
+    t0 = time.time()
+    summary = trainer.train(run.config, run.workdir)
+    if summary.get("stopped"):
+        raise Stopped(f"[study] stopped by {summary['stopped']}: {run.name} saved its checkpoint at step "
+                      f"{summary['step']}; re-run the same command to resume.")
+    fns, mesh = trainer.step_functions(run.config)
+    params, rest = summary["params"], fns.rest()
+    sums = early_stop.prediction_sums(sharding.model_parts(ModelConfig.from_config(run.config.model)).graphdef)
     opts, seq_len, bs = mqar_options(study), int(study.seq_len), int(study.batch_size)
-
-    def draw(rng, n, pairs):
-        return mqar.batch(rng, n, seq_len, pairs, opts["n_keys"], opts["n_values"], opts["placement"],
-                          opts["power_a"])
-
-    def stream(split, seed):
-        """Batch i of a split: rng(seed, split, i) as in mqar.MQARRows, P drawn per row from n_pairs."""
-        for i in itertools.count():
-            rng = np.random.default_rng([seed, mqar.SPLITS[split], i, 0, 1])
-            yield draw(rng, bs, rng.choice(opts["n_pairs"], size=bs))
-
-    train = stream("train", run.seed)
-    val_it = stream("validation", 0)  # one validation set for every run
-    val = [next(val_it) for _ in range(max(1, int(study.val_sequences) // bs))]
-    every, stop_at = int(study.eval_every), float(study.stop_accuracy)
-    t0, losses, history, step, acc = time.time(), [], [], 0, 0.0
-    while step < run.steps:
-        batch = sharding.global_batch(next(train), fns.b_shard, BATCH_KEYS)
-        params, opt_state, m = fns.step_fn(params, opt_state, rest, batch)
-        step += 1
-        losses.append(m["loss"])
-        if step % every == 0 or step == run.steps:
-            k, n, vl = evaluate(params, rest, val)
-            acc, train_loss = k / max(n, 1), float(np.mean(jax.device_get(losses)))
-            losses = []
-            history.append(dict(step=step, train_loss=train_loss, val_loss=vl / max(n, 1), val_accuracy=acc))
-            el = time.time() - t0
-            eta = el / step * (run.steps - step)
-            log(f"[recall] {run.name} step {step}/{run.steps} | train loss {train_loss:.3f} | val loss "
-                f"{vl / max(n, 1):.3f} | val accuracy {acc:.3f} | {step * bs * seq_len / el:,.0f} tok/s | "
-                f"{el:.0f}s, ETA {eta:.0f}s")
-            if acc >= stop_at:
-                break
     per_pairs, k_all, n_all, loss_all = {}, 0, 0, 0.0
     n_seq = int(study.eval_sequences)
     for p in opts["n_pairs"]:
         rng = np.random.default_rng([run.seed, mqar.SPLITS["test"], p])
-        k, n, loss = evaluate(params, rest, [draw(rng, min(bs, n_seq - s), p) for s in range(0, n_seq, bs)])
+        k = n = 0
+        loss = 0.0
+        for s in range(0, n_seq, bs):
+            b = mqar.batch(rng, min(bs, n_seq - s), seq_len, p, opts["n_keys"], opts["n_values"],
+                           opts["placement"], opts["power_a"])
+            with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+                c, m, ce = sums(params, rest, {key: jax.numpy.asarray(v) for key, v in b.items()})
+            k, n, loss = k + int(c), n + int(m), loss + float(ce)
         per_pairs[str(p)] = dict(correct=k, queries=n, loss=loss / max(n, 1))
         k_all, n_all, loss_all = k_all + k, n_all + n, loss_all + loss
     test_loss = loss_all / max(n_all, 1)
     status = DID_NOT_TRAIN if did_not_train(test_loss, opts["n_values"], float(study.dnt_margin)) else TRAINED
+    hist = history(run.workdir)
+    step = int(summary["step"])
     return dict(settings=run.settings(study), steps=step, stopped_early=step < run.steps,
-                val_accuracy=acc, test_loss=test_loss, status=status, per_pairs=per_pairs,
-                history=history, seconds=time.time() - t0)
+                val_accuracy=hist[-1]["val_accuracy"] if hist else float("nan"), test_loss=test_loss,
+                status=status, per_pairs=per_pairs, history=hist, seconds=time.time() - t0)
 
 
 def result_path(run: Run) -> str:

@@ -16,7 +16,6 @@ fit (approach, bootstrap, include_clamped).
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import math
 import shlex
 from pathlib import Path
@@ -27,8 +26,6 @@ from linscale_jax import contract
 from linscale_jax.contract import PF_DAY
 from linscale_jax.models import sizes
 from linscale_jax.train import rule
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 @dataclasses.dataclass
@@ -45,6 +42,7 @@ class Run:
     n_params: int  # non-embedding, from the real parameter tree
     command: str
     seed: int = 0  # train.seed = data.seed: replicate runs of a size have seed >= 1
+    final: bool = False  # gets the final-checkpoint tasks (NIAH, the probe): runner.plan sets it
 
     @property
     def name(self) -> str:
@@ -83,19 +81,11 @@ def split_list(value) -> list[str]:
     return items
 
 
-def _model_file(study) -> Path:
-    path = Path(study.model_file)
-    path = path if path.is_absolute() else REPO / path
-    if not path.is_file():
-        raise FileNotFoundError(f"study.model_file={study.model_file!r} not found; use e.g. configs/ladder.py")
-    return path
+def model_config(study, name: str) -> ml_collections.ConfigDict:
+    """get_config(name) of study.model_file (a packaged config such as ladder or paper, or a path)."""
+    from linscale_jax.run import config_file
 
-
-def load_config_file(path: Path, arg: str) -> ml_collections.ConfigDict:
-    spec = importlib.util.spec_from_file_location(f"_study_cfg_{path.stem}", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.get_config(arg)
+    return config_file.load(str(study.model_file), name)
 
 
 def _flatten(cfg, prefix="") -> dict:
@@ -123,7 +113,7 @@ def run_config(study, arch: str, size: str, seed: int = 0) -> ml_collections.Con
     """The full config of one run: the model file's config, the preset's overrides, the budget
     (seed >= 1: a replicate, train.seed = data.seed = seed). A variant label (`cosformer2+tpe=none`)
     takes its arch's lr, batch, beta2 and warmup at this size, pinned (optim.rule=paper)."""
-    cfg = load_config_file(_model_file(study), f"{arch}-{size}")
+    cfg = model_config(study, f"{arch}-{size}")
     for key, value in _flatten(study.overrides).items():
         _set(cfg, key, value)
     base, changes = sizes.split_variant(arch)
@@ -150,7 +140,7 @@ def run_config(study, arch: str, size: str, seed: int = 0) -> ml_collections.Con
 def command(study, cfg, workdir: str) -> str:
     """`python -m linscale_jax.train` line reproducing cfg: model file + every changed field."""
     model = "-".join(cfg.name.split("-")[:2])  # <arch>-<size> (a replicate's name adds -seed<k>)
-    base = _flatten(load_config_file(_model_file(study), model))
+    base = _flatten(model_config(study, model))
     flags = [f"--config.{k}={v}" for k, v in _flatten(cfg).items() if base.get(k) != v]
     return " ".join(["python -m linscale_jax.train", f"--config={study.model_file}:{model}",
                      f"--workdir={shlex.quote(workdir)}", *flags])
@@ -185,25 +175,9 @@ def make_run(study, cfg, arch: str, size: str, seed: int, workdir: str, index: i
                command=command(study, cfg, rd), seed=seed)
 
 
-def parse_shard(spec: str | None) -> tuple[int, int]:
-    """'i/n' -> (i, n); None or '' -> (0, 1)."""
-    if not spec:
-        return 0, 1
-    try:
-        i, n = (int(x) for x in spec.split("/"))
-    except ValueError:
-        raise ValueError(f"--shard must look like i/n (e.g. 0/4), got {spec!r}") from None
-    if n < 1 or not 0 <= i < n:
-        raise ValueError(f"--shard={spec}: need 0 <= i < n")
-    return i, n
-
-
-def shard(runs: list[Run], spec: str | None) -> list[Run]:
-    i, n = parse_shard(spec)
-    return [r for r in runs if r.index % n == i]
-
-
 def dry_run_text(runs: list[Run], spec: str | None = None) -> str:
+    from linscale_jax.study.experiments import shard
+
     mine = shard(runs, spec)
     lines = [f"{len(mine)} run(s){'' if not spec else f' in shard {spec} of {len(runs)}'}:"]
     for r in mine:

@@ -1,26 +1,25 @@
-"""Run a study: train every run, evaluate its checkpoints, then join, fit and report.
+"""The scaling study's steps (study.experiments' interface): its runs, one run, the join and the report.
 
-    summary = run_study(study, workdir, shard_spec=None, approach=None, max_runs=None)
+    runs = plan(study, workdir)                  # plan.build_plan, each run marked final or not
+    process_run(study, run, log, final)          # train or resume, evaluate, cooldowns
+    joined = join(study, runs, workdir, ctx)     # table.csv, fit/, findings.json
+    report(study, workdir, joined, ctx)          # report.md
 
 Layout: DIR/runs/<arch>-<size>/ (a trainer workdir each: checkpoints/, metrics.jsonl, eval/),
 DIR/table.csv (eval.export: every checkpoint, plus a seed column), DIR/fit/ (one table per loss
 estimator of study.estimators, rows after the learning-rate warmup: table.csv the first one's,
 which the laws use; table_cooldown.csv the cooled-down branches' (DIR/runs/<run>/cooldowns/<step>/,
-study.cooldown), table_val_loss.csv / table_val_loss_avg.csv the others; fits.json + PNGs,
+scaling.cooldown), table_val_loss.csv / table_val_loss_avg.csv the others; fits.json + PNGs,
 bracketing.csv, envelope.csv), DIR/holdout.csv (+ holdout_curves.csv, holdout.json: each arch's
-largest size predicted by laws fitted without it, study.holdout), DIR/findings.json (study.results:
-every result as data), DIR/report.md (study.report renders those files).
+largest size predicted by laws fitted without it, scaling.holdout), DIR/findings.json
+(scaling.results: every result as data), DIR/report.md (scaling.report renders those files).
 Resumable at every level: a run whose last checkpoint is its final step is not trained again, a
 partial run resumes from its newest checkpoint (trainer.train), and eval.runner skips
 (checkpoint, task) pairs already in a run's eval/results.jsonl. Per run: val_loss at every
 checkpoint, then NIAH and the corpus probe (eval.probe) on the final checkpoint (of
 every run, or of each arch's largest run with study.eval.final_runs = "largest").
-With shard_spec 'i/n' only runs with index % n == i are processed and nothing is joined; an
-unsharded invocation trains what is still missing and joins whatever exists.
-join_only skips training and evaluation and joins whatever the workdir holds (while other hosts
-are still training). max_runs stops after that many runs were processed here (a simulated kill).
-backend="ray" processes the runs as Ray tasks, on this machine or on the cluster at ray_address
-(study.ray_backend); "local" (the default) in this process or study.workers' local pool.
+Sharding, --join_only, the backends and the stop and failure lines are study.experiments' and
+study.executor's, the same for every kind.
 """
 
 from __future__ import annotations
@@ -34,14 +33,11 @@ import time
 import jax
 import numpy as np
 
-from linscale_jax import fit
-from linscale_jax.study import plan as plan_lib
-from linscale_jax.study import findings, results, workers
-from linscale_jax import contract
-from linscale_jax.parallel import distributed
+from linscale_jax import contract, fit
 from linscale_jax.errors import Stopped
-from linscale_jax.run import signals
-from linscale_jax.train.metrics import fmt_time
+from linscale_jax.parallel import distributed
+from linscale_jax.study.scaling import findings, results
+from linscale_jax.study.scaling import plan as plan_lib
 
 
 def _print(msg: str) -> None:
@@ -120,34 +116,13 @@ def cooldown_dirs(run) -> list[str]:
 def run_cooldowns(study, run, ctx, log=_print) -> None:
     """Branch study.cooldown.points cooldowns off the run (study.cooldown) and evaluate each."""
     from linscale_jax.eval.runner import evaluate
-    from linscale_jax.study import cooldown
+    from linscale_jax.study.scaling import cooldown
 
     c = study.cooldown
     for step in cooldown.branch_steps(run.config, int(c.points)):
         out = os.path.join(run.workdir, contract.COOLDOWNS, str(step))
         cooldown.cooldown(run.config, run.workdir, step, float(c.fraction), out, shape=str(c.shape))
         evaluate(out, "all", ("val_loss",), ctx_kwargs=ctx, log=log)
-
-
-def eta_seconds(timed: list, todo: list) -> float:
-    """Seconds the runs `todo` (their exact FLOPs) will take, from t = a + b·FLOPs fitted to the
-    runs `timed` so far ((FLOPs, seconds) pairs; at least one)."""
-    f, t = (np.array(x, float) for x in zip(*timed))
-    if len(timed) >= 3 and np.ptp(f) > 0.5 * f.mean():  # sizes far enough apart to fit a slope
-        b = max(float(np.polyfit(f, t, 1)[0]), 0.0)
-        a = max(float(np.mean(t - b * f)), 0.0)
-    else:  # time proportional to FLOPs (an overestimate for small runs, whose compile dominates)
-        a, b = 0.0, float(np.sum(t) / np.sum(f))
-    return sum(a + b * x for x in todo)
-
-
-def eta(timed: list, todo: list) -> str:
-    """'ETA 4m05s' of the runs still to train (eta_seconds)."""
-    if not todo:
-        return "ETA 0m00s (evaluation only)"
-    if not timed:
-        return "ETA after the first run"
-    return f"ETA {fmt_time(eta_seconds(timed, todo))}"
 
 
 _COMPILE_S = [0.0]  # seconds XLA spent compiling (or reading the persistent cache) in this process
@@ -202,16 +177,47 @@ def process_run(study, run, log=_print, final: bool = True) -> None:
                                     cooldown_compile_s=round(c3 - c2, 2), end=round(t3, 1))) + "\n")
 
 
-def join(study, runs, workdir: str, approach: int, log=_print, runs_wall_s: float | None = None,
-         workers: int = 1) -> dict:
-    """DIR/table.csv from every run's eval rows, DIR/fit/table.csv (the rows after the warmup, which
-    the fits, plots and comparisons use), fits (DIR/fit/), the results as data (study.results:
-    findings.json, holdout, bracketing; with the wall time of this invocation's runs phase,
-    runs_wall_s, when given), then report.md rendered from them (study.report)."""
-    t0 = time.time()
-    from linscale_jax.eval.export import collect, write_csv
-    from linscale_jax.study import report
+def plan(study, workdir: str) -> list:
+    """The study's runs (plan.build_plan), each marked `final` when it gets the final-checkpoint
+    tasks (seed 0, and every run or each arch's largest: study.eval.final_runs); the inputs that
+    other studies give (recall_from, protocol_from) and the estimators are checked first, so a wrong
+    one fails before anything trains."""
+    runs = plan_lib.build_plan(study, workdir)
+    findings.recall_rows_from(study)  # a wrong study.recall_from (or protocol_from) fails now, not after training
+    results.protocol_sources(study)
+    if "cooldown" in estimators(study) and str(study.overrides.optim.get("schedule", "")) != "constant":
+        raise ValueError(f"study.estimators has cooldown, which branches off a constant learning rate, but "
+                         f"overrides.optim.schedule is {study.overrides.optim.get('schedule')!r}: set "
+                         "--config.overrides.optim.schedule=constant or drop cooldown from study.estimators")
+    largest = {}
+    for r in runs:
+        largest[r.arch] = max(largest.get(r.arch, 0), r.n_params)
+    for r in runs:
+        r.final = r.seed == 0 and (str(study.eval.final_runs) == "all" or r.n_params == largest[r.arch])
+    return runs
 
+
+def start(study, workdir: str, runs) -> None:
+    """DIR/plan.txt: the dry-run listing of every run (a record for the hosts of a sharded study)."""
+    with open(contract.study_path(workdir, contract.STUDY_PLAN), "w") as f:
+        f.write(plan_lib.dry_run_text(runs) + "\n")
+
+
+def dry_run(study, runs, spec: str | None = None) -> str:
+    return plan_lib.dry_run_text(runs, spec)
+
+
+def join(study, runs, workdir: str, ctx) -> dict:
+    """DIR/table.csv from every run's eval rows, DIR/fit/table.csv (the rows after the warmup, which
+    the fits, plots and comparisons use), fits (DIR/fit/), then the results as data (study.results:
+    findings.json, holdout, bracketing; with the wall time of this invocation's runs, ctx.runs_s,
+    when it processed any)."""
+    t0, log = time.time(), ctx.log
+    from linscale_jax.eval.export import collect, write_csv
+
+    approach = int(ctx.options.approach or study.fit.approach)
+    if approach not in (1, 2, 3):
+        raise ValueError(f"--approach must be 1, 2 or 3, got {approach}; pass one of those.")
     have = [r for r in runs if os.path.exists(os.path.join(r.workdir, contract.EVAL_RESULTS))]
     if not have:
         raise FileNotFoundError(f"no evaluated runs under {workdir}/{contract.STUDY_RUNS}; train some first")
@@ -246,12 +252,18 @@ def join(study, runs, workdir: str, approach: int, log=_print, runs_wall_s: floa
     if not os.path.exists(fit_table):
         raise FileNotFoundError(f"no {fit_loss(study)} rows to fit in {workdir}; evaluate the runs first")
     errors = fit_laws(study, fit_table, fit_dir, approach, log)
-    found = results.write(study, runs, workdir, errors, dict(runs_s=runs_wall_s, workers=workers, t0=t0))
-    path = report.write_report(workdir)
-    for line in findings.console_lines(found):
-        log(line)
-    log(f"[study] report: {path}")
-    return {"table": table, "fit_dir": fit_dir, "report": path, "fit_errors": errors}
+    found = results.write(study, runs, workdir, errors, dict(runs_s=ctx.runs_s, workers=ctx.slots, t0=t0))
+    return {"table": table, "fit_dir": fit_dir, "fit_errors": errors, "findings": found}
+
+
+def report(study, workdir: str, joined: dict, ctx) -> str:
+    """report.md rendered from the joined files (study.report), and the findings' console lines."""
+    from linscale_jax.study.scaling import report as report_lib
+
+    path = report_lib.write_report(workdir)
+    for line in findings.console_lines(joined["findings"]):
+        ctx.log(line)
+    return path
 
 
 def fit_laws(study, table_path: str, out: str, approach: int, log=_print) -> dict:
@@ -289,91 +301,3 @@ def fit_laws(study, table_path: str, out: str, approach: int, log=_print) -> dic
             log(f"[study] fit {a}: L(C) = {e['L_C']['coefficient']:.4g}·C^{e['L_C']['exponent']:+.4f}{bound}")
         log(f"[study] wrote {fits_json} and {', '.join(p.name for p in pngs)}")
     return errors
-
-
-def workers_for(study, n_runs: int, max_runs: int | None) -> int:
-    """How many runs train at once (study.workers, at most one per run; one under a multi-process
-    launch, where every run spans all hosts, and with max_runs)."""
-    n = int(study.get("workers", 1))
-    if n < 1:
-        raise ValueError(f"study.workers must be >= 1, got {n}")
-    if n > 1 and jax.process_count() > 1:
-        raise ValueError(f"study.workers={n} trains several runs in local processes; a multi-process "
-                         "launch trains one run at a time over every host: set --config.workers=1")
-    return 1 if max_runs is not None else max(1, min(n, n_runs))
-
-
-BACKENDS = ("local", "ray")
-
-
-def run_study(study, workdir: str, shard_spec: str | None = None, approach: int | None = None,
-              max_runs: int | None = None, join_only: bool = False, log=_print,
-              backend: str = "local", ray_address: str | None = None) -> dict:
-    runs = plan_lib.build_plan(study, workdir)
-    findings.recall_rows_from(study)  # a wrong study.recall_from (or protocol_from) fails now, not after training
-    results.protocol_sources(study)
-    if "cooldown" in estimators(study) and str(study.overrides.optim.get("schedule", "")) != "constant":
-        raise ValueError(f"study.estimators has cooldown, which branches off a constant learning rate, but "
-                         f"overrides.optim.schedule is {study.overrides.optim.get('schedule')!r}: set "
-                         "--config.overrides.optim.schedule=constant or drop cooldown from study.estimators")
-    mine = [] if join_only else plan_lib.shard(runs, shard_spec)
-    approach = int(approach or study.fit.approach)
-    if distributed.is_primary():  # shared files: process 0 writes, the others read
-        os.makedirs(workdir, exist_ok=True)
-        with open(contract.study_path(workdir, contract.STUDY_PLAN), "w") as f:
-            f.write(plan_lib.dry_run_text(runs) + "\n")
-    t0, processed, timed = time.time(), 0, []  # timed: (exact FLOPs, seconds) of runs trained here
-    largest = {}
-    for r in runs:
-        largest[r.arch] = max(largest.get(r.arch, 0), r.n_params)
-    finals = {r.name: r.seed == 0 and (str(study.eval.final_runs) == "all" or r.n_params == largest[r.arch])
-              for r in runs}
-    if backend not in BACKENDS:
-        raise ValueError(f"--backend={backend!r}; use one of {', '.join(BACKENDS)}")
-    n_workers, out = workers_for(study, len(mine), max_runs), None
-    if backend == "ray" and mine:  # Ray tasks on this machine or a cluster (study.ray_backend)
-        from linscale_jax.study import ray_backend
-
-        out = ray_backend.run(study, mine, finals, process_run, workdir, ray_address, log, eta_seconds)
-        n_workers = out["slots"]
-    elif n_workers > 1:
-        out = workers.run_parallel(study, mine, finals, n_workers, process_run, log, eta_seconds)
-    if out is not None:
-        processed = len(mine)
-        if out["stopped"] or out.get("signal"):
-            raise Stopped(f"[study] stopped by {out.get('signal') or 'a signal'}: "
-                          f"{', '.join(out['stopped']) or 'no run was under way'} saved "
-                          "(checkpoints, eval rows so far); re-run the same command to resume.")
-        if out["failed"]:
-            raise workers.RunsFailed(f"{len(out['failed'])} run(s) failed, the others finished; fix and "
-                               "re-run to resume: " + "; ".join(f"{k}: {v}" for k, v in out["failed"].items()))
-    for k, run in enumerate(mine if out is None else []):
-        done = sum(trained(r) for r in runs)
-        todo = [r.flops_exact for r in mine[k:] if not trained(r)]
-        log(f"[study] run {k + 1}/{len(mine)}{' of shard ' + shard_spec if shard_spec else ''}: {run.name} "
-            f"(N={run.n_params:.3g}, {run.steps} steps, C={run.pf_days:.3g} PF-days) | study runs "
-            f"trained {done}/{len(runs)} | elapsed {fmt_time(time.time() - t0)} | {eta(timed, todo)}")
-        was_trained, t_run = trained(run), time.time()
-        try:
-            process_run(study, run, log, final=finals[run.name])
-        except signals.Interrupted as e:  # outside the trainer's step loop (which saves first)
-            raise Stopped(f"[study] stopped by {e} during {run.name}; its checkpoints and eval rows "
-                          "so far are kept; re-run the same command to resume.") from None
-        if not was_trained:
-            timed.append((run.flops_exact, time.time() - t_run))
-        processed += 1
-        if max_runs is not None and processed >= max_runs and k + 1 < len(mine):
-            log(f"[study] stopping after {processed} run(s) (max_runs); re-run to continue")
-            return {"stopped": True, "runs": len(runs), "processed": processed}
-    log(f"[study] {len(mine)} run(s) processed in {fmt_time(time.time() - t0)}")
-    if shard_spec and plan_lib.parse_shard(shard_spec)[1] > 1:
-        log("[study] sharded invocation: run without --shard to join the results, fit and report")
-        return {"stopped": False, "runs": len(runs), "processed": processed}
-    if not distributed.is_primary():  # the table, fits and report are written by process 0 alone
-        return {"stopped": False, "runs": len(runs), "processed": processed}
-    t_join = time.time()
-    out = join(study, runs, workdir, approach, log, workers=n_workers,
-               runs_wall_s=None if join_only else t_join - t0)
-    log(f"[study] runs {fmt_time(t_join - t0)} on {n_workers} worker(s), join + fits + report "
-        f"{fmt_time(time.time() - t_join)}, total {fmt_time(time.time() - t0)}")
-    return {"stopped": False, "runs": len(runs), "processed": processed, "seconds": time.time() - t0, **out}

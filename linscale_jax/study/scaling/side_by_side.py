@@ -1,6 +1,7 @@
 """Studies side by side: replicates (another seed, another machine) or two versions of the code.
 
-    python -m linscale_jax.study.side_by_side --workdir=A --workdir=B [--out=FILE.md]
+    python -m linscale_jax.study side_by_side --workdir=A --workdir=B [--out=FILE.md]
+    text = render([A, B])
 
 Reads each study's findings.json, fit/fits.json, holdout.csv and fit/table.csv (what `python -m
 study` writes) and prints one markdown document: the three findings' verdicts, the lowest loss at
@@ -14,15 +15,8 @@ from __future__ import annotations
 import csv
 import json
 import os
-import sys
-
-from absl import app, flags
 
 from linscale_jax import contract
-
-_WORKDIRS = flags.DEFINE_multi_string("workdir", None, "A study directory (repeat: 2 or more).")
-_OUT = flags.DEFINE_string("out", None, "Also write the markdown here.")
-
 
 def _load(workdir: str) -> dict:
     need = [contract.study_path(workdir, contract.FINDINGS_JSON),
@@ -124,24 +118,3 @@ def render(workdirs: list[str]) -> str:
           f"{'the same' if len(best) == 1 else 'differs, ' + ('but neither is resolved' if not any(resolved) else 'and at least one says resolved')}).",
           ""]
     return "\n".join(L)
-
-
-def main(argv) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments {argv[1:]}")
-    if not _WORKDIRS.value or len(_WORKDIRS.value) < 2:
-        print("ERROR: give two or more --workdir=DIR (finished studies)", file=sys.stderr)
-        sys.exit(2)
-    try:
-        text = render(_WORKDIRS.value)
-    except FileNotFoundError as e:
-        print(f"ERROR: {e}", file=sys.stderr)
-        sys.exit(1)
-    print(text)
-    if _OUT.value:
-        with open(_OUT.value, "w") as f:
-            f.write(text)
-
-
-if __name__ == "__main__":
-    app.run(main)

@@ -24,9 +24,9 @@ import math
 
 import numpy as np
 
-from linscale_jax.study import plan as plan_lib
-from linscale_jax.study import tune_fit
-from linscale_jax.study.tune_fit import Cell, lr_of
+from linscale_jax.study.scaling import plan as plan_lib
+from linscale_jax.study.tune import fit as tune_fit
+from linscale_jax.study.tune.fit import Cell, lr_of
 
 
 def cell_name(c: Cell, lr_base: float) -> str:
@@ -158,7 +158,7 @@ def n_params_of(study, arch: str, size: str) -> float:
 
     key = (str(study.model_file), arch, size)
     if key not in _N_PARAMS:
-        cfg = plan_lib.load_config_file(plan_lib._model_file(study), f"{arch}-{size}")
+        cfg = plan_lib.model_config(study, f"{arch}-{size}")
         _N_PARAMS[key] = float(accounting.param_counts(ModelConfig.from_config(cfg.model))["non_embedding"])
     return _N_PARAMS[key]
 

@@ -2,7 +2,8 @@
 rules with intervals, provenance and every cell's loss: the file linscale_jax.train.rule reads),
 lr.png and summary.md.
 
-    write_outputs(study, workdir, {cell: (loss, val_loss)})   # -> the rule file's dict
+    joined = join(study, workdir, {cell: (loss, val_loss)})   # cells.csv, rule.json
+    report(study, joined)                                      # cells.md, lr.png
 """
 
 from __future__ import annotations
@@ -14,14 +15,15 @@ import platform
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 
 from linscale_jax import contract
-from linscale_jax.study import plan as plan_lib
-from linscale_jax.study import tune_fit
-from linscale_jax.study.tune_fit import Cell, lr_of
-from linscale_jax.study.tune_grid import (beta2_of, cell_config, cell_name, n_params_of, names, rule_of, sizes_of)
+from linscale_jax.study.scaling import plan as plan_lib
+from linscale_jax.study.tune import fit as tune_fit
+from linscale_jax.study.tune.fit import Cell, lr_of
+from linscale_jax.study.tune.grid import (beta2_of, cell_config, cell_name, n_params_of, names, rule_of, sizes_of)
 
 TUNE_DIR = "tune"
 
@@ -42,7 +44,7 @@ def machine() -> str:
 
 def code_version() -> str:
     try:
-        return subprocess.run(["git", "-C", str(plan_lib.REPO), "rev-parse", "HEAD"], capture_output=True,
+        return subprocess.run(["git", "-C", str(Path(__file__).resolve().parents[3]), "rev-parse", "HEAD"], capture_output=True,
                               text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return ""
@@ -71,10 +73,9 @@ def _fmt_ci(ci, fmt="{:.3g}") -> str:
     return "" if ci is None else "[" + ", ".join(fmt.format(x) for x in ci) + "]"
 
 
-def write_outputs(study, workdir: str, seen: dict, log=_print) -> dict:
-    from linscale_jax.study import tune_plot
-
-    t = study.tune
+def join(study, workdir: str, seen: dict) -> dict:
+    """DIR/tune/cells.csv and rule.json from the measured cells {cell: (loss, val_loss)}: the fitted
+    rules (the file linscale_jax.train.rule reads) and one row per cell."""
     out_dir = contract.study_path(workdir, TUNE_DIR)
     os.makedirs(out_dir, exist_ok=True)
     loss = {c: v[0] for c, v in seen.items()}
@@ -88,14 +89,23 @@ def write_outputs(study, workdir: str, seen: dict, log=_print) -> dict:
     rule = rule_file(study, loss, fitted, sigma, pairs, rows)
     with open(os.path.join(out_dir, "rule.json"), "w") as f:
         json.dump(rule, f, indent=1)
-    png = tune_plot.plot_lr(rows, fitted, os.path.join(out_dir, "lr.png"))
-    md = summary_md(study, rule, rows)
-    with open(os.path.join(out_dir, "cells.md"), "w") as f:
+    return {"rule": rule, "rows": rows, "fitted": fitted, "dir": out_dir}
+
+
+def report(study, joined: dict, log=_print) -> str:
+    """DIR/tune/cells.md (the table) and lr.png; returns cells.md's path."""
+    from linscale_jax.study.tune import plot as tune_plot
+
+    out_dir = joined["dir"]
+    png = tune_plot.plot_lr(joined["rows"], joined["fitted"], os.path.join(out_dir, "lr.png"))
+    md = summary_md(study, joined["rule"], joined["rows"])
+    path = os.path.join(out_dir, "cells.md")
+    with open(path, "w") as f:
         f.write(md)
     log(md)
     log(f"[tune] wrote {out_dir}/cells.csv, cells.md, rule.json, {os.path.basename(png)}; ship the rule "
         f"with: cp {out_dir}/rule.json linscale_jax/train/tuned_rule.json")
-    return {"rule": rule, "rows": rows, "dir": out_dir}
+    return path
 
 
 def _law_json(law: dict) -> dict:

@@ -196,7 +196,7 @@ def section(result: dict) -> tuple[list[str], dict]:
     prot = result.get("protocols")
     L = [SECTION, "", f"Each of the paper's qualitative findings, judged on this study's numbers under each loss "
          f"estimator ({', '.join(est)}); equivalence margin ±{result['margin']:g} nats, held-out "
-         f"tolerance ±{result['tolerance']:g} nats (`python -m linscale_jax.study.verdicts` gives the same from the "
+         f"tolerance ±{result['tolerance']:g} nats (`python -m linscale_jax.study.scaling.verdicts` gives the same from the "
          "tables). Verdicts follow the intervals, not the paper."
          + (f" Every finding is also judged under the other learning-rate protocol, read from "
             f"`{prot['source']}` ({' vs '.join(prot['labels'])}); where the two disagree the verdict is "

@@ -1,30 +1,33 @@
-"""How often the study's finding-2 verdicts come out right, on simulations of the study's own design.
+"""How often the study's finding-2 verdicts come out right, on simulations of the study's own design
+(the steps of the "calibrate" kind, study.experiments).
 
-    python -m linscale_jax.study.calibrate --workdir=DIR [--seeds=N] [--effect=0.1] [--bootstrap=B] [--json]
-                              [--replicate_sizes=smallest,largest --replicate_seeds=N]
+    python -m linscale_jax.study --config=calibrate --workdir=DIR [--config.seeds=100] [--config.effect=0.1]
+        [--config.bootstrap=B] [--config.replicate_sizes=smallest,largest --config.replicate_seeds=N]
+    cal = calibrate(DIR, seeds=100, effect=0.1)      # the same, in this process
 
-DIR is a finished study (findings.json and fit/table*.csv). Each simulated study has DIR's sizes,
-checkpoints, tokens, replicates and estimators; its losses are the baseline's fitted L(N, D),
+DIR is a finished scaling study (findings.json and fit/table*.csv). Each simulated study has DIR's
+sizes, checkpoints, tokens, replicates and estimators; its losses are the baseline's fitted L(N, D),
 changed per case (null-equal, null-crossing-at-C*, one arch lower, one arch higher), plus each
 arch's own AR(1) residuals and seed effects at 1x and 3x its measured sd (offset or slope). The
-study's own judge (study.verdicts.judge) decides each. Prints one JSON object per case (`case`,
-the four shares, `n`, `target`, `by_scenario`); writes DIR/calibration.json and renders
-DIR/report.md again. --replicate_sizes/--replicate_seeds simulate another replicate design and
-give its cost. Method and targets: docs/study.md "Estimators and verdicts".
+study's own judge (scaling.verdicts.judge) decides each. A case is one run of the experiment
+(DIR/calibration/<design>/<case>/counts.json: the verdicts counted per scenario), so the four cases
+run on any backend; the join writes DIR/calibration.json (one entry per design: the four shares, `n`,
+`target`, `by_scenario` of each case) and the report renders DIR/report.md again and prints the
+table. replicate_sizes/replicate_seeds simulate another replicate design and give its cost. Method
+and targets: docs/study.md "Estimators and verdicts".
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 
 import numpy as np
 
 from linscale_jax import contract
 from linscale_jax.contract import BASELINE_ARCH, TABLE_COLUMNS
-from linscale_jax.study.verdicts import plain
+from linscale_jax.study.scaling.verdicts import plain
 
 CASES = ("null-equal", "null-crossing-at-C*", "one arch lower", "one arch higher")
 SCENARIOS = (("1x offset", 1.0, False), ("3x offset", 3.0, False), ("1x slope", 1.0, True), ("3x slope", 3.0, True))
@@ -74,7 +77,7 @@ def design(tabs: dict, found: dict, replicates: tuple | None = None) -> dict:
     (sizes, seeds) in place of the study's replicate runs), the common compute, the baseline's law,
     and per arch its noise (residual sd, rho, seed sd)."""
     from linscale_jax.fit.bootstrap import curves_of
-    from linscale_jax.study import verdicts
+    from linscale_jax.study.scaling import verdicts
 
     out = {}
     for est, t in tabs.items():
@@ -175,68 +178,103 @@ def target(case: str, counts: dict) -> tuple[str, bool]:
     return f"power {right:.0%} at the measured seed sd (>= {POWER_MIN:.0%})", right >= POWER_MIN
 
 
-def calibrate(workdir: str, seeds: int = 100, effect: float = 0.1, n_boot: int | None = None,
-              replicates: tuple | None = None, log=None) -> dict:
-    """Simulate and judge `seeds` studies per case (module docstring); `replicates` (sizes, seeds)
-    simulates that replicate design instead of the study's. Returns this design's entry of
-    calibration.json (which keeps one entry per design)."""
-    from linscale_jax.study import verdicts
+def load_design(workdir: str, replicates: tuple | None = None) -> tuple[dict, dict, dict, tuple]:
+    """(findings.json, the simulated design per estimator (design()), and the linear archs) of the
+    finished study in `workdir`."""
+    from linscale_jax.study.scaling import verdicts
 
-    t0 = time.time()
-    found = json.load(open(contract.study_path(workdir, contract.FINDINGS_JSON)))
+    path = contract.study_path(workdir, contract.FINDINGS_JSON)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path} does not exist; run `python -m linscale_jax.study --config=... "
+                                f"--workdir={workdir}` first (a finished scaling study)")
+    found = json.load(open(path))
     if "laws_nd" not in found:
         raise ValueError(f"{workdir}/findings.json has no laws_nd; rerun `python -m linscale_jax.study --config=... "
                          f"--workdir={workdir} --join_only` to write it")
     study_tabs = {}
     for i, est in enumerate(found["estimators"]):
-        path = contract.study_path(workdir, contract.STUDY_FIT, contract.fit_table_name(est, i == 0))
-        study_tabs.update(verdicts.load_tables([f"{est}={path}"]))
+        table = contract.study_path(workdir, contract.STUDY_FIT, contract.fit_table_name(est, i == 0))
+        study_tabs.update(verdicts.load_tables([f"{est}={table}"]))
     study_tabs = {e: t.take(t.step >= found["design"]["fit_min_step"]) for e, t in study_tabs.items()}
-    des = design(study_tabs, found, replicates)
-    n_boot = int(n_boot or found["n_boot"])
     linear = tuple(a for a in study_tabs[found["estimators"][0]].archs if a != BASELINE_ARCH)
-    cases = []
-    for ci, case in enumerate(CASES):
-        counts = {s[0]: dict.fromkeys(verdicts.OUTCOMES, 0) for s in SCENARIOS}
-        for s in range(seeds):
-            scen = SCENARIOS[s % len(SCENARIOS)]
-            rng = np.random.default_rng([ci, s])
-            for est, d in des.items():
-                r = verdicts.judge(simulate(d, case, effect, scen, rng), margin=found["margin"], n_boot=n_boot,
-                                   seed=s, holdout=False, linear=linear)
-                for row in r["equal_compute"]["archs"].values():
-                    counts[scen[0]][row["verdict"]] += 1
-        total = {o: sum(c[o] for c in counts.values()) for o in verdicts.OUTCOMES}
-        n = sum(total.values())
-        shares = {o: total[o] / n for o in verdicts.OUTCOMES}
-        text, ok = target(case, counts)
-        by = {}
-        for name, c in counts.items():
-            m = max(sum(c.values()), 1)
-            right = c["better"] if case == "one arch lower" else c["worse"] if case == "one arch higher" else \
-                c["better"] + c["worse"]
-            by[name] = dict(resolved=right / m, **{o: c[o] / m for o in verdicts.OUTCOMES})
-        cases.append(dict(case=case, **shares, n=n, target=text, met=ok, by_scenario=by))
-        if log:
-            log(json.dumps(results_line(cases[-1])))
+    return found, design(study_tabs, found, replicates), linear
+
+
+def case_counts(found: dict, des: dict, linear: tuple, ci: int, seeds: int, effect: float, n_boot: int) -> dict:
+    """{scenario: {verdict: count}} of case CASES[ci] over `seeds` simulated studies."""
+    from linscale_jax.study.scaling import verdicts
+
+    case = CASES[ci]
+    counts = {s[0]: dict.fromkeys(verdicts.OUTCOMES, 0) for s in SCENARIOS}
+    for s in range(seeds):
+        scen = SCENARIOS[s % len(SCENARIOS)]
+        rng = np.random.default_rng([ci, s])
+        for d in des.values():
+            r = verdicts.judge(simulate(d, case, effect, scen, rng), margin=found["margin"], n_boot=n_boot,
+                               seed=s, holdout=False, linear=linear)
+            for row in r["equal_compute"]["archs"].values():
+                counts[scen[0]][row["verdict"]] += 1
+    return counts
+
+
+def case_result(case: str, counts: dict) -> dict:
+    """One case's entry: the shares of each verdict, n, the target and whether it is met, by scenario."""
+    from linscale_jax.study.scaling import verdicts
+
+    total = {o: sum(c[o] for c in counts.values()) for o in verdicts.OUTCOMES}
+    n = sum(total.values())
+    shares = {o: total[o] / n for o in verdicts.OUTCOMES}
+    text, ok = target(case, counts)
+    by = {}
+    for name, c in counts.items():
+        m = max(sum(c.values()), 1)
+        right = c["better"] if case == "one arch lower" else c["worse"] if case == "one arch higher" else \
+            c["better"] + c["worse"]
+        by[name] = dict(resolved=right / m, **{o: c[o] / m for o in verdicts.OUTCOMES})
+    return dict(case=case, **shares, n=n, target=text, met=ok, by_scenario=by)
+
+
+def design_label(replicates: tuple | None) -> str:
+    return ("the study's own design" if replicates is None else
+            f"replicates: {replicates[1]} more seed(s) of {','.join(replicates[0])}")
+
+
+def write(workdir: str, found: dict, des: dict, linear: tuple, cases: list, seeds: int, effect: float,
+          n_boot: int, replicates: tuple | None, seconds: float) -> dict:
+    """This design's entry of DIR/calibration.json (which keeps one entry per design), written."""
     runs = des[found["estimators"][0]]["runs"]
-    label = ("the study's own design" if replicates is None else
-             f"replicates: {replicates[1]} more seed(s) of {','.join(replicates[0])}")
     flags = ("" if replicates is None else
-             f" --replicate_sizes={','.join(replicates[0])} --replicate_seeds={replicates[1]}")
-    out = dict(design=label, runs=len(runs) * len(linear + (BASELINE_ARCH,)),
-               command=f"python -m linscale_jax.study.calibrate --workdir={workdir} --seeds={seeds} --effect={effect:g}"
-               + (f" --bootstrap={n_boot}" if n_boot != found["n_boot"] else "") + flags,
+             f" --config.replicate_sizes={','.join(replicates[0])} --config.replicate_seeds={replicates[1]}")
+    out = dict(design=design_label(replicates), runs=len(runs) * len(linear + (BASELINE_ARCH,)),
+               command=f"python -m linscale_jax.study --config=calibrate --workdir={workdir} --config.seeds={seeds} "
+               f"--config.effect={effect:g}" + (f" --config.bootstrap={n_boot}" if n_boot != found["n_boot"] else "")
+               + flags,
                seeds=seeds, effect=effect, n_boot=n_boot, scenarios=[s[0] for s in SCENARIOS], cases=cases,
-               seconds=time.time() - t0, mde=_mde(found), cost=cost(found, runs))
+               seconds=seconds, mde=_mde(found), cost=cost(found, runs))
     out["summary"] = summary(out)
     path = contract.study_path(workdir, contract.CALIBRATION_JSON)
     old = json.load(open(path)).get("designs", []) if os.path.exists(path) else []
-    designs = [d for d in old if d.get("design") != label] + [plain(out)]
+    designs = [d for d in old if d.get("design") != out["design"]] + [plain(out)]
     designs.sort(key=lambda d: d["design"] != "the study's own design")
     with open(path, "w") as f:
         json.dump(dict(designs=designs), f, indent=2)
     return out
+
+
+def calibrate(workdir: str, seeds: int = 100, effect: float = 0.1, n_boot: int | None = None,
+              replicates: tuple | None = None, log=None) -> dict:
+    """Simulate and judge `seeds` studies per case (module docstring) in this process; `replicates`
+    (sizes, seeds) simulates that replicate design instead of the study's. Returns this design's
+    entry of calibration.json."""
+    t0 = time.time()
+    found, des, linear = load_design(workdir, replicates)
+    n_boot = int(n_boot or found["n_boot"])
+    cases = []
+    for ci, case in enumerate(CASES):
+        cases.append(case_result(case, case_counts(found, des, linear, ci, seeds, effect, n_boot)))
+        if log:
+            log(json.dumps(results_line(cases[-1])))
+    return write(workdir, found, des, linear, cases, seeds, effect, n_boot, replicates, time.time() - t0)
 
 
 def _mde(found: dict) -> dict:
@@ -268,48 +306,3 @@ def results_line(c: dict) -> dict:
     return {"case": c["case"], **{k: round(c[k], 4) for k in ("better", "worse", "equivalent", "not_resolved")},
             "n": c["n"], "target": c["target"],
             "by_scenario": {k: round(v["resolved"], 4) for k, v in c["by_scenario"].items()}}
-
-
-def main(argv=None) -> int:
-    from linscale_jax.errors import ArgumentParser
-
-    p = ArgumentParser(prog="python -m linscale_jax.study.calibrate", description=__doc__.split("\n")[0])
-    p.add_argument("--workdir", required=True, help="a finished study directory")
-    p.add_argument("--seeds", type=int, default=100, help="simulated studies per case")
-    p.add_argument("--effect", type=float, default=0.1, help="the planted difference, nats")
-    p.add_argument("--bootstrap", type=int, default=0, help="draws per verdict (0: the study's)")
-    p.add_argument("--replicate_sizes", default="", help="simulate replicates of these sizes instead of "
-                   "the study's: smallest, largest or size names, comma-separated")
-    p.add_argument("--replicate_seeds", type=int, default=1, help="replicate seeds per named size")
-    p.add_argument("--json", action="store_true", help="one JSON object per case")
-    a = p.parse_args(argv)
-    from linscale_jax.study import report
-
-    path = contract.study_path(a.workdir, contract.FINDINGS_JSON)
-    if not os.path.exists(path):
-        print(f"ERROR: {path} does not exist; run `python -m linscale_jax.study --config=... --workdir={a.workdir}` first",
-              file=sys.stderr)
-        return 1
-    try:
-        reps = ([x.strip() for x in a.replicate_sizes.split(",") if x.strip()], a.replicate_seeds) \
-            if a.replicate_sizes else None
-        cal = calibrate(a.workdir, a.seeds, a.effect, a.bootstrap or None, reps)
-    except (ValueError, KeyError) as e:
-        print(f"ERROR: {e}", file=sys.stderr)
-        return 1
-    report.write_report(a.workdir)
-    if a.json:
-        for c in cal["cases"]:
-            print(json.dumps(results_line(c)))
-    else:
-        print("| case | better | worse | equivalent | not_resolved | target |\n|---|---|---|---|---|---|")
-        for c in cal["cases"]:
-            print(f"| {c['case']} | {c['better']:.0%} | {c['worse']:.0%} | {c['equivalent']:.0%} | "
-                  f"{c['not_resolved']:.0%} | {c['target']} |")
-        print(f"\n{cal['design']} ({cal['cost']['text']}). {cal['summary']}\n{cal['seconds']:.0f} s; "
-              "DIR/calibration.json and report.md updated")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,7 +1,7 @@
 """The paper's findings judged from a checkpoint table, with verdicts that can fail.
 
-    python -m linscale_jax.study.verdicts --table=FILE [--table=NAME=FILE ...] [--recall=FILE] [--margin=M]
-                             [--tolerance=T] [--seed_sd=S] [--bootstrap=B] [--min_step=K] [--json]
+    python -m linscale_jax.study verdicts --table=FILE [--table=NAME=FILE ...] [--recall=FILE] [--margin=M]
+        [--tolerance=T] [--seed_sd=S] [--bootstrap=B] [--min_step=K] [--json]
 
 FILE is a table in the contract's columns (linscale_jax.contract.TABLE_COLUMNS, as `eval.export`
 writes; a `seed` column may be present): one row per (run, checkpoint), `loss` the estimator
@@ -23,7 +23,6 @@ recall.csv (study.findings.retrieval). The rules in full: docs/study.md "Estimat
 from __future__ import annotations
 
 import json
-import sys
 
 import numpy as np
 
@@ -261,7 +260,7 @@ ROW_KEYS = ("diff", "ci_low", "ci_high", "verdict", "reason", "failed", "mde", "
 def judge_all(tables: dict, recall_rows=None, recall_source: str = "", **kw) -> dict:
     """{estimator: Table} -> the findings JSON: per finding `verdict` (combined over estimators),
     `by_estimator`, and per arch the first estimator's numbers with the combined verdict."""
-    from linscale_jax.study import findings
+    from linscale_jax.study.scaling import findings
 
     per = {name: judge(t, **kw) for name, t in tables.items()}
     first = next(iter(per))
@@ -317,7 +316,7 @@ def _iv(lo, hi) -> str:
 
 def text(result: dict) -> str:
     """A plain-text rendering of judge_all's JSON."""
-    from linscale_jax.study.findings import label
+    from linscale_jax.study.scaling.findings import label
 
     L = [f"estimators: {', '.join(result['estimators'])}; margin ±{result['margin']:g} nats (equivalence), "
          f"held-out tolerance ±{result['tolerance']:g} nats"]
@@ -338,36 +337,13 @@ def text(result: dict) -> str:
     return "\n".join(L)
 
 
-def main(argv=None) -> int:
-    import argparse
+def command(tables: list[str], recall: str = "", margin: float = DEFAULT_MARGIN,
+            tolerance: float = DEFAULT_TOLERANCE, seed_sd: float | None = None, bootstrap: int = 200,
+            seed: int = 0, min_step: float = 0.0, as_json: bool = False) -> str:
+    """`python -m linscale_jax.study verdicts`: the findings judged from checkpoint tables ('FILE' or
+    'NAME=FILE', one per loss estimator) and a recall.csv, as text or JSON."""
+    from linscale_jax.study.scaling import findings
 
-    p = argparse.ArgumentParser(prog="python -m linscale_jax.study.verdicts", description=__doc__.split("\n")[0])
-    p.add_argument("--table", action="append", required=True,
-                   help="checkpoint table CSV, or NAME=FILE (repeat for several loss estimators)")
-    p.add_argument("--recall", default="", help="a recall study's recall.csv (finding 3)")
-    p.add_argument("--margin", type=float, default=DEFAULT_MARGIN, help="equivalence margin, nats")
-    p.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE, help="held-out tolerance, nats")
-    p.add_argument("--seed_sd", type=float, default=None,
-                   help="seed-to-seed sd (nats) assumed when no arch has replicate runs in the table")
-    p.add_argument("--bootstrap", type=int, default=200)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--min_step", type=float, default=0.0, help="ignore checkpoints before this step")
-    p.add_argument("--json", action="store_true")
-    a = p.parse_args(argv)
-    from linscale_jax.fit.table import FitError
-    from linscale_jax.study import findings
-
-    try:
-        tables = load_tables(a.table, a.min_step)
-        recall = findings.read_recall(a.recall) if a.recall else None
-        res = judge_all(tables, recall, a.recall, margin=a.margin, tolerance=a.tolerance, seed_sd=a.seed_sd,
-                        n_boot=a.bootstrap, seed=a.seed)
-    except (FitError, FileNotFoundError, ValueError) as e:
-        print(f"ERROR: {e}", file=sys.stderr)
-        return 1
-    print(json.dumps(plain(res["findings"]), indent=2) if a.json else text(res))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    res = judge_all(load_tables(tables, min_step), findings.read_recall(recall) if recall else None, recall,
+                    margin=margin, tolerance=tolerance, seed_sd=seed_sd, n_boot=bootstrap, seed=seed)
+    return json.dumps(plain(res["findings"]), indent=2) if as_json else text(res)

@@ -4,7 +4,7 @@
 
 Renders DIR/findings.json (study.results: verdicts, seed sds, comparisons, bracketing, optimum,
 runs, wall time), DIR/fit/fits.json (+ its PNGs), DIR/holdout.json (study.holdout) and, when
-`python -m linscale_jax.study.calibrate` has run, DIR/calibration.json. The plots draw DIR/fit/table.csv,
+`python -m linscale_jax.study --config=calibrate` has run, DIR/calibration.json. The plots draw DIR/fit/table.csv,
 DIR/fit/envelope.csv, DIR/holdout_curves.csv and the fitted laws. Rerendering (e.g. after the
 calibration) gives the same numbers.
 """
@@ -17,7 +17,7 @@ import os
 import numpy as np
 
 from linscale_jax import contract
-from linscale_jax.study import findings, holdout
+from linscale_jax.study.scaling import findings, holdout
 
 LAWS = (("L_C", "L(C)"), ("N_opt_C", "N_opt(C)"), ("D_opt_C", "D_opt(C)"))
 
@@ -188,7 +188,7 @@ def _noise_section(found: dict) -> list[str]:
         L.append(f"| {a} | " + (f"{v['sd']:.4f} | {v['rise']:.0%}" if v.get("sd") is not None else
                                 "— (too few checkpoints) | —") + " |")
     L += ["", "Lack of fit of each arch's L(N, D) = E + A/N^α + B/D^β (approach 3, every size; the law "
-          "`python -m linscale_jax.study.calibrate` simulates from): per size the mean residual over the second half of its "
+          "`python -m linscale_jax.study --config=calibrate` simulates from): per size the mean residual over the second half of its "
           "checkpoints against the seed sd, F = Σ r ū² / ((m − 3) s²) on (m − 3, ν) df; a small p says the "
           "law misses the sizes by more than seed noise. The L(C) law's lack of fit is in finding 1's table.", "",
           "| arch | estimator | E, A, α, B, β | rms residual | lack of fit: rms of size means, F (df), p |",
@@ -256,7 +256,7 @@ def _calibration_section(workdir: str) -> list[str]:
     if not cal:
         return []
     L = ["## Calibration of the verdicts on this study's design", "",
-         "`python -m linscale_jax.study.calibrate` simulates studies with this study's sizes, checkpoints, tokens, "
+         "`python -m linscale_jax.study --config=calibrate` simulates studies with this study's sizes, checkpoints, tokens, "
          "replicates and estimators: each arch's loss from the baseline's fitted L(N, D) (changed per case), "
          "its own within-run residuals around its law as an AR(1) with their sd and lag-1 autocorrelation, and "
          "seed effects at 1× and 3× its measured sd, as offsets and as slope changes (a quarter of the studies "

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from linscale_jax import contract
-from linscale_jax.study import compare, findings, holdout, plan
+from linscale_jax.study.scaling import compare, findings, holdout, plan
 
 BRACKETING_COLUMNS = ("arch", "estimator", "interior", "smallest", "largest", "one_size")
 CLAMPED = {"interior": 0, "smallest": -1, "largest": 1, "one_size": 2}  # approach1.Envelope.clamped
@@ -53,7 +53,7 @@ def porian_tokens_per_param(flops: float = 1.25e16, dataset: str = "rw") -> list
 
 def tables(study, workdir: str) -> dict:
     """{estimator: Table} of the study's fit tables (C in PF-days), the laws' first."""
-    from linscale_jax.study import verdicts
+    from linscale_jax.study.scaling import verdicts
 
     names = plan.estimators(study)
     specs = [f"{n}={contract.study_path(workdir, contract.STUDY_FIT, contract.fit_table_name(n, i == 0))}"
@@ -238,7 +238,7 @@ def protocol_sources(study) -> tuple[dict | None, str]:
 def by_protocol(found: dict, own_label: str, other: dict, src: str) -> dict:
     """Every finding (and finding-2/1 arch) judged under both protocols: {label: verdict}, and the
     verdict 'depends on the learning-rate protocol' where they disagree."""
-    from linscale_jax.study import verdicts
+    from linscale_jax.study.scaling import verdicts
 
     other_label = (other.get("design") or {}).get("protocol") or "protocol_from"
     if other_label == own_label:
@@ -261,7 +261,7 @@ def write(study, runs, workdir: str, fit_errors: dict | None = None, wall: dict 
     """Compute and write the study's results (module docstring); returns findings.json's dict.
     `wall`: {runs_s, workers, t0} of this invocation (t0: when the join began)."""
     from linscale_jax.fit.bootstrap import SeedSd
-    from linscale_jax.study import verdicts
+    from linscale_jax.study.scaling import verdicts
 
     tabs = tables(study, workdir)
     first = next(iter(tabs))
