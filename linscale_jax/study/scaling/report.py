@@ -18,6 +18,7 @@ import numpy as np
 
 from linscale_jax import contract
 from linscale_jax.study.scaling import findings, holdout
+from linscale_jax.study.scaling import laws as scaling_laws
 
 LAWS = (("L_C", "L(C)"), ("N_opt_C", "N_opt(C)"), ("D_opt_C", "D_opt(C)"))
 
@@ -371,6 +372,7 @@ def write_report(workdir: str) -> str:
         L.append(f"\n**Not fitted: {a}** — {err}")
     L += ["", "![ours vs paper](fit/paper_overlay.png)", ""]
     L += _noise_section(found)
+    L += scaling_laws.report_section(found)
     L += holdout.report_section(workdir)
     L += findings.section(found)[0]
     L += _comparisons(found, fits)
