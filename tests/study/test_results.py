@@ -223,3 +223,19 @@ def test_the_backtest_in_the_count_with_the_embedding(written, tmp_path):
     assert {r["n_params"] for r in got["rows"]} <= set(np.unique(table.n_params))
     on_disk = list(csv.DictReader(open(tmp_path / contract.STUDY_FIT / laws.BACKTEST_CSV)))
     assert [float(r["n_params"]) for r in on_disk] == pytest.approx([r["n_params"] for r in ours], rel=1e-5)
+
+
+def test_a_ladder_too_short_to_backtest_says_so(written, tmp_path):
+    from linscale_jax.fit.table import load
+    from linscale_jax.study.scaling import laws, results
+
+    wd, _, runs, found, _ = written
+    table = load(str(wd / "fit" / "table.csv"))
+    three = table.take(table.n_params <= np.unique(table.n_params[table.arch == "llama"])[2]).select("llama")
+    (tmp_path / contract.STUDY_FIT).mkdir()
+    got = laws.backtest(three, None, results.param_counts(runs), "non_embedding", str(tmp_path), 20, 0)
+    why = "3 size(s); the backtest fits 3 and predicts the next: give study.sizes 4 or more"
+    assert got["rows"] == [] and got["errors"] == {"llama": why}
+    assert (tmp_path / contract.STUDY_FIT / laws.BACKTEST_CSV).read_text().startswith("arch,rungs_fitted,")
+    assert laws.console_lines(dict(found, backtest=got))[-1] == f"[study] no backtest for llama: {why}"
+    assert f"**No backtest for llama**: {why}" in "\n".join(laws.backtest_section(got))

@@ -90,8 +90,14 @@ def backtest(table, seed_sd, counts: dict, count: str, workdir: str, n_boot: int
     rows, errors = [], {}
     for a in table.archs:
         back = {v[count] if count != "non_embedding" else n: n for n, v in counts.get(a, {}).items()}
+        mine = table.select(a)
+        n = len(np.unique(mine.n_params))
+        if n <= bt.K_MIN:
+            errors[a] = (f"{n} size(s); the backtest fits {bt.K_MIN} and predicts the next: give study.sizes "
+                         f"{bt.K_MIN + 1} or more")
+            continue
         try:
-            got = bt.backtest(recounted(table.select(a), counts, count), seed_sd=seed_sd, n_boot=n_boot, seed=seed)
+            got = bt.backtest(recounted(mine, counts, count), seed_sd=seed_sd, n_boot=n_boot, seed=seed)
         except FitError as e:
             errors[a] = str(e)
             continue
@@ -183,7 +189,8 @@ def backtest_section(bt: dict | None) -> list[str]:
 
 
 def console_lines(found: dict) -> list[str]:
-    """Two lines: the laws' fit per arch under the laws' estimator and count, and the backtest."""
+    """The laws' fit per arch under the laws' estimator and count, the backtest's summary, and
+    the archs without a backtest (fewer than 4 sizes), one line each kind."""
     out = []
     by, bt = found.get("laws_by_size"), found.get("backtest")
     if by and bt:
@@ -195,10 +202,16 @@ def console_lines(found: dict) -> list[str]:
                 worst = max(abs(s["z"]) for s in r["sizes"]) if all(s.get("z") is not None for s in r["sizes"]) else None
                 cells.append(f"{a} p {'—' if p is None else format(p, '.2g')}, worst size "
                              f"{'—' if worst is None else format(worst, '.1f')} sd")
+            else:
+                cells.append(f"{a} not fitted")
         out.append(f"[study] laws ({est}, {COUNT_LABELS[count]}): " + "; ".join(cells))
     if bt and bt.get("summary"):
         out.append("[study] backtest (fit k sizes, predict k + 1): " + "; ".join(
             f"{a} mean |error| {s['mean_abs_error']:.3f}, {s['inside']}/{s['with_interval']} inside"
             for a, s in bt["summary"].items()) + f" (fit/{BACKTEST_CSV})")
+    why = {}
+    for a, e in ((bt or {}).get("errors") or {}).items():
+        why.setdefault(e, []).append(a)
+    out += [f"[study] no backtest for {', '.join(archs)}: {e}" for e, archs in why.items()]
     return out
 
