@@ -239,3 +239,12 @@ def test_a_ladder_too_short_to_backtest_says_so(written, tmp_path):
     assert (tmp_path / contract.STUDY_FIT / laws.BACKTEST_CSV).read_text().startswith("arch,rungs_fitted,")
     assert laws.console_lines(dict(found, backtest=got))[-1] == f"[study] no backtest for llama: {why}"
     assert f"**No backtest for llama**: {why}" in "\n".join(laws.backtest_section(got))
+
+
+def test_the_laws_section_reads_the_report_doc_too(written):
+    import types
+
+    from linscale_jax.study.scaling import laws
+
+    found = written[3]
+    assert laws.report_section(types.SimpleNamespace(found=found)) == laws.report_section(found) != []

@@ -128,7 +128,10 @@ def on_law(r: dict) -> bool:
             and lof.get("p") is not None and lof["p"] > 0.05)
 
 
-def report_section(found: dict) -> list[str]:
+def report_section(found) -> list[str]:
+    """The report's markdown lines: the laws size by size in both counts, then the backtest. found:
+    DIR/findings.json as a dict, or the report's Doc (its .found), so it serves as a report section."""
+    found = getattr(found, "found", found)
     by = found.get("laws_by_size")
     if not by:
         return []
