@@ -7,10 +7,10 @@ parameter counts, and the backtest of the ladder.
     lines = report_section(found); lines = console_lines(found)   # scaling.report, scaling.runner
 
 by_size fits approach 3 (fit.holdout.full_law: every size, replicate means, bounded) under every
-loss estimator and both parameter counts (`non_embedding`: the study's N, as the paper counts it; `total`: with the
-embedding and the head, as Pearce & Song 2024 and Porian et al. 2024 count it), giving each size's
-mean residual over the second half of its points, that residual in seed sds of its replicate mean,
-the lack of fit and E. backtest (fit.backtest) fits the k smallest sizes and predicts size k + 1
+loss estimator and both parameter counts (`non_embedding`: the study's N, as the paper counts it;
+`total`: with the embedding and the head, as Pearce & Song 2024 and Porian et al. 2024 count it),
+giving each size's mean residual over the second half of its points, that residual in seed sds of
+its replicate mean, the lack of fit and E. backtest (fit.backtest) fits the k smallest sizes and predicts size k + 1
 for every k >= 3 under the laws' estimator and `study.fit.count`, and writes DIR/fit/backtest.csv.
 """
 
@@ -21,7 +21,8 @@ import numpy as np
 from linscale_jax import contract
 
 COUNTS = ("non_embedding", "total")
-COUNT_LABELS = {"non_embedding": "N without the embedding (the paper's count)", "total": "N with the embedding and head"}
+COUNT_LABELS = {"non_embedding": "N without the embedding (the paper's count)",
+                "total": "N with the embedding and head"}
 BACKTEST_CSV = "backtest.csv"  # in DIR/fit
 Z_MAX = 2.0  # a size's mean residual within this many seed sds of its replicate mean counts as on the law
 
