@@ -104,6 +104,81 @@ def _law(r: approach3.Result, loss_min: float) -> dict:
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class LawDraws:
+    """Approach 3 fitted on one arch's curves (`point`) and refitted on draws of them with the
+    sizes fixed (`thetas`, the refits that succeeded, with their seed-sd draws `sigma`): what a
+    prediction's interval for an observed loss is made of (law_draws)."""
+
+    point: approach3.Result
+    thetas: np.ndarray  # [b, 5] (a, b, e, alpha, beta) of the successful refits
+    sigma: np.ndarray  # [b] the seed-sd draw of each of them
+    ckpt_sd: float  # RMS of the fitted sizes' residuals around the law plus their mean offsets
+    resid_sd: float  # RMS residual of the point fit (nats)
+    failed: float  # share of refits that failed
+    loss_min: float  # the fitted curves' lowest loss (the bound of E)
+    n_sizes: int
+
+    @property
+    def law(self) -> dict:
+        """E, A, B, alpha, beta of the point fit, and at_bound (those of E, alpha, beta on their bound)."""
+        return _law(self.point, self.loss_min)
+
+    def values(self, n, d) -> np.ndarray:
+        """[b, k]: every refit's L(n, d) at k points (n, d broadcast to [k])."""
+        a, b, e, al, be = (self.thetas[:, j][:, None] for j in range(5))
+        n, d = np.broadcast_arrays(np.atleast_1d(np.asarray(n, float)), np.atleast_1d(np.asarray(d, float)))
+        return np.exp(e) + np.exp(a) / n[None] ** al + np.exp(b) / d[None] ** be
+
+    def interval(self, n, d, rng: np.random.Generator, replicates: int = 1, level: float = 0.95):
+        """(low [k], high [k]) of the observed loss at (n, d) [k] of a run averaged over `replicates`
+        seeds: the refits' values plus that run's seed offset (sd drawn with each refit) and
+        checkpoint noise; None when more than MAX_FAILED of the refits failed."""
+        if self.failed > MAX_FAILED or not len(self.thetas):
+            return None
+        reps = max(1, 4000 // len(self.thetas))
+        tail = 100 * (1 - level) / 2
+        s = np.repeat(self.sigma, reps)
+        x = np.repeat(self.values(n, d), reps, axis=0)  # [b·reps, k]
+        x = x + ((s / np.sqrt(replicates)) * rng.standard_normal(len(s)))[:, None]
+        x = x + self.ckpt_sd * rng.standard_normal(x.shape)
+        return tuple(np.percentile(x, [tail, 100 - tail], axis=0))
+
+
+def law_draws(curves: list[bs.Curve], arch: str, rng: np.random.Generator, *, n_boot: int, seed_sd: bs.SeedSd,
+              flops_per_param_token: float = FLOPS_PER_PARAM_TOKEN) -> LawDraws:
+    """Approach 3 (bounded) on `curves` (one arch's sizes, replicate means), and `n_boot` refits on
+    draws of them (fit.bootstrap.draw_curves with each size's law plus its mean offset as the trend,
+    the residuals around it in blocks, a seed offset whose sd is drawn from seed_sd)."""
+    point = _fit(_table(arch, curves), flops_per_param_token)
+    trends = []  # per fitted size: the law plus the size's mean offset, and the residuals around it
+    for c in curves:
+        law = point.predict(c.n_params, c.tokens)
+        u = c.mean - law
+        trends.append((law + u.mean(), (u - u.mean()) * np.sqrt(len(u) / max(len(u) - 1, 1))))
+    resid_sd = float(np.sqrt(np.mean(np.concatenate([c.mean - point.predict(c.n_params, c.tokens)
+                                                      for c in curves]) ** 2)))
+    ckpt_sd, rho = bs.ar1([r for _, r in trends])
+    thetas, sig, failed = np.zeros((0, 5)), np.zeros(0), 1.0 if n_boot else 0.0
+    if n_boot:
+        sigma = seed_sd.draws(rng, n_boot)
+        draws = bs.draw_curves({arch: curves}, {arch: sigma}, n_boot, rng,
+                               bs.block_length(rho, max(len(c.flops) for c in curves)), {arch: trends})[arch]
+        ok, th = [], []
+        for b in range(n_boot):
+            try:
+                r = _fit(_table(arch, curves, [d[b] for d in draws]), flops_per_param_token, init=point.theta)
+            except FitError:
+                continue
+            if np.all(np.isfinite(r.theta)):
+                ok.append(b)
+                th.append(r.theta)
+        failed = 1 - len(ok) / n_boot
+        thetas, sig = (np.array(th) if th else thetas), sigma[ok]
+    return LawDraws(point=point, thetas=thetas, sigma=sig, ckpt_sd=ckpt_sd, resid_sd=resid_sd, failed=float(failed),
+                    loss_min=float(min(c.mean.min() for c in curves)), n_sizes=len(curves))
+
+
 def predict(table: Table, *, n_boot: int = 200, seed: int = 0, seed_sd: bs.SeedSd | None = None,
             n_held: int | None = None, flops_per_param_token: float = FLOPS_PER_PARAM_TOKEN,
             level: float = 0.95) -> list[Prediction]:
@@ -117,48 +192,16 @@ def predict(table: Table, *, n_boot: int = 200, seed: int = 0, seed_sd: bs.SeedS
         raise FitError(f"{arch}: {len(curves)} size(s); a held-out prediction of {n_held} size(s) needs "
                        "at least 2 smaller sizes to fit on")
     seed_sd = bs.seed_sd_of(curves) if seed_sd is None else seed_sd
-    point = _fit(_table(arch, rest), flops_per_param_token)
-    pred = [point.predict(c.n_params, c.tokens) for c in held]
-    trends = []  # per fitted size: the law plus the size's mean offset, and the residuals around it
-    for c in rest:
-        law = point.predict(c.n_params, c.tokens)
-        u = c.mean - law
-        trends.append((law + u.mean(), (u - u.mean()) * np.sqrt(len(u) / max(len(u) - 1, 1))))
-    resid_sd = float(np.sqrt(np.mean(np.concatenate([c.mean - point.predict(c.n_params, c.tokens)
-                                                      for c in rest]) ** 2)))
-    ckpt_sd, rho = bs.ar1([r for _, r in trends])
     rng = np.random.default_rng(seed)
-    ci = [(None, None)] * len(held)
-    failed = 1.0 if n_boot else 0.0
-    if n_boot:
-        sigma = seed_sd.draws(rng, n_boot)
-        draws = bs.draw_curves({arch: rest}, {arch: sigma}, n_boot, rng,
-                               bs.block_length(rho, max(len(c.flops) for c in rest)), {arch: trends})[arch]
-        sims, ok = [], []
-        for b in range(n_boot):
-            try:
-                r = _fit(_table(arch, rest, [d[b] for d in draws]), flops_per_param_token, init=point.theta)
-                p = [r.predict(c.n_params, c.tokens) for c in held]
-                if all(np.all(np.isfinite(x)) for x in p):
-                    sims.append(p)
-                    ok.append(b)
-            except FitError:
-                pass
-        failed = 1 - len(ok) / n_boot
-        if failed <= MAX_FAILED:
-            reps = max(1, 4000 // len(ok))
-            tail = 100 * (1 - level) / 2
-            s = np.repeat(sigma[ok], reps)
-            for j, c in enumerate(held):
-                x = np.repeat(np.stack([p[j] for p in sims]), reps, axis=0)  # [b·reps, k]
-                x = x + ((s / np.sqrt(c.replicates)) * rng.standard_normal(len(s)))[:, None]
-                x = x + ckpt_sd * rng.standard_normal(x.shape)
-                ci[j] = tuple(np.percentile(x, [tail, 100 - tail], axis=0))
-    return [Prediction(arch=arch, n_params=c.n_params, tokens=c.tokens, flops=c.flops, predicted=pred[j],
-                       ci_low=ci[j][0], ci_high=ci[j][1], actual=c.mean,
-                       law=_law(point, float(min(x.mean.min() for x in rest))), resid_sd=resid_sd,
-                       seed_sd=seed_sd.json(), failed=float(failed), n_sizes_fit=len(rest))
-            for j, c in enumerate(held)]
+    ld = law_draws(rest, arch, rng, n_boot=n_boot, seed_sd=seed_sd, flops_per_param_token=flops_per_param_token)
+    out = []
+    for c in held:
+        ci = ld.interval(c.n_params, c.tokens, rng, c.replicates, level) or (None, None)
+        out.append(Prediction(arch=arch, n_params=c.n_params, tokens=c.tokens, flops=c.flops,
+                              predicted=ld.point.predict(c.n_params, c.tokens), ci_low=ci[0], ci_high=ci[1],
+                              actual=c.mean, law=ld.law, resid_sd=ld.resid_sd, seed_sd=seed_sd.json(),
+                              failed=ld.failed, n_sizes_fit=len(rest)))
+    return out
 
 
 def lack_of_fit(residual_means, replicates, n_law_params: int, seed_sd: bs.SeedSd) -> dict:
@@ -192,15 +235,21 @@ def envelope_lack_of_fit(curves: list[bs.Curve], seed_sd: bs.SeedSd) -> dict:
 
 def full_law(table: Table, seed_sd: bs.SeedSd | None = None,
              flops_per_param_token: float = FLOPS_PER_PARAM_TOKEN) -> dict:
-    """Approach 3 on every size of one arch (replicate means): {"law", "resid_sd", "lack_of_fit"}."""
+    """Approach 3 on every size of one arch (replicate means): {"law", "resid_sd", "lack_of_fit",
+    "sizes"}; sizes: per size its n_params, replicates, `residual` (the mean of the replicate-mean
+    curve minus the law over the second half of its checkpoints, nats) and `z` (that residual over
+    the seed sd of an r-replicate mean, s/sqrt(r); None without a seed sd)."""
     curves = bs.curves_of(table)
     seed_sd = bs.seed_sd_of(curves) if seed_sd is None else seed_sd
     r = _fit(_table(str(table.arch[0]), curves), flops_per_param_token)
     res = [c.mean - r.predict(c.n_params, c.tokens) for c in curves]
     late = [x[len(x) // 2:].mean() for x in res]
+    sizes = [dict(n_params=c.n_params, replicates=c.replicates, residual=float(u),
+                  z=float(u * np.sqrt(c.replicates) / seed_sd.sd) if seed_sd.sd > 0 else None)
+             for c, u in zip(curves, late)]
     return dict(law=_law(r, float(min(c.mean.min() for c in curves))),
                 resid_sd=float(np.sqrt(np.mean(np.concatenate(res) ** 2))),
-                lack_of_fit=lack_of_fit(late, [c.replicates for c in curves], 3, seed_sd))
+                lack_of_fit=lack_of_fit(late, [c.replicates for c in curves], 3, seed_sd), sizes=sizes)
 
 
 def _cell(x) -> str:

@@ -282,3 +282,19 @@ def _fmt(v):
     if isinstance(v, float) and math.isfinite(v) and v == int(v) and abs(v) < 1e15:
         return int(v)
     return repr(float(v)) if isinstance(v, float) else v
+
+
+def recount(table: Table, counts: dict) -> Table:
+    """The same table with each run's n_params replaced by another parameter count (e.g. with the
+    embedding and the head: Pearce & Song 2024, Porian et al. 2024). counts: {arch: {table n_params:
+    new count}}; a size without an entry is a FitError naming it."""
+    new = np.empty(len(table))
+    for i, (a, n) in enumerate(zip(table.arch.tolist(), table.n_params.tolist())):
+        try:
+            new[i] = float(counts[a][float(n)])
+        except KeyError:
+            raise FitError(f"{table.source}: no parameter count for {a} at n_params={n:g}; give counts[{a!r}]"
+                           f"[{n:g}] (the runs' accounting)") from None
+    out = dataclasses.replace(table, n_params=new)
+    validate(out)
+    return out

@@ -66,7 +66,9 @@ def study_defaults(kind: str) -> ml_collections.ConfigDict:
         verdicts=dict(margin=0.05,  # nats: equivalent when the 90% interval is inside ±margin (TOST)
                       tolerance=0.1),  # nats: the held-out largest size's error allowed (finding 1)
         noise=dict(seed_sd=0.0),  # nats: assumed seed-to-seed sd for archs without replicates
-        fit=dict(approach=1, bootstrap=200, include_clamped=False, seed=0),
+        fit=dict(approach=1, bootstrap=200, include_clamped=False, seed=0,
+                 count="non_embedding"),  # N of the backtest's laws: non_embedding (as the paper) | total
+        # (with the embedding and head); the laws size by size are reported in both counts
         # --backend=ray: the resources of one run (study.ray_backend.placement)
         cluster=dict(accelerator="cpu",  # cpu | gpu | tpu
                      hosts=1,  # processes (hosts) per run; > 1 is a gang, one task per host

@@ -48,8 +48,13 @@ def test_wrong_law_is_flagged_and_lacks_fit():
     mid = five.n_params == SIZES[2]
     kinked = from_columns("kinked", **{c: getattr(five, c) for c in COLS},
                           loss=np.where(mid, five.loss * 1.05, five.loss))
-    assert holdout.full_law(kinked, sd)["lack_of_fit"]["p"] < 0.01
-    assert holdout.full_law(five, sd)["lack_of_fit"]["p"] > 0.05
+    bad_law = holdout.full_law(kinked, sd)
+    assert bad_law["lack_of_fit"]["p"] < 0.01
+    z = [s["z"] for s in bad_law["sizes"]]
+    assert int(np.argmax(np.abs(z))) == 2 and z[2] > 2  # the kinked size stands out, above the law
+    good = holdout.full_law(five, sd)
+    assert good["lack_of_fit"]["p"] > 0.05 and [s["n_params"] for s in good["sizes"]] == list(SIZES)
+    assert all(abs(s["z"]) < 2 and s["replicates"] == 1 for s in good["sizes"])
 
 
 def test_the_seed_sd_widens_the_interval():

@@ -117,3 +117,13 @@ def test_approach2_budgets_with_edge_minima():
         approach2.fit(t)
     b = approach2.fit_budget(1e18, [1e6, 2e6, 4e6], [1e9, 5e8, 2.5e8], [3.0, 2.9, 2.8])
     assert b.status.startswith("minimum at the largest")
+
+
+def test_recount_replaces_each_runs_parameter_count():
+    t = synthetic.planted_table(sizes=[1e4, 2e4, 4e4], points_per_run=3)
+    counts = {"planted": {1e4: 1.5e4, 2e4: 2.7e4, 4e4: 5.1e4}}
+    r = table.recount(t, counts)
+    assert sorted(set(r.n_params.tolist())) == [1.5e4, 2.7e4, 5.1e4]
+    assert np.array_equal(r.loss, t.loss) and np.array_equal(r.run, t.run) and r.source == t.source
+    with pytest.raises(FitError, match="no parameter count for planted at n_params=40000"):
+        table.recount(t, {"planted": {1e4: 1.5e4, 2e4: 2.7e4}})

@@ -91,6 +91,8 @@ def written(tmp_path_factory):
 
 
 def test_results_are_written_once_as_data(written):
+    from linscale_jax.study.scaling import laws
+
     wd, _, runs, found, _ = written
     on_disk = _no_nan((wd / files.FINDINGS_JSON).read_text())
     assert on_disk == json.loads(json.dumps(found))
@@ -115,6 +117,19 @@ def test_results_are_written_once_as_data(written):
     law = on_disk["laws_nd"]["val_loss"]["llama"]
     n_sizes = len(plan.split_list(preset().sizes))
     assert 0.01 <= law["law"]["alpha"] <= 2.5 and law["lack_of_fit"]["df1"] == n_sizes - 3  # m - p
+    back = list(csv.DictReader(open(wd / "fit" / "backtest.csv")))  # k = 3 .. sizes - 1 per arch
+    assert {r["arch"] for r in back} == set(OFFSET) and len(back) == len(OFFSET) * (n_sizes - 3)
+    assert {float(r["n_params"]) for r in back} <= {float(r.n_params) for r in runs}  # the table's own count
+    bt = on_disk["backtest"]
+    assert bt["count"] == "non_embedding" and set(bt["summary"]) == set(OFFSET)
+    assert sum(s["inside"] for s in bt["summary"].values()) >= len(back) - 1  # the planted law predicts
+    by = on_disk["laws_by_size"]
+    emb, tot = (by[c]["cooldown"]["llama"]["sizes"] for c in ("non_embedding", "total"))
+    assert len(emb) == len(tot) == n_sizes and all(t["n_params"] > e["n_params"] for e, t in zip(emb, tot))
+    assert sum(laws.on_law(by["non_embedding"]["val_loss"][a]) for a in OFFSET) >= 3  # the law planted in this count
+    fitted, back_line = laws.console_lines(on_disk)  # the study's last console lines
+    assert fitted.startswith("[study] laws (val_loss, N without the embedding") and "llama p " in fitted
+    assert all(f"{a} mean |error|" in back_line for a in OFFSET) and "fit/backtest.csv" in back_line
     counts = {r["name"]: r for r in on_disk["runs"]}
     assert counts["llama-d32"]["total"] > counts["llama-d32"]["n_params"] > 0 and counts["llama-d32"]["paper"] > 0
     assert len(on_disk["runs"]) == len(runs)
@@ -128,7 +143,8 @@ def test_report_renders_the_files_without_recomputing(written, monkeypatch):
     for needle in ("## Noise", "pooled (the draws')", "How well the envelope brackets the optimum",
                    "The measured optimum", "Porian et al.", "Chinchilla", "MDE", "measured at C*",
                    "Held-out prediction of the largest size", "Lowest loss at the largest common compute",
-                   "lack of fit", "## Wall time", "worker process(es)"):
+                   "lack of fit", "## Wall time", "worker process(es)", "## The laws size by size",
+                   "N with the embedding and head", "## Backtest of the ladder"):
         assert needle in text, needle
     assert "nan" not in text.lower()
 
@@ -259,3 +275,59 @@ def test_bounds_and_unmeasured_probes_say_so_in_their_rows(written, tmp_path):
     summary = "\n".join(_block(text, "## Summary"))
     assert "; NIAH (the positive control failed: llama's model retrieves no needle exactly" in summary
     assert "line probe" not in summary  # its control passed: measured
+
+
+def test_a_bad_parameter_count_stops_the_study_before_it_trains(tmp_path):
+    study = preset()
+    study.fit.count = "embedding"
+    with pytest.raises(ValueError, match=r"study.fit.count='embedding'; use one of non_embedding, total"):
+        plan.build_plan(study, str(tmp_path))
+    study.fit.count = "total"
+    assert plan.build_plan(study, str(tmp_path))
+
+
+def test_the_backtest_in_the_count_with_the_embedding(written, tmp_path):
+    """study.fit.count=total refits every step with N counting the embedding and head, and writes
+    the predicted sizes back in the table's own (non-embedding) count."""
+    from linscale_jax.fit.table import load
+    from linscale_jax.study.scaling import laws, results
+
+    wd, _, runs, found, _ = written
+    table = load(str(wd / "fit" / "table.csv")).select("llama")
+    counts = {a: v for a, v in results.param_counts(runs).items() if a == "llama"}
+    (tmp_path / files.STUDY_FIT).mkdir()
+    sd = laws._seed_sd(found["by_estimator"]["val_loss"]["seed_sd_pooled"])
+    ours = [r for r in found["backtest"]["rows"] if r["arch"] == "llama"]
+    same = laws.backtest(table, sd, counts, "non_embedding", str(tmp_path), 20, 0)["rows"]  # the study's call
+    assert [r["predicted"] for r in same] == pytest.approx([r["predicted"] for r in ours], abs=1e-9)
+    got = laws.backtest(table, sd, counts, "total", str(tmp_path), 20, 0)
+    assert got["count"] == "total" and [r["n_params"] for r in got["rows"]] == [r["n_params"] for r in ours]
+    assert all(r["actual"] == o["actual"] and r["predicted"] != o["predicted"] for r, o in zip(got["rows"], ours))
+    assert {r["n_params"] for r in got["rows"]} <= set(np.unique(table.n_params))
+    on_disk = list(csv.DictReader(open(tmp_path / files.STUDY_FIT / files.BACKTEST_CSV)))
+    assert [float(r["n_params"]) for r in on_disk] == pytest.approx([r["n_params"] for r in ours], rel=1e-5)
+
+
+def test_a_ladder_too_short_to_backtest_says_so(written, tmp_path):
+    from linscale_jax.fit.table import load
+    from linscale_jax.study.scaling import laws, results
+
+    wd, _, runs, found, _ = written
+    table = load(str(wd / "fit" / "table.csv"))
+    three = table.take(table.n_params <= np.unique(table.n_params[table.arch == "llama"])[2]).select("llama")
+    (tmp_path / files.STUDY_FIT).mkdir()
+    got = laws.backtest(three, None, results.param_counts(runs), "non_embedding", str(tmp_path), 20, 0)
+    why = "3 size(s); the backtest fits 3 and predicts the next: give study.sizes 4 or more"
+    assert got["rows"] == [] and got["errors"] == {"llama": why}
+    assert (tmp_path / files.STUDY_FIT / files.BACKTEST_CSV).read_text().startswith("arch,rungs_fitted,")
+    assert laws.console_lines(dict(found, backtest=got))[-1] == f"[study] no backtest for llama: {why}"
+    assert f"**No backtest for llama**: {why}" in "\n".join(laws.backtest_section(got))
+
+
+def test_the_laws_section_reads_the_report_doc_too(written):
+    import types
+
+    from linscale_jax.study.scaling import laws
+
+    found = written[3]
+    assert laws.report_section(types.SimpleNamespace(found=found)) == laws.report_section(found) != []

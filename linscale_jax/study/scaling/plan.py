@@ -141,6 +141,9 @@ def command(study, cfg, workdir: str) -> str:
 
 
 def build_plan(study, workdir: str) -> list[Run]:
+    from linscale_jax.study.scaling import laws
+
+    laws.count_of(study)  # a bad study.fit.count stops the study before it trains
     runs = []
     for arch, size, seed in ((a, s, k) for a in split_list(study.archs, "study.archs") for s in split_list(study.sizes, "study.sizes")
                              for k in replicate_seeds(study, s)):

@@ -13,6 +13,7 @@ Reads DIR/fit/table*.csv (one per loss estimator) and the runs' eval rows; write
                           smallest or largest size reaching that compute, or the only one
   DIR/fit/envelope.csv    every arch's envelope per estimator (compute, loss, winner N, tokens, clamped)
   DIR/holdout.csv, holdout_curves.csv, holdout.json (study.holdout)
+  DIR/fit/backtest.csv    the k smallest sizes' law predicting size k + 1, every k >= 3 (scaling.laws)
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ import time
 import numpy as np
 
 from linscale_jax import contract
-from linscale_jax.study import files
 from linscale_jax.models.sizes import Variant
-from linscale_jax.study.scaling import compare, findings, holdout, plan
+from linscale_jax.study import files
+from linscale_jax.study.scaling import compare, findings, holdout, laws, plan
 
 BRACKETING_COLUMNS = ("arch", "estimator", "interior", "smallest", "largest", "one_size")
 CLAMPED = {"interior": 0, "smallest": -1, "largest": 1, "one_size": 2}  # approach1.Envelope.clamped
@@ -302,6 +303,7 @@ def write(study, runs, workdir: str, fit_errors: dict | None = None, wall: dict 
     found["laws_nd"] = laws_nd(tabs, per)
     found["bracketing"] = bracketing(tabs, workdir)
     counts = param_counts(runs)
+    found.update(laws.write(study, tabs, per, seed_sd, counts, workdir))  # laws_by_size, backtest
     found["optimum"] = optimum(tabs[first], counts)
     found["reference_tokens_per_param"] = dict(chinchilla=CHINCHILLA_TOKENS_PER_PARAM,
                                                porian=porian_tokens_per_param())

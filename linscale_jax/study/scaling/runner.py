@@ -39,6 +39,7 @@ from linscale_jax import contract, fit
 from linscale_jax.errors import Stopped
 from linscale_jax.parallel import distributed
 from linscale_jax.study.scaling import findings, results
+from linscale_jax.study.scaling import laws as scaling_laws
 from linscale_jax.study.scaling import plan as plan_lib
 from linscale_jax.study.scaling.plan import Estimator
 
@@ -283,7 +284,7 @@ def report(study, workdir: str, joined: dict, ctx) -> str:
     from linscale_jax.study.scaling import report as report_lib
 
     path = report_lib.write_report(workdir)
-    for line in findings.console_lines(joined["findings"]):
+    for line in findings.console_lines(joined["findings"]) + scaling_laws.console_lines(joined["findings"]):
         ctx.log(line)
     return path
 

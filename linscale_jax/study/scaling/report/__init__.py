@@ -24,6 +24,7 @@ import numpy as np
 from linscale_jax import contract
 from linscale_jax.study import files, inputs
 from linscale_jax.study.scaling import findings, holdout
+from linscale_jax.study.scaling import laws as scaling_laws
 from linscale_jax.study.scaling.report import comparisons, figures, laws, summary
 
 
@@ -134,7 +135,8 @@ def paper_findings(doc) -> list[str]:
     return findings.section(doc.found)[0]
 
 
-SECTIONS = (header, summary.section, scale, curves, laws.allocation, laws.table3, laws.noise, held_out,
+SECTIONS = (header, summary.section, scale, curves, laws.allocation, laws.table3, laws.noise,
+            scaling_laws.report_section, held_out,
             paper_findings, comparisons.common_compute, comparisons.calibration, comparisons.niah_heatmaps,
             runs_table, wall_time)
 

@@ -1,0 +1,220 @@
+"""The laws' own checks, computed once as data and rendered: each arch's L(N, D) size by size in both
+parameter counts, and the backtest of the ladder.
+
+    found.update(write(study, tabs, per, seed_sd, counts, workdir))   # the hook in scaling.results
+    found["laws_by_size"] = by_size(tabs, per, counts)      # {count: {estimator: {arch: full_law}}}
+    found["backtest"] = backtest(table, seed_sd, counts, count, workdir, n_boot, seed)
+    lines = report_section(found); lines = console_lines(found)   # scaling.report, scaling.runner
+
+by_size fits approach 3 (fit.holdout.full_law: every size, replicate means, bounded) under every
+loss estimator and both parameter counts (`non_embedding`: the study's N, as the paper counts it;
+`total`: with the embedding and the head, as Pearce & Song 2024 and Porian et al. 2024 count it),
+giving each size's mean residual over the second half of its points, that residual in seed sds of
+its replicate mean, the lack of fit and E. backtest (fit.backtest) fits the k smallest sizes and predicts size k + 1
+for every k >= 3 under the laws' estimator and `study.fit.count`, and writes DIR/fit/backtest.csv.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from linscale_jax.study import files
+
+COUNTS = ("non_embedding", "total")
+COUNT_LABELS = {"non_embedding": "N without the embedding (the paper's count)",
+                "total": "N with the embedding and head"}
+Z_MAX = 2.0  # a size's mean residual within this many seed sds of its replicate mean counts as on the law
+
+
+def write(study, tabs: dict, per: dict, seed_sd, counts: dict, workdir: str) -> dict:
+    """{"laws_by_size", "backtest"} for DIR/findings.json, writing DIR/fit/backtest.csv. tabs: the
+    study's tables by estimator (the first is the laws' estimator); per: verdicts' by_estimator
+    (each with its seed_sd_pooled); seed_sd: the laws' estimator's fit.bootstrap.SeedSd; counts:
+    results.param_counts."""
+    n_boot = max(int(study.fit.bootstrap), 20)
+    first = next(iter(tabs))
+    return dict(laws_by_size=by_size(tabs, per, counts),
+                backtest=backtest(tabs[first], seed_sd, counts, count_of(study), workdir, n_boot, int(study.fit.seed)))
+
+
+def count_of(study) -> str:
+    """study.fit.count: the parameter count of the laws' held-out and backtest fits."""
+    c = str(study.fit.get("count", "non_embedding"))
+    if c not in COUNTS:
+        raise ValueError(f"study.fit.count={c!r}; use one of {', '.join(COUNTS)}")
+    return c
+
+
+def recounted(table, counts: dict, count: str):
+    """`table` with n_params in `count` (counts: study.scaling.results.param_counts)."""
+    from linscale_jax.fit.table import recount
+
+    if count == "non_embedding":
+        return table
+    return recount(table, {a: {n: v[count] for n, v in by.items()} for a, by in counts.items()})
+
+
+def _seed_sd(pool: dict):
+    from linscale_jax.fit.bootstrap import SeedSd
+
+    return SeedSd(pool["sd"], pool["df"] if pool["df"] is not None else np.inf, pool["source"])
+
+
+def by_size(tabs: dict, per: dict, counts: dict) -> dict:
+    """{count: {estimator: {arch: fit.holdout.full_law, or {"note"}}}} (module docstring); each
+    estimator's residuals are judged against its own pooled seed sd."""
+    from linscale_jax.fit import holdout
+    from linscale_jax.fit.table import FitError
+
+    out = {}
+    for count in COUNTS:
+        out[count] = {}
+        for est, t in tabs.items():
+            sd = _seed_sd(per[est]["seed_sd_pooled"])
+            out[count][est] = {}
+            for a in t.archs:
+                try:
+                    out[count][est][a] = holdout.full_law(recounted(t.select(a), counts, count), sd)
+                except FitError as e:
+                    out[count][est][a] = dict(note=str(e))
+    return out
+
+
+def backtest(table, seed_sd, counts: dict, count: str, workdir: str, n_boot: int, seed: int) -> dict:
+    """{"rows", "summary", "errors", "count"}: fit.backtest per arch of `table` (the laws' estimator)
+    in `count`, written to DIR/fit/backtest.csv with n_params in the table's own (non-embedding)
+    count; an arch with too few sizes is named in `errors`."""
+    from linscale_jax.fit import backtest as bt
+    from linscale_jax.fit.table import FitError
+
+    rows, errors = [], {}
+    for a in table.archs:
+        back = {v[count] if count != "non_embedding" else n: n for n, v in counts.get(a, {}).items()}
+        mine = table.select(a)
+        n = len(np.unique(mine.n_params))
+        if n <= bt.K_MIN:
+            errors[a] = (f"{n} size(s); the backtest fits {bt.K_MIN} and predicts the next: give study.sizes "
+                         f"{bt.K_MIN + 1} or more")
+            continue
+        try:
+            got = bt.backtest(recounted(mine, counts, count), seed_sd=seed_sd, n_boot=n_boot, seed=seed)
+        except FitError as e:
+            errors[a] = str(e)
+            continue
+        rows += [dict(r, n_params=back.get(r["n_params"], r["n_params"])) for r in got]
+    bt.write_csv(rows, files.study_path(workdir, files.STUDY_FIT, files.BACKTEST_CSV))
+    return dict(rows=rows, summary=bt.summary(rows), errors=errors, count=count)
+
+
+def _z(s: dict) -> str:
+    return f"{s['residual']:+.3f}" + ("" if s.get("z") is None else f" ({s['z']:+.1f})")
+
+
+def _lof(r: dict) -> str:
+    lof = r["lack_of_fit"]
+    if lof.get("p") is None:
+        return lof.get("note", "—")
+    return f"F {lof['F']:.2g} ({lof['df1']}, {lof['df2']:g}), p {lof['p']:.2g}"
+
+
+def _e(w: dict) -> str:
+    return f"{w['E']:.3g}" + (" (at its bound)" if "E" in (w.get("at_bound") or []) else "")
+
+
+def on_law(r: dict) -> bool:
+    """Every size's mean residual within Z_MAX seed sds, and the lack of fit not rejected (p > 0.05)."""
+    lof = r.get("lack_of_fit") or {}
+    return (all(s.get("z") is not None and abs(s["z"]) <= Z_MAX for s in r.get("sizes", []))
+            and lof.get("p") is not None and lof["p"] > 0.05)
+
+
+def report_section(found) -> list[str]:
+    """The report's markdown lines: the laws size by size in both counts, then the backtest. found:
+    DIR/findings.json as a dict, or the report's Doc (its .found), so it serves as a report section."""
+    found = getattr(found, "found", found)
+    by = found.get("laws_by_size")
+    if not by:
+        return []
+    ests = found["estimators"]
+    L = ["## The laws size by size", "",
+         "Each arch's L(N, D) = E + A/N^α + B/D^β (approach 3 on every size's replicate-mean curve, α and β "
+         "in [0.01, 2.5]), in both parameter counts. Per size: the mean residual (actual − law, nats) over the "
+         "second half of its points and, in brackets, that residual in seed sds of the size's replicate mean "
+         f"(s/√r, s the estimator's pooled seed sd); a size on the law lies within ±{Z_MAX:g}. Lack of fit: "
+         "F = Σ r ū² / ((m − 3) s²) on (m − 3, ν) df; p > 0.05 is not rejected. E at its bound is an "
+         "irreducible loss the sizes do not pin down.", ""]
+    for est in ests:
+        for count in COUNTS:
+            archs = by.get(count, {}).get(est, {})
+            fitted = [r for r in archs.values() if "sizes" in r]
+            if not fitted:
+                continue
+            n_sizes = max(len(r["sizes"]) for r in fitted)
+            L += [f"**{est}, {COUNT_LABELS[count]}**", "",
+                  "| arch | " + " | ".join(f"size {i + 1}" for i in range(n_sizes)) + " | lack of fit | E | α, β | on the law |",
+                  "|---|" + "---|" * (n_sizes + 4)]
+            for a, r in archs.items():
+                if "sizes" not in r:
+                    L.append(f"| {a} | not fitted: {r.get('note', '')} |" + " |" * (n_sizes + 3))
+                    continue
+                w = r["law"]
+                cells = [_z(s) for s in r["sizes"]] + ["—"] * (n_sizes - len(r["sizes"]))
+                L.append(f"| {a} | " + " | ".join(cells) + f" | {_lof(r)} | {_e(w)} | {w['alpha']:.3g}, {w['beta']:.3g} | "
+                         f"{'yes' if on_law(r) else '**no**'} |")
+            sizes = fitted[0]["sizes"]
+            L += ["", "Sizes (N in this count): " + ", ".join(f"{i + 1}: {s['n_params']:.3g}" for i, s in enumerate(sizes)), ""]
+    L += backtest_section(found.get("backtest"))
+    return L
+
+
+def backtest_section(bt: dict | None) -> list[str]:
+    if not bt or not (bt.get("rows") or bt.get("errors")):
+        return []
+    L = ["## Backtest of the ladder", "",
+         "The law (approach 3, the laws' estimator, " + COUNT_LABELS[bt["count"]] + ") fitted on the k smallest sizes "
+         "predicts size k + 1's final loss, for every k >= 3, with the 95% interval for the observed value (refits "
+         "on draws with the sizes fixed, plus the predicted run's seed offset and checkpoint noise). A ladder whose "
+         "law predicts has errors that do not grow with k and about 95% of its sizes inside. Table: "
+         "`fit/backtest.csv` (N without the embedding).", "",
+         "| arch | k (sizes fitted) | N predicted | predicted [95%] | actual | error | inside |", "|---|---|---|---|---|---|---|"]
+    for r in bt["rows"]:
+        ci = "no interval" if r["ci_low"] is None else f"[{r['ci_low']:.4f}, {r['ci_high']:.4f}]"
+        inside = "no interval" if r["inside"] is None else "yes" if r["inside"] else "**no**"
+        L.append(f"| {r['arch']} | {r['rungs_fitted']} | {r['n_params']:.3g} | {r['predicted']:.4f} {ci} | "
+                 f"{r['actual']:.4f} | {r['error']:+.4f} | {inside} |")
+    L += ["", "| arch | steps | mean abs error | max abs error | inside |", "|---|---|---|---|---|"]
+    for a, s in bt["summary"].items():
+        L.append(f"| {a} | {s['steps']} | {s['mean_abs_error']:.4f} | {s['max_abs_error']:.4f} | "
+                 f"{s['inside']} of {s['with_interval']} |")
+    for a, e in bt.get("errors", {}).items():
+        L.append(f"\n**No backtest for {a}**: {e}")
+    return L + [""]
+
+
+def console_lines(found: dict) -> list[str]:
+    """The laws' fit per arch under the laws' estimator and count, the backtest's summary, and
+    the archs without a backtest (fewer than 4 sizes), one line each kind."""
+    out = []
+    by, bt = found.get("laws_by_size"), found.get("backtest")
+    if by and bt:
+        est, count = found["estimators"][0], bt["count"]
+        cells = []
+        for a, r in by[count][est].items():
+            if "sizes" in r:
+                p = r["lack_of_fit"].get("p")
+                worst = max(abs(s["z"]) for s in r["sizes"]) if all(s.get("z") is not None for s in r["sizes"]) else None
+                cells.append(f"{a} p {'—' if p is None else format(p, '.2g')}, worst size "
+                             f"{'—' if worst is None else format(worst, '.1f')} sd")
+            else:
+                cells.append(f"{a} not fitted")
+        out.append(f"[study] laws ({est}, {COUNT_LABELS[count]}): " + "; ".join(cells))
+    if bt and bt.get("summary"):
+        out.append("[study] backtest (fit k sizes, predict k + 1): " + "; ".join(
+            f"{a} mean |error| {s['mean_abs_error']:.3f}, {s['inside']}/{s['with_interval']} inside"
+            for a, s in bt["summary"].items()) + f" (fit/{files.BACKTEST_CSV})")
+    why = {}
+    for a, e in ((bt or {}).get("errors") or {}).items():
+        why.setdefault(e, []).append(a)
+    out += [f"[study] no backtest for {', '.join(archs)}: {e}" for e, archs in why.items()]
+    return out
+
