@@ -235,7 +235,7 @@ def test_report_leads_with_its_answer(written):
     assert holdout.bias_text(found["holdout"]["bias"]) in summary  # approach 3's
     assert f["power_laws"]["bias"]["n"] == 8 and found["holdout"]["bias"]["n"] == 8
     assert f"Power not calibrated: run `python -m linscale_jax.study --config=calibrate --workdir={wd}`" in summary
-    assert "- Not measured: finding 3 (run `python -m linscale_jax.study --config=configs/study/recall.py" in summary
+    assert "- Not measured: finding 3 (run `python -m linscale_jax.study --config=recall --workdir=R`" in summary
     interior = {a: s["interior"] for a, s in found["bracketing"]["val_loss"].items()}
     assert max(interior.values()) < 0.5 and "are **bounds, not measured optima**" in summary
     assert "envelopes are interior on " in summary and not re.search(r"(\d+%)–\1 ", summary)  # no '0%–0%'
