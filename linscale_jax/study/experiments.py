@@ -193,7 +193,8 @@ def run(study, workdir: str, options: Options = Options(), log=_say) -> dict:
             log(f"[study] {len(mine)} run(s), {len(mine) - len(todo)} finished already")
         done = executor.execute(study, todo, exp.process, options.backend, log, options.ray_address,
                                 workdir, options.max_runs)
-        processed, slots = processed + len(done.outcomes), max(slots, done.slots)
+        started = [o for o in done.outcomes.values() if o.status is not executor.Status.NOT_STARTED]
+        processed, slots = processed + len(started), max(slots, done.slots)
         done.check()
         if options.max_runs is not None and done.with_status(executor.Status.NOT_STARTED):
             return dict(kind=exp.kind, runs=len(runs), processed=processed, stopped=True)

@@ -349,5 +349,5 @@ def test_bad_flag_is_one_line(tmp_path):
            f"--workdir={tmp_path / 'w'}", "--config.train.stepz=3"]
     p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     lines = p.stderr.strip().splitlines()
-    assert p.returncode == 2 and len(lines) == 1 and 'Did you mean "steps"' in lines[0], p.stderr
+    assert p.returncode == 2 and len(lines) == 1 and 'did you mean steps?' in lines[0], p.stderr
     assert not (tmp_path / "w").exists()
