@@ -104,10 +104,10 @@ def test_niah_runs_only_where_its_prompt_fits_the_trained_context(tmp_path):
 
     study = preset("cpu")
     run = plan.build_plan(study, str(tmp_path))[-1]
-    why = runner.niah_unmeasured(run.config)
+    why = plan.niah_unmeasured(run.config)
     assert "do not fit in the trained context of 128 tokens" in why and runner.final_tasks(study, run) == ["probe"]
     run.config.train.seq_len = 256
-    assert runner.niah_unmeasured(run.config) is None and runner.final_tasks(study, run) == ["niah", "probe"]
+    assert plan.niah_unmeasured(run.config) is None and runner.final_tasks(study, run) == ["niah", "probe"]
     assert runner.eval_context(study, run)["niah_in_context"]
     lengths, depths = niah.context_grid(256, 5, 3, min_len=130)
     assert lengths[0] == 130 and lengths[-1] == niah.in_context_max(256) == 256 - 1 - niah.ANSWER_TOKENS

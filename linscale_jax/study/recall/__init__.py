@@ -8,8 +8,9 @@ file), report (recall.png, the report's section).
 
 from linscale_jax.study import experiments
 from linscale_jax.study.recall import experiment, train
-from linscale_jax.study.recall.report import SECTION, control_sentence, update_report
-from linscale_jax.study.recall.table import COLUMNS, STATUSES, Status, control, read_csv, verdict_input, wilson
+from linscale_jax.study.recall.report import SECTION, update_report
+from linscale_jax.study.recall.table import (COLUMNS, STATUSES, Status, control, control_sentence, read_csv,
+                                              verdict_input, wilson)
 
 __all__ = ["COLUMNS", "SECTION", "STATUSES", "Status", "control", "control_sentence", "read_csv", "update_report",
            "verdict_input", "wilson"]

@@ -14,7 +14,7 @@ import numpy as np
 
 from linscale_jax import palette
 from linscale_jax.contract import split_list
-from linscale_jax.study.recall.table import CONTROL_ACCURACY, Status, control
+from linscale_jax.study.recall.table import CONTROL_ACCURACY, Status, control, control_sentence
 
 SECTION = "## Recall (MQAR)"
 STATUS_WORDS = {Status.DID_NOT_TRAIN: "did not train", Status.COPY_LEVEL: "copy level", Status.RECALL: "recall"}
@@ -107,18 +107,6 @@ def sweep_table(rates: dict) -> list[str]:
             vals.append(f"**{text}**" if lr == chosen else text)
         lines.append(f"| {label} | " + " | ".join(vals) + f" | {chosen:g} |")
     return lines
-
-
-def control_sentence(ctl: dict) -> str:
-    if ctl["best"] is None:
-        return ("Positive control **not met**: no LLaMA cell trained, so the recall comparison is "
-                "not measured.")
-    d, e, p = ctl["cell"]
-    where = ", ".join(f"d {d} at {p} pairs" for d, p in ctl.get("passed", []))
-    return (f"Positive control {'met' if ctl['met'] else '**not met**'}: LLaMA's best cell "
-            f"(d {d}, {p} pairs) reaches {ctl['best']:.3f} (needed: >= {CONTROL_ACCURACY})"
-            + (f"; met in {where}, the shapes whose recall results count." if ctl["met"] else
-               ", so the recall comparison is not measured."))
 
 
 def steps_phrase(study) -> str:

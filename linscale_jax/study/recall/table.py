@@ -173,6 +173,18 @@ def control(rows: list[dict]) -> dict:
                 passed=passed)
 
 
+def control_sentence(ctl: dict) -> str:
+    if ctl["best"] is None:
+        return ("Positive control **not met**: no LLaMA cell trained, so the recall comparison is "
+                "not measured.")
+    d, e, p = ctl["cell"]
+    where = ", ".join(f"d {d} at {p} pairs" for d, p in ctl.get("passed", []))
+    return (f"Positive control {'met' if ctl['met'] else '**not met**'}: LLaMA's best cell "
+            f"(d {d}, {p} pairs) reaches {ctl['best']:.3f} (needed: >= {CONTROL_ACCURACY})"
+            + (f"; met in {where}, the shapes whose recall results count." if ctl["met"] else
+               ", so the recall comparison is not measured."))
+
+
 def _shape(row: dict) -> tuple:
     return row["d_model"], row["n_pairs"]
 

@@ -127,7 +127,7 @@ def equal_compute(f: dict, est: list[str], by: dict, margin: float) -> list[str]
 def read_recall(path: str) -> dict:
     """study.recall.verdict_input of DIR/recall.csv: the seed-mean recall results in shapes where the
     positive control passed, the control and the cells left out."""
-    from linscale_jax.study.recall import verdict_input
+    from linscale_jax.study.recall.table import verdict_input
 
     return verdict_input(path)
 
@@ -157,7 +157,7 @@ def retrieval(recall: dict | None, source: str) -> tuple[str, list[str]]:
     baseline >= 0.9 in some cell) it is not measured; only recall results in shapes where the
     control passed, allowed at least its steps, count (read_recall's rows); the other cells are
     listed as left out."""
-    from linscale_jax.study.recall import control_sentence
+    from linscale_jax.study.recall.table import control_sentence
     from linscale_jax.study.recall.table import FEWER_STEPS
 
     if not recall:

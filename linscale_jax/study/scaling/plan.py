@@ -212,3 +212,20 @@ def fit_min_step(runs) -> int:
     """First step the laws use: checkpoints inside the learning-rate warmup are left out, since a
     model whose rate has not reached its peak is not on any size's compute-efficient trajectory."""
     return max(int(r.config.optim.warmup_steps) for r in runs)
+
+
+def niah_unmeasured(config, task: str = "niah") -> str | None:
+    """Why a run of `config` cannot be measured by NIAH within its trained context (the study's
+    lengths: eval.niah.context_grid), or None: its shortest useful prompt (the needle, the question
+    and 32 haystack tokens, in the run's vocabulary) with its answer must fit in train.seq_len."""
+    from linscale_jax import data
+    from linscale_jax.eval import niah
+
+    vocab = data.get_vocabulary(config.data)
+    need = niah.min_length(lambda text: list(vocab.encode(text)), "easy" if task == "niah_easy" else "standard")
+    seq = int(config.train.seq_len)
+    if need <= niah.in_context_max(seq):
+        return None
+    return (f"the shortest prompt, {need} tokens of needle, question and 32 haystack tokens, and its answer "
+            f"do not fit in the trained context of {seq} tokens: NIAH needs train.seq_len >= "
+            f"{need + 1 + niah.ANSWER_TOKENS}")

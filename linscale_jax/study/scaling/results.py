@@ -184,9 +184,8 @@ def probes(rows: list[dict], workdir: str, seed: int, runs=()) -> dict:
     positive control passes (study.compare), the baseline minus each arch; else `not_measured` with
     the reason. NIAH counts only cells whose prompt and answer lie within the run's trained context
     (eval.niah.in_context_max; a sweep at longer lengths, e.g. the paper's grid, keeps its shorter
-    cells); without any, NIAH is not measured, with runner.niah_unmeasured's reason."""
+    cells); without any, NIAH is not measured, with plan.niah_unmeasured's reason."""
     from linscale_jax.eval import niah
-    from linscale_jax.study.scaling import runner
 
     seq = {r.name: int(r.config.train.seq_len) for r in runs}
     largest = {}
@@ -209,7 +208,7 @@ def probes(rows: list[dict], workdir: str, seed: int, runs=()) -> dict:
     if cells:
         out["niah"] = compare.niah_comparison(cells, seed=seed)
     else:
-        why = next((w for w in (runner.niah_unmeasured(r.config) for r in runs if getattr(r, "final", True))
+        why = next((w for w in (plan.niah_unmeasured(r.config) for r in runs if getattr(r, "final", True))
                     if w), None) or ("no NIAH cell lies within the trained context" if swept else None)
         if why:
             out["niah"] = dict(by_arch={}, minus_baseline={}, control=None, not_measured=why)

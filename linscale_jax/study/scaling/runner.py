@@ -17,7 +17,7 @@ Resumable at every level: a run whose last checkpoint is its final step is not t
 partial run resumes from its newest checkpoint (trainer.train), and eval.runner skips
 (checkpoint, task) pairs already in a run's eval/results.jsonl. Per run: val_loss at every
 checkpoint, then NIAH (at lengths within the trained context, and only where its shortest prompt
-fits there: niah_unmeasured) and the corpus probe (eval.probe) on the final checkpoint (of
+fits there: plan.niah_unmeasured) and the corpus probe (eval.probe) on the final checkpoint (of
 every run, or of each arch's largest run with study.eval.final_runs = "largest").
 Sharding, --join_only, the backends and the stop and failure lines are study.experiments' and
 study.executor's, the same for every kind.
@@ -92,26 +92,9 @@ def val_batches(study, run=None) -> int:
 
 
 def final_tasks(study, run) -> list[str]:
-    """NIAH (where it can pass: niah_unmeasured) and the corpus probe."""
+    """NIAH (where it can pass: plan.niah_unmeasured) and the corpus probe."""
     niah = str(study.eval.niah_task)
-    return ([] if niah_unmeasured(run.config, niah) else [niah]) + ["probe"]
-
-
-def niah_unmeasured(config, task: str = "niah") -> str | None:
-    """Why a run of `config` cannot be measured by NIAH within its trained context (the study's
-    lengths: eval.niah.context_grid), or None: its shortest useful prompt (the needle, the question
-    and 32 haystack tokens, in the run's vocabulary) with its answer must fit in train.seq_len."""
-    from linscale_jax import data
-    from linscale_jax.eval import niah
-
-    vocab = data.get_vocabulary(config.data)
-    need = niah.min_length(lambda text: list(vocab.encode(text)), "easy" if task == "niah_easy" else "standard")
-    seq = int(config.train.seq_len)
-    if need <= niah.in_context_max(seq):
-        return None
-    return (f"the shortest prompt, {need} tokens of needle, question and 32 haystack tokens, and its answer "
-            f"do not fit in the trained context of {seq} tokens: NIAH needs train.seq_len >= "
-            f"{need + 1 + niah.ANSWER_TOKENS}")
+    return ([] if plan_lib.niah_unmeasured(run.config, niah) else [niah]) + ["probe"]
 
 
 estimators = plan_lib.estimators
