@@ -122,4 +122,9 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    import sys
+
+    from linscale_jax.run import command_line, config_file
+
+    app.run(main, argv=config_file.command_argv(sys.argv),  # --config=tiny[:ARG]: a packaged config
+            flags_parser=command_line.parser(__doc__, _CONFIG))

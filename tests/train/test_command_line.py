@@ -67,3 +67,20 @@ def test_an_override_naming_no_field_is_one_line(tmp_path):
     line = one_error_line(train("--config=configs/tiny.py", "--config.train.stepz=3", f"--workdir={tmp_path}"))
     assert line == ("ERROR: bad command line: --config.train.stepz names no config field (did you mean steps?); "
                     "`--config=configs/tiny.py --config_help` lists the fields."), line
+
+
+def test_the_other_absl_commands_share_help_and_one_line_errors():
+    """describe and the study: --help exits 0 with the command's purpose; a bare packaged name works
+    for describe's --config, and an unknown flag is one line (exit status 2)."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO))
+    for module, purpose in (("linscale_jax.models.describe", "Print a model's shape"),
+                            ("linscale_jax.study", "python -m linscale_jax.study")):
+        out = subprocess.run([sys.executable, "-m", module, "--help"], cwd=REPO, env=env, capture_output=True,
+                             text=True, timeout=300)
+        assert out.returncode == 0 and purpose in out.stdout, (module, out.returncode, out.stderr[-2000:])
+    out = subprocess.run([sys.executable, "-m", "linscale_jax.models.describe", "--config=tiny:tnl-d32"], cwd=REPO,
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.splitlines()[2].split()[:2] == ["tnl", "d32"], out.stderr[-2000:]
+    line = one_error_line(subprocess.run([sys.executable, "-m", "linscale_jax.models.describe", "--bogus"], cwd=REPO,
+                                         env=env, capture_output=True, text=True, timeout=300))
+    assert line.startswith("ERROR: bad command line: Unknown command line flag bogus"), line
