@@ -45,7 +45,7 @@ def section(doc) -> list[str]:
          "What decoding one sequence holds, from each arch's largest model config "
          "(linscale_jax.models.accounting; exact, no interval): the KV caches of the softmax layers grow by "
          "the bytes per token below (in the model's dtype), a linear layer's state does not grow. "
-         f"{BASELINE_ARCH} = the {BASELINE_ARCH} model of the same size. State floats per layer: the mean "
+         f"The ratio is to {BASELINE_ARCH}'s model of the same size. State floats per layer: the mean "
          f"over the layers at the trained context of {seq} tokens (a softmax layer's KV cache at that length).", "",
          f"| arch | size | softmax layers | KV-cache bytes per token | KV bytes / {BASELINE_ARCH}'s | "
          f"state floats per layer at {seq} tokens |", "|---|---|---|---|---|---|"]
