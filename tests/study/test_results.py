@@ -133,6 +133,13 @@ def test_results_are_written_once_as_data(written):
     counts = {r["name"]: r for r in on_disk["runs"]}
     assert counts["llama-d32"]["total"] > counts["llama-d32"]["n_params"] > 0 and counts["llama-d32"]["paper"] > 0
     assert len(on_disk["runs"]) == len(runs)
+    from linscale_jax.models import ModelConfig, accounting
+
+    for r in runs:  # each run's decoding memory, from its model config
+        mc, row = ModelConfig.from_config(r.config.model), counts[r.name]
+        assert row["kv_bytes_per_token"] == accounting.kv_cache_bytes_per_token(mc) and \
+            row["state_floats_per_layer"] == accounting.state_floats_per_layer(mc, int(r.config.train.seq_len))
+    assert counts["llama-d48"]["kv_bytes_per_token"] > 0 == counts["hgrn2-d48"]["kv_bytes_per_token"]
 
 
 def test_report_renders_the_files_without_recomputing(written, monkeypatch):
@@ -144,7 +151,8 @@ def test_report_renders_the_files_without_recomputing(written, monkeypatch):
                    "The measured optimum", "Porian et al.", "Chinchilla", "MDE", "measured at C*",
                    "Held-out prediction of the largest size", "Lowest loss at the largest common compute",
                    "lack of fit", "## Wall time", "worker process(es)", "## The laws size by size",
-                   "N with the embedding and head", "## Backtest of the ladder"):
+                   "N with the embedding and head", "## Backtest of the ladder",
+                   "## Memory at decode", "| tnl | d48 | 0 of 4 | 0 | 0 |"):
         assert needle in text, needle
     assert "nan" not in text.lower()
 

@@ -6,8 +6,8 @@ Reads DIR/fit/table*.csv (one per loss estimator) and the runs' eval rows; write
   DIR/findings.json       verdicts (study.verdicts.judge_all; per estimator and, with
                           study.protocol_from, per learning-rate protocol), seed sds with df and
                           intervals, the paired comparisons at C*, each arch's L(N, D) with its lack
-                          of fit, bracketing and the measured optimum, the retrieval probes, the runs,
-                          the design and the wall time
+                          of fit, bracketing and the measured optimum, the retrieval probes, the runs
+                          (each with its decoding memory), the design and the wall time
   DIR/fit/bracketing.csv  arch, estimator, interior, smallest, largest, one_size: shares of the
                           log-compute grid where the envelope's winner is an interior size, the
                           smallest or largest size reaching that compute, or the only one
@@ -139,6 +139,18 @@ def param_counts(runs) -> dict:
     return out
 
 
+def decode_memory(run) -> dict:
+    """What decoding one sequence of the run's model holds (linscale_jax.models.accounting):
+    {kv_bytes_per_token: what its softmax layers' KV caches add per token, state_floats_per_layer:
+    the mean per layer at the trained context (train.seq_len), softmax_layers, layers}."""
+    from linscale_jax.models import ModelConfig, accounting, registry
+
+    mc = ModelConfig.from_config(run.config.model)
+    return dict(kv_bytes_per_token=accounting.kv_cache_bytes_per_token(mc),
+                state_floats_per_layer=float(accounting.state_floats_per_layer(mc, int(run.config.train.seq_len))),
+                softmax_layers=sum(registry.get(a).softmax_block for a in mc.layer_archs), layers=mc.n_layers)
+
+
 def _final_rows(run) -> dict:
     from linscale_jax.eval.runner import read_results
 
@@ -161,7 +173,8 @@ def _timing(run) -> dict:
 
 
 def run_rows(runs, workdir: str, counts: dict) -> list[dict]:
-    """Per run: its size, counts, budget, final val_loss / probe / NIAH and timing sums."""
+    """Per run: its size, counts, budget, final val_loss / probe / NIAH, timing sums and decoding
+    memory (decode_memory)."""
     out = []
     for r in runs:
         fr = _final_rows(r)
@@ -175,7 +188,8 @@ def run_rows(runs, workdir: str, counts: dict) -> list[dict]:
                         probe_chance=fr.get("probe", {}).get("probe_chance"),
                         niah_task=niah[0], niah_weighted_acc=niah[1].get("niah_weighted_acc"),
                         niah_score=niah[1].get("niah_score"),
-                        niah_heatmap=os.path.relpath(heat, workdir) if heat else None, timing=_timing(r)))
+                        niah_heatmap=os.path.relpath(heat, workdir) if heat else None, timing=_timing(r),
+                        **decode_memory(r)))
     return out
 
 

@@ -25,7 +25,7 @@ from linscale_jax import contract
 from linscale_jax.study import files, inputs
 from linscale_jax.study.scaling import findings, holdout
 from linscale_jax.study.scaling import laws as scaling_laws
-from linscale_jax.study.scaling.report import comparisons, figures, laws, summary
+from linscale_jax.study.scaling.report import comparisons, figures, laws, memory, summary
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,7 +138,7 @@ def paper_findings(doc) -> list[str]:
 SECTIONS = (header, summary.section, scale, curves, laws.allocation, laws.table3, laws.noise,
             scaling_laws.report_section, held_out,
             paper_findings, comparisons.common_compute, comparisons.calibration, comparisons.niah_heatmaps,
-            runs_table, wall_time)
+            memory.section, runs_table, wall_time)
 
 
 def draw(doc) -> None:

@@ -1,0 +1,37 @@
+"""Hybrid stacks and Gated DeltaNet against softmax at equal compute: the main job's study
+(configs/study/cpu.py: byte corpus, 3,145,728 tokens a run, 12 checkpoints, one replicate seed of
+the smallest size) at the paper's protocol (configs/study/cpu_paper.py: lr 3e-3, batch 8 × 128,
+β2 0.95, 64 warmup steps for every run) on the ladder's four-layer rungs d16, d32, d48, for
+
+    llama, tnl, gdn, tnl+hybrid=3:1, hgrn2+hybrid=3:1, cosformer2+hybrid=3:1, gdn+hybrid=3:1
+
+`<arch>+hybrid=3:1` is `model.layers=<arch>*3,llama`: three linear layers, then one softmax layer
+(the MiniMax-01 / Olmo Hybrid / Kimi Linear layout), so at depth 4 exactly `<arch>,<arch>,<arch>,llama`.
+
+    python -m linscale_jax.study --config=hybrid --workdir=DIR_HYBRID
+
+DIR_HYBRID/report.md's finding 2 gives each arch - llama at equal compute with its verdict (gdn and
+every hybrid against softmax), and "Memory at decode" each arch's KV-cache bytes per token and state
+floats per layer at its largest size, each KV figure as a ratio of llama's.
+
+Why these rungs and this protocol: a 3:1 pattern is one period of four layers, and the model refuses
+a pattern longer than its depth, so the main job's two-layer rungs (d16l2, d32l2) cannot hold it
+(`:first` has the same period); and gdn at d48 (N = 1.52e5 non-embedding) lies above the range the
+tuned learning-rate rule was fitted and checked on (6.7e3 .. 1.18e5), which the rule refuses, so
+every run here takes the paper's protocol, one rate for all. The llama and tnl runs but the d16
+replicates are then cpu_paper's own: copying them first (`mkdir -p DIR_HYBRID/runs && cp -r
+DIR_PAPER/runs/{llama,tnl}-{d16,d32,d48} DIR_HYBRID/runs/`) leaves the gdn and hybrid runs.
+
+Cost, an estimate from `--dry_run`: 28 runs, 4.5e-7 PF-days of exact training compute, 1.67 times
+the main job's 2.7e-7 (24 runs), so about 30-35 minutes on 2 idle cores by the main job's 18-20
+(docs/results.md "The main job"); not measured.
+"""
+
+from linscale_jax.study.presets import preset
+
+
+def get_config():
+    c = preset("cpu_paper")
+    c.archs = "llama,tnl,gdn,tnl+hybrid=3:1,hgrn2+hybrid=3:1,cosformer2+hybrid=3:1,gdn+hybrid=3:1"
+    c.sizes = "d16,d32,d48"  # the four-layer rungs: one 3:1 period each
+    return c
