@@ -1,16 +1,17 @@
 """The project's import graph is one-way, read from the source (every import, function-local ones
 included), by subpackage of linscale_jax (LINSCALE_LAYER):
 
-    contract, errors, axes  <-  console  <-  models  <-  config  <-  parallel  <-  run  <-  data
+    contract, errors, axes, palette  <-  console  <-  models  <-  config  <-  parallel  <-  run  <-  data
         <-  interop, train  <-  eval  <-  study  <-  configs
-    contract, errors  <-  fit  <-  study
+    contract, errors, palette  <-  fit  <-  study
 
 kernels_pallas sits below all of linscale_jax, and the top-level entry folders eval/, fit/ and
 study/ above it. Failures are told apart where they are known: storage errors and the command
 wrapper in `run` (run.storage, run.command), lost peers in `parallel` (parallel.peers,
 parallel.supervise), console capture in `console`; so `data` (whose `prepare` is a command) sits
 above `run`. Nothing imports upward or sideways within a layer; `fit` reads a table and imports
-nothing of the project but the stdlib-only `linscale_jax.contract` and `linscale_jax.errors`; and no
+nothing of the project but the stdlib-only `linscale_jax.contract`, `linscale_jax.errors` and
+`linscale_jax.palette` (the arch colours every figure shares); and no
 two modules import each other, directly or through others.
 """
 
@@ -24,11 +25,11 @@ PACKAGES = ("kernels_pallas", "linscale_jax", "eval", "fit", "study")
 # kernels_pallas, then the package, then the thin entry folders of a clone (python -m study, ...)
 LAYER = {"kernels_pallas": 0, "linscale_jax": 1, "eval": 2, "fit": 2, "study": 2}
 LINSCALE_LAYER = {  # a top-level module or subpackage of linscale_jax -> its level
-    "linscale_jax": 0, "contract": 0, "errors": 0, "axes": 0, "console": 1,
+    "linscale_jax": 0, "contract": 0, "errors": 0, "axes": 0, "palette": 0, "console": 1,
     "models": 2, "config": 3, "parallel": 4, "run": 5, "data": 6, "interop": 7, "train": 7,
     "fit": 8, "eval": 8, "study": 9, "configs": 10,
 }
-STDLIB_ONLY = ("linscale_jax.contract", "linscale_jax.errors")  # what linscale_jax.fit may import
+STDLIB_ONLY = ("linscale_jax.contract", "linscale_jax.errors", "linscale_jax.palette")  # what linscale_jax.fit may import
 FIT = "linscale_jax.fit"
 
 
