@@ -5,9 +5,10 @@ the held-out check, recall and tuning), so an arch reads the same everywhere.
     palette.linestyle("tnl+short_conv=4")  # '--': the paper's mixer solid, a variant dashed
     palette.shades("tnl", 5)               # 5 colours, light to full: the sizes of one arch, smallest first
 
-The paper's four archs have fixed colours (matplotlib's tab10 in Table 1's order); every other
-registered arch takes the next unused one in the registry's order, and a label no registry knows
-takes one picked by its name's checksum, so its colour never depends on which archs a figure shows.
+The paper's four archs have fixed colours (matplotlib's tab10 in Table 1's order), as do the
+project's archs beyond the paper (BEYOND); any other arch takes one picked by its name's checksum,
+so its colour never depends on which archs a figure shows. The module imports nothing of the
+project, so fit's figures can use it.
 Grey and black are kept for what is not an arch (other runs, envelopes, chance lines).
 """
 
@@ -16,7 +17,8 @@ from __future__ import annotations
 import zlib
 
 PAPER = {"llama": "#1f77b4", "tnl": "#ff7f0e", "hgrn2": "#2ca02c", "cosformer2": "#d62728"}
-MORE = ("#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf", "#393b79", "#637939", "#843c39")
+BEYOND = {"gdn": "#9467bd"}
+MORE = ("#8c564b", "#e377c2", "#bcbd22", "#17becf", "#393b79", "#637939", "#843c39")
 OTHER = "0.65"  # runs that are not the figure's subject
 
 
@@ -25,22 +27,11 @@ def arch_of(label: str) -> str:
     return str(label).split("+", 1)[0]
 
 
-def _registered() -> tuple[str, ...]:
-    try:
-        from linscale_jax.models import registry
-    except ImportError:  # the palette needs no model code
-        return tuple(PAPER)
-    return tuple(registry.ARCHS)
-
-
 def color(label: str) -> str:
     """The hex colour of an arch or a variant label of it (module docstring)."""
     a = arch_of(label)
-    if a in PAPER:
-        return PAPER[a]
-    others = [n for n in _registered() if n not in PAPER]
-    if a in others and others.index(a) < len(MORE):
-        return MORE[others.index(a)]
+    if a in PAPER or a in BEYOND:
+        return PAPER.get(a) or BEYOND[a]
     return MORE[zlib.crc32(a.encode()) % len(MORE)]
 
 

@@ -85,6 +85,10 @@ def test_palette_is_fixed_per_arch_and_variant():
     assert len(set(colours)) == 4 and palette.color("tnl+short_conv=4") == palette.color("tnl")
     assert palette.linestyle("tnl+short_conv=4") == "--" and palette.linestyle("tnl") == "-"
     assert palette.color("some_new_arch") == palette.color("some_new_arch") not in colours
+    from linscale_jax.models import registry
+
+    registered = [palette.color(a) for a in registry.ARCHS]  # every registered arch its own colour
+    assert len(set(registered)) == len(registry.ARCHS), dict(zip(registry.ARCHS, registered))
     tints = palette.shades("hgrn2", 4)
     assert tints[-1] == pytest.approx(to_rgb(palette.color("hgrn2")))
     assert len({_hue(t) for t in tints}) == 1 and tints[0] != tints[-1]
