@@ -13,6 +13,7 @@ fit and study (each fails when imported), with bare preset names:
 
 About 2 minutes on 2 idle cores (the build, five fresh interpreters, a 2-step run)."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -69,5 +70,6 @@ def test_an_installed_package_runs_its_commands_from_a_folder_with_its_own_eval_
                "--config.train.eval_every=0", "--config.checkpoint.log_spaced=0")
     assert "Done at step 2" in text
     run("linscale_jax.eval", f"--workdir={wd}", "--tasks=val_loss", "--val_batches=1")
-    assert (wd / "eval" / "results.jsonl").read_text().count('"val_loss"') == 1
+    rows = [json.loads(line) for line in (wd / "eval" / "results.jsonl").read_text().splitlines()]
+    assert [(r["task"], r["step"]) for r in rows] == [("val_loss", 2)], rows
     assert "cosformer2" in run("linscale_jax.models.describe", "--paper")

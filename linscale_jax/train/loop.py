@@ -219,24 +219,38 @@ class _Bound:
         return self.program.lower(*args, *self.tail)
 
 
-@functools.lru_cache(maxsize=8)
 def _compiled(key):
-    """The functions of one run (see `compiled`): its seed's init functions, and the shared
-    programs (_programs) bound to its peak rate. step_fn(params, opt_state, rest, batch) is one
-    train step, block_fn(params, opt_state, rest, batches [k, b, t], n, scale [k], scaled [k]) n of
-    them in one dispatch (linscale_jax.train.blocks); jit compiles each on first use."""
-    config_json, mesh = key
-    sections = json.loads(config_json)
-    model_cfg = ModelConfig.from_config(json.loads(sections[0]))
-    optim_cfg = ml_collections.ConfigDict(json.loads(sections[1]))
+    """The functions of one run (see `compiled`): its seed's init functions (_run_init), and the
+    shared programs (_programs) bound to its peak rate. step_fn(params, opt_state, rest, batch) is
+    one train step, block_fn(params, opt_state, rest, batches [k, b, t], n, scale [k], scaled [k]) n
+    of them in one dispatch (linscale_jax.train.blocks); jit compiles each on first use. Not cached
+    itself, so a run always binds the programs _programs holds now."""
+    sections = json.loads(key[0])
     progs = _programs(_program_key(key))
-    init = _init_fn(model_cfg, int(sections[3]))
-    lr = replicated(np.float32(optim_cfg.lr), progs.rep)
+    init_params, rest = _run_init(key)
+    lr = replicated(np.float32(json.loads(sections[1])["lr"]), progs.rep)
     return types.SimpleNamespace(
         **{k: v for k, v in vars(progs).items() if k not in ("step", "block")},
-        init_params=jax.jit(lambda: init()[0], out_shardings=progs.p_shard),
-        rest=jax.jit(lambda: init()[1], out_shardings=progs.rep),
-        step_fn=_Bound(progs.step, lr), block_fn=_Bound(progs.block, lr))
+        init_params=init_params, rest=rest, step_fn=_Bound(progs.step, lr), block_fn=_Bound(progs.block, lr))
+
+
+@functools.lru_cache(maxsize=8)
+def _run_init(key):
+    """(init_params, rest): the jitted initialisation of a run's model at its seed, placed as the
+    programs' shardings say."""
+    sections = json.loads(key[0])
+    model_cfg = ModelConfig.from_config(json.loads(sections[0]))
+    progs = _programs(_program_key(key))
+    init = _init_fn(model_cfg, int(sections[3]))
+    return (jax.jit(lambda: init()[0], out_shardings=progs.p_shard),
+            jax.jit(lambda: init()[1], out_shardings=progs.rep))
+
+
+def clear_caches() -> None:
+    """Forget every cached program and init function (e.g. after building programs for another
+    backend)."""
+    _run_init.cache_clear()
+    _programs.cache_clear()
 
 
 @functools.lru_cache(maxsize=8)

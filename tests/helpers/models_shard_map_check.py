@@ -191,7 +191,7 @@ def measure_tpu():
                              manual_regions=mlir.count("sdy.manual_computation("),
                              outside_manual=mosaic_outside_manual(mlir),
                              kernels=tpu_kernels(mlir))
-            trainer._compiled.cache_clear()
+            trainer.clear_caches()
     finally:
         jax.default_backend = real_backend
     for arch in ARCHS:

@@ -97,7 +97,9 @@ def test_describe_default_is_the_ladder(capsys, monkeypatch):
     rows = json.loads(describe_in_process(capsys, monkeypatch, "--json"))
     assert [(r["arch"], r["size"]) for r in rows] == [(a, s) for a in ARCHS for s in sizes.LADDER]
     for r in rows:
-        assert r["head_dim"] == 16 and r["n_layers"] >= (2 if r["size"].endswith("l2") else 4) and r["vocab_size"] == 264
+        depth = sizes.LADDER[r["size"]][0]
+        assert r["head_dim"] == 16 and r["n_layers"] == depth and r["vocab_size"] == 264
+        assert depth >= 4 or r["size"].endswith(f"l{depth}")  # a shallow rung names its depth
         if r["arch"] != "llama":
             assert r["state_floats_per_head"] >= 256
     hgrn2 = next(r for r in rows if (r["arch"], r["size"]) == ("hgrn2", "d64"))

@@ -78,19 +78,19 @@ def test_noise_statistics():
 
 @pytest.mark.slow  # two tiny seeds trained, evaluated, averaged and cooled down: about 45 s on 2 cores
 def test_the_noise_kind_measures_every_estimator_and_resumes(tmp_path):
-    """`python -m linscale_jax.study --config=noise` shrunk: two seeds of d32 on the quick preset, 4
-    steps, checkpoints at 2 and 4, one cooldown: noise.json has every estimator at both sample
-    sizes; a second run processes nothing."""
+    """`python -m linscale_jax.study --config=noise` shrunk: two seeds of d32 on the quick preset, 8
+    steps (its warmup: a cooldown branches off the constant rate after it), checkpoints at 4 and 8,
+    one cooldown: noise.json has every estimator at both sample sizes; a second run processes nothing."""
     from linscale_jax.study import experiments
     from linscale_jax.study.presets import preset
 
     study = preset("noise")
-    study.update(dict(preset="quick", size="d32", steps=4, every=2, seeds=2, val="1,2", cooldowns=1))
+    study.update(dict(preset="quick", size="d32", steps=8, every=4, seeds=2, val="1,2", cooldowns=1))
     out = experiments.run(study, str(tmp_path), log=lambda m: None)
     assert out["processed"] == 2
     got = json.loads((tmp_path / "noise.json").read_text())
     assert [r["estimator"] for r in got["rows"]] == ["raw@1", "raw@2", "avg@1", "avg@2", "cool@1", "cool@2"]
     assert all(np.isfinite(r["final_loss"]) and np.isfinite(r["seed_sd"]) for r in got["rows"])
-    assert got["rows"][0]["final_step"] == 4 and got["rows"][-1]["final_step"] > 4  # the branch's own steps
+    assert got["rows"][0]["final_step"] == 8 and got["rows"][-1]["final_step"] > 8  # the branch's own steps
     assert "| raw@1 |" in (tmp_path / "noise.md").read_text()
     assert experiments.run(study, str(tmp_path), log=lambda m: None)["processed"] == 0

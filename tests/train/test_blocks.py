@@ -79,6 +79,11 @@ def test_runs_differing_in_seed_or_constant_rate_share_their_programs():
     assert fa.block_fn.program is fb.block_fn.program and fa.step_fn.program is fb.step_fn.program
     assert fa.eval_fn is fb.eval_fn and fa.init_params is not fb.init_params
     assert float(fa.block_fn.tail[0]) == np.float32(a.optim.lr) and float(fb.block_fn.tail[0]) == np.float32(3e-3)
+    trainer._programs.cache_clear()  # the shared programs evicted (other shapes compiled since)
+    e = tiny_config()
+    e.train.seed = 2  # a run not compiled before, then a: both bind the live programs
+    fe, fa = trainer.step_functions(e)[0], trainer.step_functions(a)[0]
+    assert fa.block_fn.program is fe.block_fn.program and fa.eval_fn is fe.eval_fn
     c, d = tiny_config(), tiny_config()  # cosine: the rate is in the program
     c.optim.schedule = d.optim.schedule = "cosine"
     d.optim.lr = 3e-3
