@@ -337,7 +337,9 @@ def test_a_gang_of_two_hosts_is_resubmitted_whole_and_resumes(cluster, tmp_path)
     assert "2 simulated CPU device(s), 1 CPU(s) per host, 2 hosts (a gang)" in text
     assert "llama-d32 lost on" in text and "retry 1/3" in text, text
     status = json.loads(Path(runs[0].workdir, "status.json").read_text())
-    assert status["state"] == "done" and [h["outcome"] for h in status["history"]] == ["lost", "done"]
+    outcomes = [h["outcome"] for h in status["history"]]  # on a loaded machine Ray may lose a retry too
+    assert status["state"] == "done" and outcomes[0] == "lost" and outcomes[-1] == "done", outcomes
+    assert set(outcomes[:-1]) == {"lost"} and len(outcomes) <= 4, outcomes  # retried whole, within 3 retries
     log = Path(runs[0].workdir, "study.log").read_text()
     assert "host 1/2" in log and "Resuming from" in log
     assert "host 2/2" in Path(runs[0].workdir, "study.host1.log").read_text()
