@@ -213,5 +213,5 @@ def run(study, workdir: str, options: Options = Options(), log=_say) -> dict:
     log(f"[study] runs {fmt_time(t_join - t0)} on {slots} worker(s), join + report "
         f"{fmt_time(time.time() - t_join)}, total {fmt_time(time.time() - t0)}"
         + (f"; report: {path}" if path else ""))
-    return dict(kind=exp.kind, runs=len(every), processed=processed, stopped=False,
-                seconds=time.time() - t0, **joined)
+    return dict(joined, kind=exp.kind, runs=len(every), processed=processed, stopped=False,
+                seconds=time.time() - t0)  # the whole command's seconds over a kind's own (noise: its runs')
