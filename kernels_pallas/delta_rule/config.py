@@ -18,7 +18,7 @@ import dataclasses
 import jax
 
 from kernels_pallas import tpu
-from kernels_pallas.linear_attention.config import GRID_ORDERS, _tile, blocks_for, require_vmem
+from kernels_pallas.linear_attention.config import GRID_ORDERS, _tile, blocks_for, require_vmem, xla_chunk
 
 # Chunk length of the xla form per backend: the key head dim rounded up to a power of two,
 # clamped to [XLA_CHUNK, XLA_CHUNK_MAX] of the backend (fixed on TPU and GPU). The within-chunk
@@ -86,11 +86,7 @@ def default_chunk_size(impl: str, backend: str | None = None, key_dim: int | Non
     key_dim); pallas -> the blocks' chunk; reference -> unused (1)."""
     backend = backend or jax.default_backend()
     if impl == "xla":
-        low = XLA_CHUNK.get(backend, XLA_CHUNK["cpu"])
-        if not key_dim:
-            return low
-        high = XLA_CHUNK_MAX.get(backend, XLA_CHUNK_MAX["cpu"])
-        return min(high, max(low, 1 << (int(key_dim) - 1).bit_length()))
+        return xla_chunk(XLA_CHUNK, XLA_CHUNK_MAX, backend, key_dim)
     if impl == "pallas":
         return default_blocks(backend).chunk_size
     return 1

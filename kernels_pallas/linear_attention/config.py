@@ -121,12 +121,17 @@ def default_chunk_size(impl: str, backend: str | None = None, key_dim: int | Non
     if impl == "pallas":
         return default_blocks(backend).chunk_size
     if impl == "xla":
-        low = XLA_CHUNK.get(backend, XLA_CHUNK["cpu"])
-        if not key_dim:
-            return low
-        high = XLA_CHUNK_MAX.get(backend, XLA_CHUNK_MAX["cpu"])
-        return min(high, max(low, 1 << (int(key_dim) - 1).bit_length()))
+        return xla_chunk(XLA_CHUNK, XLA_CHUNK_MAX, backend, key_dim)
     return 1
+
+
+def xla_chunk(low: dict, high: dict, backend: str, key_dim: int | None) -> int:
+    """The xla form's chunk: the key head dim rounded up to a power of two, clamped to
+    [low, high][backend] (low[backend] without key_dim); an unknown backend takes cpu's."""
+    lo = low.get(backend, low["cpu"])
+    if not key_dim:
+        return lo
+    return min(high.get(backend, high["cpu"]), max(lo, 1 << (int(key_dim) - 1).bit_length()))
 
 
 def default_blocks(backend: str | None = None, device_kind: str | None = None) -> LinearAttentionBlocks:
