@@ -22,9 +22,9 @@ every run here takes the paper's protocol, one rate for all. The llama and tnl r
 replicates are then cpu_paper's own: copying them first (`mkdir -p DIR_HYBRID/runs && cp -r
 DIR_PAPER/runs/{llama,tnl}-{d16,d32,d48} DIR_HYBRID/runs/`) leaves the gdn and hybrid runs.
 
-Cost, an estimate from `--dry_run`: 28 runs, 4.5e-7 PF-days of exact training compute, 1.67 times
-the main job's 2.7e-7 (24 runs), so about 30-35 minutes on 2 idle cores by the main job's 18-20
-(docs/results.md "The main job"); not measured.
+Cost: 28 runs, 4.5e-7 PF-days of exact training compute (1.67 times the main job's); measured 52
+CPU-minutes, about 26 minutes on 2 idle cores. Results and cost: docs/results.md, "Hybrid stacks
+and Gated DeltaNet (the `hybrid` preset)".
 """
 
 from linscale_jax.study.presets import preset
