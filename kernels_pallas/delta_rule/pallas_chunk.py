@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-from kernels_pallas.linear_attention.pallas_chunk import F32, _dot, _dot_split
+from kernels_pallas.linear_attention.pallas_chunk import F32, GridMixin, _dot, _dot_split
 
 _NN, _NT, _TN = ((1,), (0,)), ((1,), (1,)), ((0,), (0,))
 
@@ -51,8 +51,8 @@ def mm(a, b, dt, dims=_NN, split=False):
 
 
 @dataclasses.dataclass(frozen=True)
-class Static:
-    """Compile-time description of one call."""
+class Static(GridMixin):
+    """Compile-time description of one call (its grid: linear_attention.pallas_chunk.GridMixin)."""
 
     chunk: int
     num_heads: int
@@ -66,15 +66,6 @@ class Static:
     grid_order: str = "bhn"  # "bhn": grid (b, h, n) | "hbn": grid (h, b, n)
     vmem_limit_bytes: int | None = None
 
-    @property
-    def dt(self):
-        return jnp.dtype(self.mxu)
-
-    def grid(self, b: int, n: int):
-        return (b, self.num_heads, n) if self.grid_order == "bhn" else (self.num_heads, b, n)
-
-    def batch_head(self, i, j):
-        return (i, j) if self.grid_order == "bhn" else (j, i)
 
 
 # ----------------------------------------------------------------------------- block specs

@@ -88,8 +88,27 @@ def mm_tn_split(a, b, dt=F32):
     return _dot_split(a, b, ((0,), (0,)), dt)
 
 
+class GridMixin:
+    """The grid of a call description with fields num_heads, mxu and grid_order ("bhn": grid
+    (b, h, n) | "hbn": grid (h, b, n)); the linear-attention and delta-rule Statics share it."""
+
+    @property
+    def dt(self):
+        return jnp.dtype(self.mxu)
+
+    def grid(self, b: int, n: int):
+        return (b, self.num_heads, n) if self.grid_order == "bhn" else (self.num_heads, b, n)
+
+    def batch_head(self, i, j):
+        """(batch, head) of grid indices (i, j) of the two leading axes."""
+        return (i, j) if self.grid_order == "bhn" else (j, i)
+
+    def head_id(self):
+        return pl.program_id(1 if self.grid_order == "bhn" else 0)
+
+
 @dataclasses.dataclass(frozen=True)
-class Static:
+class Static(GridMixin):
     """Compile-time description of one call: decay kind, block sizes, dims, real length, the
     matmul operand dtype and the grid order."""
 
@@ -106,19 +125,6 @@ class Static:
     grid_order: str = "bhn"  # "bhn": grid (b, h, n) | "hbn": grid (h, b, n)
     vmem_limit_bytes: int | None = None
 
-    @property
-    def dt(self):
-        return jnp.dtype(self.mxu)
-
-    def grid(self, b: int, n: int):
-        return (b, self.num_heads, n) if self.grid_order == "bhn" else (self.num_heads, b, n)
-
-    def batch_head(self, i, j):
-        """(batch, head) of grid indices (i, j) of the two leading axes."""
-        return (i, j) if self.grid_order == "bhn" else (j, i)
-
-    def head_id(self):
-        return pl.program_id(1 if self.grid_order == "bhn" else 0)
 
 
 @dataclasses.dataclass
