@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 
 from kernels_pallas.delta_rule import pallas_bwd, pallas_fwd
+from kernels_pallas.delta_rule.checks import validate_inputs
 from kernels_pallas.delta_rule.config import check_tiling, check_vmem, default_blocks
 from kernels_pallas.delta_rule.pallas_chunk import Static
 from kernels_pallas.linear_attention.pallas import default_interpret
@@ -51,6 +52,7 @@ def delta_rule_pallas(q, k, v, beta, log_decay=None, initial_state=None, starts=
                       chunk_size=None, blocks=None, matmul_dtype=None, interpret=None):
     """See the module docstring. interpret: None (TPU: compile; CPU: TPU interpret mode), False
     (Mosaic lowering, e.g. to export for TPU from a CPU host) or pltpu.InterpretParams."""
+    validate_inputs(q, k, v, beta, log_decay, initial_state)
     for name, x in (("q", q), ("k", k), ("v", v)):
         if x.dtype not in _DTYPES:
             raise ValueError(f"delta_rule_pallas: {name} has dtype {x.dtype}; use float32 or "

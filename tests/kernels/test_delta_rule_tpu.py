@@ -114,3 +114,14 @@ def test_blocks_per_generation_and_vmem():
     with pytest.raises(ValueError, match="sublane"):
         config.check_tiling(8, 128, 128, 2, jnp.bfloat16, "tpu")
     config.check_tiling(64, 64, 64, 1, jnp.bfloat16, "tpu")  # one head: the block is the array
+
+
+def test_pallas_bad_inputs_raise_clear_errors():
+    x = jnp.zeros((1, 32, 2, 8))
+    beta = jnp.zeros((1, 32, 2))
+    with pytest.raises(ValueError, match=r"^delta_rule: beta must be a float array \[b, t, h\]"):
+        delta_rule_pallas(x, x, x, beta[..., None])
+    with pytest.raises(ValueError, match="delta_rule_pallas: q has dtype float16"):
+        delta_rule_pallas(x.astype(jnp.float16), x, x, beta)
+    with pytest.raises(ValueError, match="matmul_dtype=float16"):
+        delta_rule_pallas(x, x, x, beta, matmul_dtype=jnp.float16)
