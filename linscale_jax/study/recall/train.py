@@ -89,12 +89,18 @@ def model_config(study, label: str, d: int, e: int):
     from linscale_jax.data import mqar
     from linscale_jax.models import ModelConfig, sizes
 
+    from linscale_jax.models.variants import merge
+
     v = Variant.parse(label)
-    arch, changes = v.arch, v.model_changes()
-    return ModelConfig(arch=arch, size=f"d{d}e{e}", n_layers=int(study.n_layers), d_model=d,
-                       n_heads=d // e, ffn_dim=sizes.paper_ffn_dim(d, 8),
-                       vocab_size=mqar.vocab_size(int(study.n_keys), int(study.n_values)),
-                       max_seq_len=int(study.seq_len), **changes)
+    base = dict(arch=v.arch, size=f"d{d}e{e}", n_layers=int(study.n_layers), d_model=d, n_heads=d // e,
+                ffn_dim=sizes.paper_ffn_dim(d, 8),
+                vocab_size=mqar.vocab_size(int(study.n_keys), int(study.n_values)),
+                max_seq_len=int(study.seq_len))
+    try:
+        return ModelConfig(**merge(base, v.model_changes()))
+    except ValueError as err:
+        raise ValueError(f"recall label {label!r} at shape d{d}e{e} with study.n_layers={study.n_layers}: "
+                         f"{err}") from None
 
 
 def usable_state_floats(cfg, seq_len: int, state_floats: int) -> int:

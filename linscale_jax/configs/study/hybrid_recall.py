@@ -1,0 +1,34 @@
+"""Recall of the hybrid stacks and Gated DeltaNet against softmax at equal steps: MQAR accuracy
+(the `recall` kind, study.recall) of
+
+    llama, tnl, gdn, tnl+hybrid=3:1, hgrn2+hybrid=3:1, cosformer2+hybrid=3:1, gdn+hybrid=3:1
+
+at the positive control's shape d64e16 (4 heads of dim 16), 4 layers for every label (one 3:1
+period: `<arch>,<arch>,<arch>,llama`; the llama control at the same depth), every label allowed the
+same 2,000 steps (equal steps is the comparison), seeds 0 and 1, each label at its own learning rate
+from configs/study/hybrid_recall_rates.json (configs/study/hybrid_recall_sweep.py chose them).
+
+    python -m linscale_jax.study --config=hybrid_recall --workdir=DIR_RECALL
+    python -m linscale_jax.study --config=hybrid --workdir=DIR_HYBRID --join_only \
+        --config.recall_from=DIR_RECALL     # the hybrid report's recall verdicts at equal steps
+
+The sweep's seed-0 runs at the chosen rates are this preset's seed-0 runs (the schedule is constant
+and every field matches): copying them first (`mkdir -p DIR_RECALL/runs && cp -r
+DIR_SWEEP/runs/*-s0-lr<chosen> DIR_RECALL/runs/`) leaves the seed-1 runs. The task and the
+training protocol are the recall preset's (configs/study/recall.py). Costs and the measured table:
+docs/results.md "Hybrid stacks and Gated DeltaNet", its recall part.
+"""
+
+from linscale_jax.study.presets import preset
+
+
+def get_config():
+    c = preset("recall")
+    c.update(dict(
+        archs="llama,tnl,gdn,tnl+hybrid=3:1,hgrn2+hybrid=3:1,cosformer2+hybrid=3:1,gdn+hybrid=3:1",
+        shapes="d64e16", baseline_shapes="d64e16",
+        n_layers=4,  # one 3:1 period; a label whose layer pattern does not fit the depth is refused
+        max_steps=2000, baseline_max_steps=2000,  # equal steps for every label, the control included
+        rates="hybrid_recall_rates",
+    ))
+    return c
