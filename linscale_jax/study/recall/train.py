@@ -86,6 +86,9 @@ def learning_rates(study, label: str) -> list[float]:
 
 
 def model_config(study, label: str, d: int, e: int):
+    """The model of `label` at shape d<d>e<e> with study.n_layers layers (the label's changes win over
+    the shape's fields, e.g. tnl+n_heads=2); a hybrid label whose layer period is deeper than
+    study.n_layers is refused."""
     from linscale_jax.data import mqar
     from linscale_jax.models import ModelConfig, sizes
 
@@ -96,31 +99,51 @@ def model_config(study, label: str, d: int, e: int):
                 ffn_dim=sizes.paper_ffn_dim(d, 8),
                 vocab_size=mqar.vocab_size(int(study.n_keys), int(study.n_values)),
                 max_seq_len=int(study.seq_len))
-    try:
-        return ModelConfig(**merge(base, v.model_changes()))
-    except ValueError as err:
-        raise ValueError(f"recall label {label!r} at shape d{d}e{e} with study.n_layers={study.n_layers}: "
-                         f"{err}") from None
+    changes = v.model_changes()
+    period = layer_period(changes.get("layers", ""))
+    if period > int(study.n_layers):
+        raise ValueError(f"recall label {label!r} stacks layers {changes['layers']!r}, a period of {period} "
+                         f"layers, deeper than study.n_layers={study.n_layers}; give --config.n_layers={period} "
+                         "(or more) or drop the label from study.archs")
+    return ModelConfig(**merge(base, changes))
 
 
-def usable_state_floats(cfg, seq_len: int, state_floats: int) -> int:
-    """The state a layer can hold over the whole context, averaged over layers: for an arch with a
-    fixed per-head decay (describe_extras' decay_per_layer: TNL) only the heads whose memory
-    1/(-ln λ) reaches seq_len count (λ^seq_len >= 1/e); for the others the nominal state."""
-    from linscale_jax.models import registry
-
-    decay = registry.get(cfg.arch).describe_extras(cfg).get("decay_per_layer")
-    if not decay:
-        return int(state_floats)
-    spans = np.mean([np.mean([lam >= math.exp(-1.0 / seq_len) for lam in layer]) for layer in decay])
-    head_state = state_floats - _conv_floats(cfg)
-    return int(round(spans * head_state)) + _conv_floats(cfg)
+def layer_period(pattern: str) -> int:
+    """Layers in one period of a layer pattern: 'tnl*3,llama' -> 4 ('' -> 0)."""
+    return sum(int(part.partition("*")[2] or 1) for part in pattern.split(",")) if pattern else 0
 
 
-def _conv_floats(cfg) -> int:
+def state_floats(cfg, seq_len: int) -> int:
+    """Decoding floats per layer for one sequence of seq_len tokens, the mean over the layers
+    (models.accounting.state_floats_per_layer: a linear layer's fixed state, a softmax layer's KV
+    cache at seq_len tokens; a hybrid stack averages both)."""
+    from linscale_jax.models import accounting
+
+    return int(round(accounting.state_floats_per_layer(cfg, seq_len)))
+
+
+def usable_state_floats(cfg, seq_len: int) -> int:
+    """The state a layer can hold over the whole context, the mean over the layers: in the layers of
+    an arch with a fixed per-head decay (describe_extras' decay_per_layer: TNL) only the heads whose
+    memory 1/(-ln λ) reaches seq_len count (λ^seq_len >= 1/e), the convolution's inputs beside them;
+    every other layer (a softmax layer's KV cache included) its nominal state. A hybrid stack's TNL
+    layers take the decays of a TNL model of their count (models.describe.describe_row)."""
+    from linscale_jax.models import accounting, registry
     from linscale_jax.models.linear_common import short_conv_state_floats
 
-    return short_conv_state_floats(cfg)
+    total = 0.0
+    counts = accounting.layer_counts(cfg)
+    for arch, n in counts.items():
+        pure = cfg.pure(arch).replace(n_layers=n)
+        spec = registry.get(arch)
+        state = spec.state_floats(pure, seq_len)
+        decay = spec.describe_extras(pure).get("decay_per_layer")
+        if decay:
+            spans = np.mean([np.mean([lam >= math.exp(-1.0 / seq_len) for lam in layer]) for layer in decay])
+            conv = short_conv_state_floats(pure)
+            state = spans * (state - conv) + conv
+        total += n * state
+    return int(round(total / sum(counts.values())))
 
 
 def mqar_options(study) -> dict:
@@ -204,7 +227,7 @@ def matches(stored, wanted) -> bool:
 
 
 def build_runs(study, workdir: str) -> list[Run]:
-    from linscale_jax.models import accounting, registry
+    from linscale_jax.models import accounting
 
     seq_len, runs = int(study.seq_len), []
     for label in split_list(study.archs, "study.archs"):
@@ -213,12 +236,12 @@ def build_runs(study, workdir: str) -> list[Run]:
         for shape in shapes_of(study, label):
             d, e = parse_shape(shape)
             mc = model_config(study, label, d, e)
-            state = int(registry.get(mc.arch).state_floats(mc, seq_len))
+            state = state_floats(mc, seq_len)
             for lr in learning_rates(study, label):
                 for seed in (int(s) for s in split_list(study.seeds, "study.seeds")):
                     run = Run(label, d, e, seed, lr, "", steps, accounting.param_counts(mc)["non_embedding"],
                               3 * accounting.flops_per_token_exact(mc, seq_len) * tokens, state,
-                              usable_state_floats(mc, seq_len, state))
+                              usable_state_floats(mc, seq_len))
                     run.workdir = os.path.join(workdir, "runs", run.name)
                     run.config = run_config(study, label, d, e, seed, lr, steps, run.workdir)
                     runs.append(run)
