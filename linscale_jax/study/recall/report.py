@@ -150,10 +150,12 @@ def report_section(rows: list[dict], study, rates: dict | None, csv_path: str | 
              f"reaches down to 1/pairs (copying a stored value without its key); otherwise a recall "
              f"result. An arch '<arch>+short_conv=4' is the paper's mixer with a causal depthwise "
              f"convolution of width 4 on q, k and v (fla's use_short_conv); the paper's mixers have "
-             f"none. State floats per layer: the decoding state (ArchSpec.state_floats; the "
-             f"convolution's last 3 inputs included); usable: the heads whose decay keeps a memory of "
-             f"the whole context (TNL's paper rule decays all but one head per layer within a few "
-             f"tokens).", "", "![MQAR accuracy against state size](recall.png)", "",
+             f"none; '<arch>+hybrid=3:1' stacks three <arch> layers, then one LLaMA layer, per period "
+             f"of four. State floats per layer: the decoding state (ArchSpec.state_floats; the "
+             f"convolution's last 3 inputs included; a softmax layer's KV cache at {study.seq_len} "
+             f"tokens; a hybrid's the mean over its layers); usable: the heads whose decay keeps a "
+             f"memory of the whole context (TNL's paper rule decays all but one head per layer within "
+             f"a few tokens).", "", "![MQAR accuracy against state size](recall.png)", "",
              *cell_table(rows, n_pairs), "", control_sentence(ctl), ""]
     if rates:
         lines += [f"Learning rates from the sweep at {rates['shape']} (`{rates['command']}`; "

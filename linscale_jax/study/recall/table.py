@@ -197,6 +197,8 @@ def verdict_input(path: str) -> dict:
                    the comparison is not at equal training); the baseline's own passing rows
                    included; variant rows (e.g. arch "tnl+short_conv=4") carry their label as arch
                    and `variant`;
+    cells          every seed "all" row (study.recall.verdicts: each label against the baseline at
+                   equal steps);
     control        control();
     control_steps  the most steps the control trained in a shape where it passed (None: nowhere);
     left_out       [(arch, d_model, head_dim, n_pairs, status)] of every other seed "all" row
@@ -217,7 +219,7 @@ def verdict_input(path: str) -> dict:
             return r["status"]
         return "no control" if _shape(r) not in ok else FEWER_STEPS
 
-    return dict(rows=use, control=ctl, control_steps=max(need.values(), default=None),
+    return dict(rows=use, cells=cells, control=ctl, control_steps=max(need.values(), default=None),
                 left_out=[(r["arch"], r["d_model"], r["head_dim"], r["n_pairs"], why(r)) for r in cells
                           if id(r) not in kept],
                 did_not_train=[(r["arch"], r["d_model"], r["head_dim"], r["n_pairs"]) for r in cells

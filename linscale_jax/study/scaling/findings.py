@@ -156,7 +156,16 @@ def retrieval(recall: dict | None, source: str) -> tuple[str, list[str]]:
     """Finding 3 from read_recall's dict (None: not run). Without the positive control (the
     baseline >= 0.9 in some cell) it is not measured; only recall results in shapes where the
     control passed, allowed at least its steps, count (read_recall's rows); the other cells are
-    listed as left out."""
+    listed as left out. Below it, every label of the recall study against the baseline at equal
+    steps with its own outcome (study.recall.verdicts: better / worse / equivalent / not_resolved,
+    or not measured)."""
+    from linscale_jax.study.recall.verdicts import equal_steps, equal_steps_lines
+
+    verdict, lines = _finding3(recall, source)
+    return verdict, lines + ([""] if lines else []) + equal_steps_lines(equal_steps(recall))
+
+
+def _finding3(recall: dict | None, source: str) -> tuple[str, list[str]]:
     from linscale_jax.study.recall.table import control_sentence
     from linscale_jax.study.recall.table import FEWER_STEPS
 
@@ -224,12 +233,12 @@ def section(result: dict) -> tuple[list[str], dict]:
 
 
 def console_lines(found: dict) -> list[str]:
-    """One line per finding for the study's console: its verdict, and finding 2's per arch."""
+    """One line per finding for the study's console: its verdict, and findings 2 and 3 per arch."""
     out = []
     for key, title in TITLES:
         f = found["findings"][key]
         archs = (", ".join(f"{a} {r['verdict']}" for a, r in f.get("archs", {}).items())
-                 if key == "equal_compute" else "")
+                 if key != "power_laws" else "")
         out.append(f"[study] {title}: {f['verdict']}" + (f" ({archs})" if archs else ""))
     return out
 

@@ -261,6 +261,7 @@ ROW_KEYS = ("diff", "ci_low", "ci_high", "verdict", "reason", "failed", "mde", "
 def judge_all(tables: dict, recall_rows=None, recall_source: str = "", **kw) -> dict:
     """{estimator: Table} -> the findings JSON: per finding `verdict` (combined over estimators),
     `by_estimator`, and per arch the first estimator's numbers with the combined verdict."""
+    from linscale_jax.study.recall.verdicts import equal_steps
     from linscale_jax.study.scaling import findings
 
     per = {name: judge(t, **kw) for name, t in tables.items()}
@@ -279,7 +280,7 @@ def judge_all(tables: dict, recall_rows=None, recall_source: str = "", **kw) -> 
             f["compute"] = per[first][key]["compute"]
         out["findings"][key] = f
     v3, lines = findings.retrieval(recall_rows, recall_source)
-    out["findings"]["retrieval"] = dict(verdict=v3.replace("**", ""), archs={})
+    out["findings"]["retrieval"] = dict(verdict=v3.replace("**", ""), archs=equal_steps(recall_rows))
     out["retrieval_lines"] = lines
     return out
 

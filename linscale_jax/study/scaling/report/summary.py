@@ -57,7 +57,13 @@ def finding_lines(doc) -> list[str]:
     if rows:
         text += f". Fitted arch − {BASELINE_ARCH} at C* = {eq['compute']:.3g} PF-days, nats [95%]: " + "; ".join(rows)
     out.append(text + ".")
-    out.append(f"- **{titles['retrieval']}: {_head(fd['retrieval']['verdict'])[0]}**.")
+    rt = fd["retrieval"]
+    text = f"- **{titles['retrieval']}: {_head(rt['verdict'])[0]}**"
+    if rt.get("archs"):
+        from linscale_jax.study.recall.verdicts import summary_text
+
+        text += f". MQAR accuracy, arch − {BASELINE_ARCH} at equal steps [95%]: {summary_text(rt['archs'])}"
+    out.append(text + ".")
     return out
 
 
