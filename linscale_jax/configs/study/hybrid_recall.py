@@ -5,7 +5,7 @@
 
 at the positive control's shape d64e16 (4 heads of dim 16), 4 layers for every label (one 3:1
 period: `<arch>,<arch>,<arch>,llama`; the llama control at the same depth), every label allowed the
-same 2,000 steps (equal steps is the comparison), seeds 0 and 1, each label at its own learning rate
+same 3,000 steps (equal steps is the comparison; the two-layer control needed about 2,300), seeds 0 and 1, each label at its own learning rate
 from configs/study/hybrid_recall_rates.json (configs/study/hybrid_recall_sweep.py chose them).
 
     python -m linscale_jax.study --config=hybrid_recall --workdir=DIR_RECALL
@@ -28,7 +28,7 @@ def get_config():
         archs="llama,tnl,gdn,tnl+hybrid=3:1,hgrn2+hybrid=3:1,cosformer2+hybrid=3:1,gdn+hybrid=3:1",
         shapes="d64e16", baseline_shapes="d64e16",
         n_layers=4,  # one 3:1 period; a label whose layer pattern does not fit the depth is refused
-        max_steps=2000, baseline_max_steps=2000,  # equal steps for every label, the control included
+        max_steps=3000, baseline_max_steps=3000,  # equal steps for every label, the control included
         rates="hybrid_recall_rates",
     ))
     return c
