@@ -5,17 +5,19 @@
 
 at the positive control's shape d64e16 (4 heads of dim 16), 4 layers for every label (one 3:1
 period: `<arch>,<arch>,<arch>,llama`; the llama control at the same depth), every label allowed the
-same 3,000 steps (equal steps is the comparison; the two-layer control needed about 2,300), seeds 0 and 1, each label at its own learning rate
-from configs/study/hybrid_recall_rates.json (configs/study/hybrid_recall_sweep.py chose them).
+same 3,000 steps (equal steps is the comparison; the two-layer control needed about 2,300), seeds
+0 and 1, each label at its own learning rate from configs/study/hybrid_recall_rates.json
+(configs/study/hybrid_recall_sweep.py chose them).
 
-    python -m linscale_jax.study --config=hybrid_recall --workdir=DIR_RECALL
+    python -m linscale_jax.study --config=hybrid_recall_sweep --workdir=DIR_RECALL   # seed 0, the rates
+    cp DIR_RECALL/recall_rates.json linscale_jax/configs/study/hybrid_recall_rates.json
+    python -m linscale_jax.study --config=hybrid_recall --workdir=DIR_RECALL         # adds seed 1
     python -m linscale_jax.study --config=hybrid --workdir=DIR_HYBRID --join_only \
         --config.recall_from=DIR_RECALL     # the hybrid report's recall verdicts at equal steps
 
 The sweep's seed-0 runs at the chosen rates are this preset's seed-0 runs (the schedule is constant
-and every field matches): copying them first (`mkdir -p DIR_RECALL/runs && cp -r
-DIR_SWEEP/runs/*-s0-lr<chosen> DIR_RECALL/runs/`) leaves the seed-1 runs. The task and the
-training protocol are the recall preset's (configs/study/recall.py). Costs and the measured table:
+and every field matches): run in the sweep's workdir, the preset trains only the seed-1 runs. The
+task and the training protocol are the recall preset's (configs/study/recall.py). Costs and the measured table:
 docs/results.md "Hybrid stacks and Gated DeltaNet", its recall part.
 """
 

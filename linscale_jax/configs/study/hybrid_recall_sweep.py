@@ -7,6 +7,7 @@ label has the best validation accuracy after the preset's steps (study.recall.ta
 
     python -m linscale_jax.study --config=hybrid_recall_sweep --workdir=DIR_SWEEP
     cp DIR_SWEEP/recall_rates.json linscale_jax/configs/study/hybrid_recall_rates.json
+    python -m linscale_jax.study --config=hybrid_recall --workdir=DIR_SWEEP   # the preset: adds seed 1
 
 Cost: docs/results.md "Hybrid stacks and Gated DeltaNet", its recall part.
 """
