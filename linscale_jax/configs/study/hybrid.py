@@ -25,6 +25,11 @@ DIR_PAPER/runs/{llama,tnl}-{d16,d32,d48} DIR_HYBRID/runs/`) leaves the gdn and h
 Cost: 28 runs, 4.5e-7 PF-days of exact training compute (1.67 times the main job's); measured 52
 CPU-minutes, about 26 minutes on 2 idle cores. Results and cost: docs/results.md, "Hybrid stacks
 and Gated DeltaNet (the `hybrid` preset)".
+
+Recall at equal steps (finding 3: each arch against llama on MQAR) from the hybrid recall study
+(configs/study/hybrid_recall.py), re-joining this one without training:
+
+    python -m linscale_jax.study --config=hybrid --workdir=DIR_HYBRID --join_only --config.recall_from=DIR_RECALL
 """
 
 from linscale_jax.study.presets import preset
