@@ -2,8 +2,9 @@
 its decoding state.
 
 Modules: experiment (its steps: plan, finished, join, report), train (the runs and one run),
-table (statuses, recall.csv, the positive control, what a verdict may use), rates (the learning-rate
-file), report (recall.png, the report's section).
+table (statuses, recall.csv, the positive control, what a verdict may use), verdicts (each label
+against the control at equal steps), rates (the learning-rate file), report (recall.png, the
+report's section).
 """
 
 from linscale_jax.study import experiments

@@ -11,7 +11,8 @@ optimizer and step on MQAR sequences whose number of key-value pairs is drawn fr
 (Zoology's mixture training) for at most study.max_steps steps (study.sweep_steps when set),
 stopping once the validation accuracy reaches study.stop_accuracy; then scored on study.eval_sequences test sequences per number
 of pairs (accuracy = share of queries whose argmax is the stored value, 95 % Wilson interval).
-Labels may be variants, e.g. tnl+short_conv=4 (the short convolution, linscale_jax.models.linear_common).
+Labels may be variants, e.g. tnl+short_conv=4 (the short convolution, linscale_jax.models.linear_common),
+gdn+expand_v=1 or tnl+hybrid=3:1 (a hybrid stack: study.n_layers must hold its layer period).
 Per (arch, shape) the rate with the best mean validation accuracy after the label's max_steps
 (train.max_steps_of; read from the validation history of a run that trained longer) is kept; a run
 with several rates per arch (the sweep) also writes DIR/recall_rates.json (study.recall.rates).

@@ -13,7 +13,9 @@
    pairs) cell with a normal interval from the cells' intervals (query noise and seed spread);
    "not measured" unless the baseline's positive control (>= 0.9 in some cell) is met; only recall
    results (above the copy level) of the paper's mixers in (width, pairs) shapes where the control
-   passed count, the other cells are listed as left out.
+   passed count, the other cells are listed as left out. Below it every label of the recall study
+   (gdn, a hybrid, a variant) against the baseline at equal steps, with the four outcomes
+   (study.recall.verdicts; findings.json's retrieval `archs`).
 Every finding is judged under each loss estimator the study computed; where they disagree the
 verdict is "depends on the estimator", with each estimator's values shown; likewise "depends on the
 learning-rate protocol" against a study of the other protocol (study.protocol_from).
