@@ -103,3 +103,9 @@ def test_each_label_against_the_control_at_equal_steps(tmp_path):
     assert {r["verdict"] for r in verdicts.equal_steps(v).values()} == {"not measured"}
     assert verdicts.equal_steps(v)["gdn"]["reason"] == "the positive control did not pass"
     assert verdicts.equal_steps(None) == {}
+
+
+def test_the_preset_without_its_rates_names_its_own_sweep(tmp_path):
+    """< 1 s."""
+    with pytest.raises(FileNotFoundError, match="--config=hybrid_recall_sweep --workdir=DIR"):
+        train.learning_rates(_study(lr="", rates="hybrid_recall_rates"), "gdn")

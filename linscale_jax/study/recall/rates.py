@@ -35,8 +35,9 @@ def read(path: str) -> dict:
         with open(config_file.resolve(path, "study", ".json")) as f:
             return json.load(f)
     except OSError:
+        sweep = f"{path[:-len('_rates')]}_sweep" if path.endswith("_rates") else "recall_sweep"  # its preset's sweep
         raise FileNotFoundError(f"recall rates file {path!r} not found; run `python -m linscale_jax.study "
-                                "--config=recall_sweep --workdir=DIR` and pass "
+                                f"--config={sweep} --workdir=DIR` and pass "
                                 "--config.rates=DIR/recall_rates.json, or give --config.lr") from None
 
 
