@@ -103,6 +103,11 @@ def test_each_label_against_the_control_at_equal_steps(tmp_path):
     assert {r["verdict"] for r in verdicts.equal_steps(v).values()} == {"not measured"}
     assert verdicts.equal_steps(v)["gdn"]["reason"] == "the positive control did not pass"
     assert verdicts.equal_steps(None) == {}
+    # a label of the study that the recall study lacks
+    extra = verdicts.equal_steps(v, labels=["llama", "gdn", "gdn+expand_v=1"])
+    assert extra["gdn+expand_v=1"]["reason"] == "not in the recall study" and "llama" not in extra
+    assert "| gdn+expand_v=1 | | | | | | | | not measured (not in the recall study) |" in findings.retrieval(
+        v, path, ["gdn+expand_v=1"])[1]
 
 
 def test_the_preset_without_its_rates_names_its_own_sweep(tmp_path):

@@ -44,10 +44,11 @@ def outcome(diff: float, se: float, margin: float = MARGIN) -> str:
     return "not_resolved"
 
 
-def equal_steps(recall: dict | None, margin: float = MARGIN) -> dict:
+def equal_steps(recall: dict | None, margin: float = MARGIN, labels=()) -> dict:
     """{label: {verdict, cells: [{d_model, head_dim, n_pairs, status, accuracy, diff, ci_low,
     ci_high, verdict}], reason}} for every label but the baseline in recall.csv (verdict_input's
-    dict, with its `cells`); {} without a recall study."""
+    dict, with its `cells`), and "not measured" for each of `labels` (a study's archs) it lacks;
+    {} without a recall study."""
     from linscale_jax.study.scaling.verdicts import combine
 
     cells = (recall or {}).get("cells", [])
@@ -81,6 +82,10 @@ def equal_steps(recall: dict | None, margin: float = MARGIN) -> dict:
         else:
             out[label] = dict(verdict=NOT_MEASURED, cells=[], reason="; ".join(dict.fromkeys(why)) or
                               "no cell", diff=None, ci_low=None, ci_high=None)
+    for label in labels:
+        if label != BASELINE_ARCH and label not in out:
+            out[label] = dict(verdict=NOT_MEASURED, cells=[], reason="not in the recall study", diff=None,
+                              ci_low=None, ci_high=None)
     return out
 
 

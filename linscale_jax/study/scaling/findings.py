@@ -154,17 +154,18 @@ def recall_differences(rows: list[dict], variants: bool = False) -> list[tuple]:
     return out
 
 
-def retrieval(recall: dict | None, source: str) -> tuple[str, list[str]]:
+def retrieval(recall: dict | None, source: str, labels=()) -> tuple[str, list[str]]:
     """Finding 3 from read_recall's dict (None: not run). Without the positive control (the
     baseline >= 0.9 in some cell) it is not measured; only recall results in shapes where the
     control passed, allowed at least its steps, count (read_recall's rows); the other cells are
     listed as left out. Below it, every label of the recall study against the baseline at equal
     steps with its own outcome (study.recall.verdicts: better / worse / equivalent / not_resolved,
-    or not measured)."""
+    or not measured; each of `labels`, the study's archs, that the recall study lacks: not
+    measured)."""
     from linscale_jax.study.recall.verdicts import equal_steps, equal_steps_lines
 
     verdict, lines = _finding3(recall, source)
-    return verdict, lines + ([""] if lines else []) + equal_steps_lines(equal_steps(recall))
+    return verdict, lines + ([""] if lines else []) + equal_steps_lines(equal_steps(recall, labels=labels))
 
 
 def _finding3(recall: dict | None, source: str) -> tuple[str, list[str]]:

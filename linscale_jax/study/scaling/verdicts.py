@@ -279,8 +279,9 @@ def judge_all(tables: dict, recall_rows=None, recall_source: str = "", **kw) -> 
         if "compute" in per[first][key]:
             f["compute"] = per[first][key]["compute"]
         out["findings"][key] = f
-    v3, lines = findings.retrieval(recall_rows, recall_source)
-    out["findings"]["retrieval"] = dict(verdict=v3.replace("**", ""), archs=equal_steps(recall_rows))
+    labels = list(per[first]["equal_compute"]["archs"])  # the study's archs but the baseline
+    v3, lines = findings.retrieval(recall_rows, recall_source, labels)
+    out["findings"]["retrieval"] = dict(verdict=v3.replace("**", ""), archs=equal_steps(recall_rows, labels=labels))
     out["retrieval_lines"] = lines
     return out
 
