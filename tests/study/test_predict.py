@@ -182,3 +182,4 @@ def test_bad_input_is_one_line(ladder, tmp_path, change, message):
     with pytest.raises(PredictError, match=message.replace("(", r"\(").replace(")", r"\)")) as e:
         experiment.plan(predict_study(ladder[0], **change), str(tmp_path / "P"))
     assert "\n" not in str(e.value)
+
