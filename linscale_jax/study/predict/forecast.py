@@ -73,9 +73,9 @@ def predict_arch(study, lad, arch: str, c: float) -> dict:
     if i in (0, len(fam) - 1):
         raise PredictError(
             f"{arch}: the law puts N_opt at {fam[i]['size']}, the {'smallest' if i == 0 else 'largest'} size of the "
-            f"ladder's shape ({fam[i]['layers']} layers, head dim 16) in linscale_jax/models/sizes.py LADDER, so the "
-            "optimum may lie beyond it and a rung on each side cannot be built; add sizes of that shape to LADDER or "
-            "pass another --config.compute_factor")
+            f"ladder's shape ({fam[i]['layers']} layers, the largest size's head dim) in linscale_jax/models/sizes.py "
+            "LADDER, so the optimum may lie beyond it and a rung on each side cannot be built; add sizes of that "
+            "shape to LADDER, pass another --config.compute_factor, or leave the arch out (--config.archs)")
     chosen = fam[i - 1:i + 2]
     runs, notes = [], []
     for f in chosen:
