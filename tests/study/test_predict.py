@@ -4,6 +4,7 @@ refused, prediction.csv with its flags, the verdicts and the report's lines, and
 
 import csv
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -63,18 +64,23 @@ def ladder(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def lad(ladder):
+    return open_ladder(predict_study(ladder[0]))
+
+
+@pytest.fixture(scope="module")
 def planned(ladder, tmp_path_factory):
     P = str(tmp_path_factory.mktemp("predict"))
     study = predict_study(ladder[0])
     return study, P, experiment.plan(study, P)
 
 
-def test_the_rungs_bracket_the_optimum_at_4x_the_ladder(ladder, planned):
+def test_the_rungs_bracket_the_optimum_at_4x_the_ladder(ladder, lad, planned):
     from linscale_jax.train import rule
 
     study, P, runs = planned
     c = 4 * max(r.flops for r in ladder[1])
-    fam = open_ladder(study).family("llama")
+    fam = lad.family("llama")
     assert [f["size"] for f in fam] == ["d16", "d32", "d48", "d64", "d80", "d96", "d128", "d192"]  # depth 4, as d48
     true = int(np.argmin([law(f["n_law"], c / f["flops_per_token"]) for f in fam]))
     sizes = [f["size"] for f in fam]
@@ -167,20 +173,35 @@ def test_the_verdicts():
 @pytest.mark.parametrize("change, message", [
     (dict(ladder_from="missing"), "does not exist; pass a finished scaling study"),
     (dict(ladder_from="unfinished"), "is not a finished scaling study (no findings.json)"),
-    (dict(archs="llama,gdn"), "gdn is not an arch of the ladder"),
-    (dict(archs=SHORT), f"{SHORT} has 2 size(s)"),
     (dict(ladder_preset="quick"), "was not run by the preset 'quick'"),
-    (dict(compute_factor=1.0), "pass a factor > 1"),
-    (dict(compute_factor=3e4), "the largest size of the ladder's shape"),
-    (dict(rule="as_given"), "pass --config.rule=extrapolate"),
 ])
-def test_bad_input_is_one_line(ladder, tmp_path, change, message):
+def test_a_ladder_that_cannot_predict_is_one_line(ladder, tmp_path, change, message):
     if change.get("ladder_from") == "missing":
         change = dict(ladder_from=str(tmp_path / "missing"))
     elif change.get("ladder_from") == "unfinished":
         (tmp_path / "u").mkdir()
         change = dict(ladder_from=str(tmp_path / "u"))
-    with pytest.raises(PredictError, match=message.replace("(", r"\(").replace(")", r"\)")) as e:
+    with pytest.raises(PredictError, match=re.escape(message)) as e:
         experiment.plan(predict_study(ladder[0], **change), str(tmp_path / "P"))
     assert "\n" not in str(e.value)
 
+
+@pytest.mark.parametrize("what, message", [
+    ("arch", "gdn is not an arch of the ladder"),
+    ("sizes", f"{SHORT} has 2 size(s)"),
+    ("factor", "pass a factor > 1"),
+    ("edge", "the largest size of the ladder's shape"),
+    ("rule", "pass --config.rule=extrapolate"),
+])
+def test_a_prediction_that_cannot_be_made_is_one_line(ladder, lad, what, message):
+    from linscale_jax.study.predict import forecast, protocol
+
+    s = predict_study(ladder[0])
+    calls = dict(arch=lambda: forecast.archs_of(predict_study(ladder[0], archs="llama,gdn"), lad),
+                 sizes=lambda: lad.curves(SHORT),
+                 factor=lambda: forecast.compute(predict_study(ladder[0], compute_factor=1.0), lad),
+                 edge=lambda: forecast.predict_arch(s, lad, "llama", 3e4 * lad.largest.flops),
+                 rule=lambda: protocol.rung_config(lad, "llama", "d96", 1e6, "as_given"))
+    with pytest.raises(PredictError, match=re.escape(message)) as e:
+        calls[what]()
+    assert "\n" not in str(e.value)
