@@ -222,9 +222,10 @@ def load_design(workdir: str, replicates: tuple | None = None, truth=None) -> tu
 
 
 def case_counts(found: dict, des: dict, linear: tuple, ci: int, seeds: int, effect: float,
-                n_boot: int) -> tuple[dict, dict]:
+                n_boot: int, scenarios=SCENARIOS) -> tuple[dict, dict]:
     """({scenario: {verdict: count}}, {scenario: {"<estimator>/<arch>": [[95% width, MDE, model power
-    at `effect`] per study]}}) of case CASES[ci] over `seeds` simulated studies."""
+    at `effect`] per study]}}) of case CASES[ci] over `seeds` simulated studies, taking `scenarios`
+    in turn."""
     from linscale_jax.fit import power
     from linscale_jax.study.scaling import verdicts
 
@@ -232,7 +233,7 @@ def case_counts(found: dict, des: dict, linear: tuple, ci: int, seeds: int, effe
     counts = {s[0]: dict.fromkeys(verdicts.OUTCOMES, 0) for s in SCENARIOS}
     rows = {s[0]: {} for s in SCENARIOS}
     for s in range(seeds):
-        scen = SCENARIOS[s % len(SCENARIOS)]
+        scen = scenarios[s % len(scenarios)]
         rng = np.random.default_rng([ci, s])
         for est, d in des.items():
             r = verdicts.judge(simulate(d, case, effect, scen, rng), margin=found["margin"], n_boot=n_boot,
