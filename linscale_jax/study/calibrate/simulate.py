@@ -182,9 +182,13 @@ def cost(found: dict, runs: list) -> dict:
 def cost_text(c: dict) -> str:
     """'+8% of the study's compute, +13% of its measured run time (165 against 146 worker-minutes)'"""
     w, f = c["worker_min"], c["pf_days"]
-    text = f"{f['extra_share']:+.0%} of the study's compute (Table-1 C)" if f["extra_share"] is not None else ""
+
+    def share(x):  # "+0%", never "-0%"
+        return f"{round(x, 2) + 0.0:+.0%}"
+
+    text = f"{share(f['extra_share'])} of the study's compute (Table-1 C)" if f["extra_share"] is not None else ""
     if w["extra_share"] is not None:
-        text += (f", {w['extra_share']:+.0%} of its measured run time ({w['design']:.0f} against {w['study']:.0f} "
+        text += (f", {share(w['extra_share'])} of its measured run time ({w['design']:.0f} against {w['study']:.0f} "
                  "worker-minutes)")
     return text or "cost unknown"
 
