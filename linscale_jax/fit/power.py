@@ -119,24 +119,32 @@ def _halfwidths(m: Model) -> np.ndarray:
     return np.sqrt(m.v0) * np.stack([np.interp(x, np.log(_RATIOS[1:]), qi[1:]) for qi in q])
 
 
-def power(effect: float, m: Model) -> float:
-    """Share of re-runs (true seed sd = the measured one) whose verdict resolves a true difference
-    `effect` (nats, either sign) on its side: the 95% interval excludes 0, and the 90% interval does
-    not lie inside ±margin (that is "equivalent", which the verdict rules put first)."""
+def _curve(m: Model):
+    """effect -> power under `m` (the re-runs' half-widths computed once)."""
     from scipy import stats
 
     se = m.se
     hw95, hw90 = _halfwidths(m)
     need = np.maximum(hw95, m.margin - hw90)  # |estimate| beyond this resolves
     if se <= 0:
-        return float(np.mean(abs(effect) > need))
-    return float(np.mean(stats.norm.cdf((abs(effect) - need) / se)))
+        return lambda effect: float(np.mean(abs(effect) > need))
+    return lambda effect: float(np.mean(stats.norm.cdf((abs(effect) - need) / se)))
+
+
+def power(effect: float, m: Model) -> float:
+    """Share of re-runs (true seed sd = the measured one) whose verdict resolves a true difference
+    `effect` (nats, either sign) on its side: the 95% interval excludes 0, and the 90% interval does
+    not lie inside ±margin (that is "equivalent", which the verdict rules put first)."""
+    return _curve(m)(effect)
+
+
 def mde(m: Model, target: float = POWER) -> float:
     """The smallest true difference (nats) that `power` resolves in `target` of re-runs."""
+    f = _curve(m)
     lo, hi = 0.0, max(m.se, 1e-9)
-    while power(hi, m) < target:
+    while f(hi) < target:
         hi *= 2
-    for _ in range(50):
+    for _ in range(40):
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if power(mid, m) < target else (lo, mid)
+        lo, hi = (mid, hi) if f(mid) < target else (lo, mid)
     return float(hi)
