@@ -2,6 +2,7 @@
 
     python bench/step_loop.py [--config=cpu] [--archs=llama,tnl,hgrn2,cosformer2]
                               [--sizes=d16l2,d16,d32l2,d32,d48] [--steps=N] [--core=0] [--json]
+                              [--compile_cache=fresh|shared|DIR] [--seed=N] [--cooldowns]
 
 Each rung's run config is the preset's own (study.plan.build_plan: model, the tuned rule's lr,
 batch and beta2, log and checkpoint cadence, eval batches); --steps shortens a run to N steps and
@@ -28,7 +29,10 @@ on one core it is taken from the step):
 Wall seconds are those of a shared machine: the header prints the load average; ratios are
 measured side by side in one process.
 --json prints one object {"rows": [{"arch", "size", "steps", "loop_tokens_per_sec",
-"step_tokens_per_sec", "ratio", "parts": {part: seconds}}], "load": [1, 5, 15 min]}.
+"step_tokens_per_sec", "ratio", "parts": {part: seconds}, "programs": [{"name", "lower",
+"compile", "cache_hit"}]}], "load": [1, 5, 15 min]}: `programs` lists every program the run's loop,
+eval and cooldowns compiled, in order (wall seconds of lowering and of XLA's compilation or the
+persistent cache's read; ProgramLog).
 """
 
 from __future__ import annotations
@@ -108,7 +112,11 @@ def instrumented(clock: Clock):
     from linscale_jax.run import async_save, checksums
     from linscale_jax.run import checkpoint as ckpt
     from linscale_jax.train import batches, metrics
-    from linscale_jax.train import programs
+    from linscale_jax.train import loop as trainer
+    try:
+        from linscale_jax.train import programs  # the trainer's programs (a checkout before: loop)
+    except ImportError:
+        programs = trainer
 
     def ready(*args):
         jax.block_until_ready(args)
@@ -201,12 +209,11 @@ class CompileClock:
 
 
 class ProgramLog:
-    """Every program this process traces, lowers and compiles, in order: its name, seconds per
-    phase (trace, lower, compile: XLA's compilation or the persistent cache's read) and whether the
-    persistent cache held it (jax.monitoring events; the main thread's)."""
+    """Every program this process lowers and compiles, in order: its name, wall seconds per phase
+    (lower, compile: XLA's compilation or the persistent cache's read) and whether the persistent
+    cache held it (jax.monitoring events; the main thread's)."""
 
-    PHASES = {"/jax/core/compile/jaxpr_trace_duration": "trace",
-              "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
+    PHASES = {"/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
               "/jax/core/compile/backend_compile_duration": "compile"}
 
     def __init__(self):
@@ -230,8 +237,8 @@ class ProgramLog:
             self._hit = False
 
     def since(self, i: int) -> list[dict]:
-        """The compilations (phase compile) logged after row i, each with its trace and lower
-        seconds folded in: [{name, trace, lower, compile, cache_hit}]."""
+        """The compilations (phase compile) logged after row i, each with its lowering's seconds
+        folded in: [{name, lower, compile, cache_hit}]."""
         out, acc = [], {}
         for r in self.rows[i:]:
             if r["phase"] != "compile":
@@ -239,8 +246,7 @@ class ProgramLog:
                 acc[r["name"]][r["phase"]] += r["s"]
                 continue
             pre = acc.pop(r["name"], {})
-            out.append(dict(name=r["name"], trace=round(pre.get("trace", 0.0), 3),
-                            lower=round(pre.get("lower", 0.0), 3), compile=r["s"],
+            out.append(dict(name=r["name"], lower=round(pre.get("lower", 0.0), 3), compile=r["s"],
                             cache_hit=r["cache_hit"]))
         return out
 
@@ -291,7 +297,7 @@ def _study_module(name: str):
 
 
 def bench_run(study, run, steps: int | None, burst: int, bursts: int, compiling: CompileClock,
-              program_log: ProgramLog, cooldowns: bool = False) -> dict:
+              program_log: ProgramLog, cooldowns: bool = False, seed: int | None = None) -> dict:
     """One rung: the loop (train + checkpoint eval) and the step alone, side by side; with
     `cooldowns`, the study's cooldown branches of the run after them (trained and evaluated as
     runner.process_run does), timed apart."""
@@ -302,6 +308,8 @@ def bench_run(study, run, steps: int | None, burst: int, bursts: int, compiling:
 
     runner = _study_module("runner")
     cfg = run.config
+    if seed is not None:
+        cfg.train.seed = int(seed)
     if steps:
         cfg.train.steps = int(steps)
     n = int(cfg.train.steps)
@@ -377,6 +385,9 @@ def main():
     p.add_argument("--cooldowns", action="store_true",
                    help="also the study's cooldown branches of each run (trained and evaluated), "
                         "timed apart: cooldown_cpu_s; a run's whole CPU cost is loop_cpu_s + that")
+    p.add_argument("--seed", type=int, default=None,
+                   help="train.seed of every run (default: the preset's); a second invocation on the "
+                        "same --compile_cache with another seed is a study's replicate seed")
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
     as_worker(a.core)
@@ -413,7 +424,7 @@ def main():
     rows = []
     for run in runs:
         r = bench_run(study, run, a.steps or None, a.burst, a.bursts, compiling, program_log,
-                      a.cooldowns)
+                      a.cooldowns, a.seed)
         rows.append(r)
         if a.json:  # progress on stderr; the one JSON object at the end
             print(json.dumps(r), file=sys.stderr, flush=True)

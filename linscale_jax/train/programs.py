@@ -102,7 +102,8 @@ def enable_compilation_cache(path: str | None = None) -> str | None:
     if path.lower() in ("off", "0", "none"):
         return None
     jax.config.update("jax_compilation_cache_dir", path)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)  # every program: a read
+    #                 costs less than the smallest compilation (a run's schedule, casts, stages)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     return path
 
