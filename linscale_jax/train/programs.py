@@ -144,8 +144,9 @@ def _key(config, mesh):
 
 
 def _program_key(key):
-    """The part of a run's key its train and eval programs depend on: not the seed (init only),
-    nor a runtime peak rate (optim.runtime_lr): runs differing only in those share programs."""
+    """The part of a run's key its programs depend on: not the seed (an argument of the init
+    programs), nor a runtime peak rate (optim.runtime_lr): runs differing only in those share
+    programs."""
     config_json, mesh = key
     sections = json.loads(config_json)
     optim_cfg = json.loads(sections[1])
@@ -156,10 +157,9 @@ def _program_key(key):
 
 
 def compiled(config, mesh):
-    """The shardings and jitted init / train / eval functions of `config` on `mesh` (cached: runs
-    with the same model, optimizer, steps, seed and mesh in one process share their compilations;
-    the train and eval programs are shared by runs that differ only in seed or, under a constant
-    schedule, peak rate)."""
+    """The shardings and jitted init / train / eval functions of `config` on `mesh`: the programs
+    of its (model, optimizer, steps, grad_accum, mesh), cached and shared by runs that differ only
+    in seed or, under a constant schedule, peak rate, bound to this run's seed and rate."""
     return _compiled(_key(config, mesh))
 
 
@@ -171,8 +171,8 @@ def replicated(value, sharding):
 
 
 class _Bound:
-    """A shared jitted program with its trailing arguments bound (a run's peak rate): called,
-    traced and lowered like the jitted function with the leading arguments."""
+    """A shared jitted program with its trailing arguments bound (a run's peak rate or seed key):
+    called, traced and lowered like the jitted function with the leading arguments."""
 
     def __init__(self, program, *tail):
         self.program, self.tail = program, tail
@@ -189,8 +189,7 @@ class _Bound:
 
 def _compiled(key):
     """The functions of one run (see `compiled`): the shared programs (_programs) bound to its seed
-    (init_params(), rest()) and peak rate. step_fn(params, opt_state, rest, batch) is
-    one train step, block_fn(params, opt_state, rest, batches [k, b, t], n, scale [k], scaled [k]) n
+    (init_params(), rest()) and peak rate. step_fn(params, opt_state, rest, batch) is one train step, block_fn(params, opt_state, rest, batches [k, b, t], n, scale [k], scaled [k]) n
     of them in one dispatch (linscale_jax.train.blocks); jit compiles each on first use. Not cached
     itself, so a run always binds the programs _programs holds now."""
     sections = json.loads(key[0])
