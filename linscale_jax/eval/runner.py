@@ -99,17 +99,30 @@ def select_steps(spec, available: list[int]) -> list[int]:
 
 
 def check_same_model(workdir: str, metas: dict[int, dict]) -> None:
-    """Every checkpoint's model section must equal the newest one's."""
+    """Every checkpoint's model section must equal the newest one's (a field that an older
+    checkpoint does not store counts at its default, as the model builds it)."""
     ref_step = max(metas)
     ref = metas[ref_step]["config"]["model"]
     for s, m in metas.items():
         cur = m["config"]["model"]
+        if _same_model(ref, cur):
+            continue
         diff = sorted(k for k in set(ref) | set(cur) if ref.get(k) != cur.get(k))
         if diff:
             detail = ", ".join(f"{k}: {cur.get(k)!r} vs {ref.get(k)!r}" for k in diff[:6])
             raise EvalError(f"checkpoint step {s} in {workdir} comes from another architecture/config than "
                             f"step {ref_step} ({detail}); keep one run per workdir and evaluate the "
                             "other run from its own workdir")
+
+
+def _same_model(a: dict, b: dict) -> bool:
+    """Whether two stored model sections build the same ModelConfig (missing fields at defaults)."""
+    from linscale_jax.models import ModelConfig
+
+    try:
+        return ModelConfig(**a) == ModelConfig(**b)
+    except (TypeError, ValueError):
+        return a == b
 
 
 def _cell_progress(log, prefix):

@@ -252,3 +252,16 @@ def test_eval_command_skips_a_damaged_checkpoint_evaluates_the_rest_and_exits_1(
         assert "1 checkpoint(s) of" in errors[0] and "(step 4: " in errors[0], errors
         assert [r["step"] for r in runner.read_results(str(wd))] == [0, 8]
         assert ("2 new row(s)" if attempt == 1 else "no other checkpoint had rows left") in errors[0]
+
+
+def test_an_older_checkpoint_without_newer_model_fields_is_the_same_model():
+    """A run resumed across a version that added model fields (stored as absent in its early
+    checkpoints, at their defaults in its late ones) is one model; a changed width is not."""
+    new = {"arch": "cosformer2", "d_model": 32, "n_heads": 2, "n_layers": 2, "layers": "",
+           "gdn": {"expand_v": 2, "conv_size": 4}}
+    old = {k: v for k, v in new.items() if k not in ("layers", "gdn")}
+    metas = {512: {"config": {"model": old}}, 6144: {"config": {"model": new}}}
+    runner.check_same_model("W", metas)
+    metas[512]["config"]["model"] = {**old, "d_model": 48}
+    with pytest.raises(EvalError, match=r"step 512 in W comes from another architecture/config .*d_model: 48 vs 32"):
+        runner.check_same_model("W", metas)
