@@ -32,6 +32,7 @@ from linscale_jax.study.presets import preset
 
 def get_config():
     c = preset("cpu_paper")
-    c.archs = "llama,tnl,gdn,tnl+hybrid=3:1,hgrn2+hybrid=3:1,cosformer2+hybrid=3:1,gdn+hybrid=3:1"
+    c.archs = ("llama,tnl,gdn,tnl+hybrid=3:1,hgrn2+hybrid=3:1,cosformer2+hybrid=3:1,gdn+hybrid=3:1,"
+               "tnl+n_heads=4,gdn+expand_v=1")  # the last two: the state-size axis
     c.sizes = "d16,d32,d48"  # the four-layer rungs: one 3:1 period each
     return c
