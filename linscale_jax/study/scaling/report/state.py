@@ -2,7 +2,7 @@
 floats per layer, beside N and C, per family of labels sharing a mixer, from findings.json's
 `state_axis` (study.scaling.state_axis: the fits, their intervals and verdicts; this module renders).
 
-    lines = section(doc)       # [] for a findings.json written before the axis existed
+    lines = section(doc)       # [] for a findings.json written before the axis existed (or no final loss)
     lines = summary_line(doc)  # the summary's one line (report.summary.ITEMS)
     plot(axis, path)           # report/state.png: a panel per fitted family (and recall family)
 
@@ -50,8 +50,8 @@ def _range(values) -> str:
 
 def section(doc) -> list[str]:
     axis = doc.found.get("state_axis")
-    if axis is None:
-        return []
+    if not axis or not (axis["loss"] or axis.get("recall_source")):
+        return []  # written before the axis existed, or no run with a final loss
     fitted = [f for f in axis["loss"] if f["status"] != NEEDS_TWO]
     single = [f["family"] for f in axis["loss"] if f["status"] == NEEDS_TWO]
     L = [TITLE, ""]
