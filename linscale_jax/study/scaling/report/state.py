@@ -8,8 +8,8 @@ floats per layer, beside N and C, per family of labels sharing a mixer, from fin
 
 Loss panels: each run's final loss moved to the family's median compute along the fitted compute
 slope (loss − b·(ln C − median ln C)), against its state floats per layer (log2 axis), with the fitted
-line s·log2 S; a label's colour is its arch's (linscale_jax.palette), variants dashed, one marker
-per size. MQAR panels: each seed-mean cell's accuracy and its 95% interval against the usable
+line s·log2 S; a label's colour is its arch's (linscale_jax.palette), its seed-0 runs joined in size
+order (the arch solid, a variant dashed), one marker per size, replicates hollow. MQAR panels: each seed-mean cell's accuracy and its 95% interval against the usable
 state floats per layer, with the fitted line.
 """
 
@@ -152,7 +152,9 @@ def plot(axis: dict, path: str) -> str | None:
                     ax.scatter(p["state_floats"], p["loss"] - e["slope_log_x"] * (c - mid), color=palette.color(label),
                                marker=markers[sizes.index(p["size"]) % len(markers)], s=22,
                                facecolors="none" if p["seed"] else palette.color(label))
-                ax.plot([], [], color=palette.color(label), ls=palette.linestyle(label), label=label)
+                line = sorted((p["state_floats"], p["loss"] - e["slope_log_x"] * (c - mid)) for p, c in mine
+                              if not p["seed"])
+                ax.plot(*zip(*line), color=palette.color(label), ls=palette.linestyle(label), lw=1, label=label)
             xs = np.array(sorted(p["state_floats"] for p in pts), float)
             adj = [p["loss"] - e["slope_log_x"] * (c - mid) for p, c in zip(pts, lnc)]
             icept = float(np.mean(adj) - e["per_doubling"] * np.mean(np.log2([p["state_floats"] for p in pts])))
