@@ -30,8 +30,8 @@ every run here takes the paper's protocol, one rate for all. The llama and tnl r
 replicates are then cpu_paper's own: copying them first (`mkdir -p DIR_HYBRID/runs && cp -r
 DIR_PAPER/runs/{llama,tnl}-{d16,d32,d48} DIR_HYBRID/runs/`) leaves the gdn and hybrid runs.
 
-Cost: 28 runs, 4.5e-7 PF-days of exact training compute (1.67 times the main job's); measured 52
-CPU-minutes, about 26 minutes on 2 idle cores. Results and cost: docs/results.md, "Hybrid stacks
+Cost: 36 runs, 5.7e-7 PF-days of exact training compute (2.1 times the main job's); measured 71
+CPU-minutes (52 for the first 28 runs, 19 for the 8 state variants), about 36 minutes on 2 idle cores. Results and cost: docs/results.md, "Hybrid stacks
 and Gated DeltaNet (the `hybrid` preset)".
 """
 
