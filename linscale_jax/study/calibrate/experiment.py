@@ -43,10 +43,19 @@ def replicates(study) -> tuple | None:
     return (sizes, int(study.replicate_seeds)) if sizes else None
 
 
+def truth(study) -> str:
+    """study.true_seed_sd as given ("": the study's measured pooled sd)."""
+    return str(study.get("true_seed_sd", "") or "")
+
+
 def settings(study, found: dict) -> dict:
     """What a case's counts depend on (stored counts are reused while these hold)."""
-    return dict(seeds=int(study.seeds), effect=float(study.effect),
-                n_boot=int(study.bootstrap or found["n_boot"]), design=simulate.design_label(replicates(study)))
+    return dict(seeds=int(study.seeds), effect=float(study.effect), n_boot=int(study.bootstrap or found["n_boot"]),
+                design=simulate.design_label(replicates(study), truth(study)), model=simulate.MODEL_VERSION)
+
+
+def _design(study, workdir: str):
+    return simulate.load_design(workdir, replicates(study), simulate.true_seed_sd(truth(study)))
 
 
 def _slug(text: str) -> str:
@@ -54,8 +63,8 @@ def _slug(text: str) -> str:
 
 
 def plan(study, workdir: str) -> list[Case]:
-    simulate.load_design(workdir, replicates(study))  # a study that cannot be calibrated fails now
-    root = os.path.join(workdir, files.CALIBRATION_DIR, _slug(simulate.design_label(replicates(study))))
+    _design(study, workdir)  # a study that cannot be calibrated fails now
+    root = os.path.join(workdir, files.CALIBRATION_DIR, _slug(simulate.design_label(replicates(study), truth(study))))
     return [Case(i, f"calibration-{_slug(c)}", os.path.join(root, _slug(c)), workdir, int(study.seeds))
             for i, c in enumerate(simulate.CASES)]
 
@@ -75,27 +84,27 @@ def finished(study, run: Case) -> bool:
 
 def process_case(study, run: Case, log=print, final: bool = False) -> None:
     """The case's simulated studies, judged; the verdicts counted per scenario in <case>/counts.json."""
-    found, des, linear = simulate.load_design(run.study_dir, replicates(study))
+    found, des, linear = _design(study, run.study_dir)
     want = settings(study, found)
-    counts = simulate.case_counts(found, des, linear, run.index, want["seeds"], want["effect"], want["n_boot"])
+    counts, rows = simulate.case_counts(found, des, linear, run.index, want["seeds"], want["effect"], want["n_boot"])
     os.makedirs(run.workdir, exist_ok=True)
     with open(os.path.join(run.workdir, files.CALIBRATION_COUNTS), "w") as f:
-        json.dump(dict(settings=want, case=simulate.CASES[run.index], counts=counts), f, indent=1)
-    log(json.dumps(simulate.results_line(simulate.case_result(simulate.CASES[run.index], counts))))
+        json.dump(dict(settings=want, case=simulate.CASES[run.index], counts=counts, rows=rows), f, indent=1)
+    log(json.dumps(simulate.results_line(simulate.case_result(simulate.CASES[run.index], counts, rows))))
 
 
 def join(study, runs: list[Case], workdir: str, ctx) -> dict:
     """DIR/calibration.json from the four cases' counts."""
-    found, des, linear = simulate.load_design(workdir, replicates(study))
+    found, des, linear = _design(study, workdir)
     want = settings(study, found)
     got = [_read(r) for r in runs]
     missing = [r.name for r, g in zip(runs, got) if g is None or g.get("settings") != want]
     if missing:
         raise FileNotFoundError(f"the calibration's cases {', '.join(missing)} have no counts for these settings; "
                                 "run without --join_only to simulate them")
-    cases = [simulate.case_result(g["case"], g["counts"]) for g in got]
+    cases = [simulate.case_result(g["case"], g["counts"], g.get("rows")) for g in got]
     return simulate.write(workdir, found, des, linear, cases, want["seeds"], want["effect"], want["n_boot"],
-                          replicates(study), ctx.runs_s or 0.0)
+                          replicates(study), ctx.runs_s or 0.0, truth(study))
 
 
 def report(study, workdir: str, cal: dict, ctx) -> str:

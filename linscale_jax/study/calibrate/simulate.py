@@ -3,18 +3,26 @@
 
     python -m linscale_jax.study --config=calibrate --workdir=DIR [--config.seeds=100] [--config.effect=0.1]
         [--config.bootstrap=B] [--config.replicate_sizes=smallest,largest --config.replicate_seeds=N]
+        [--config.true_seed_sd=SD or SIZE=SD,...]
     cal = calibrate(DIR, seeds=100, effect=0.1)      # the same, in this process
 
 DIR is a finished scaling study (findings.json and fit/table*.csv). Each simulated study has DIR's
-sizes, checkpoints, tokens, replicates and estimators; its losses are the baseline's fitted L(N, D),
-changed per case (null-equal, null-crossing-at-C*, one arch lower, one arch higher), plus each
-arch's own AR(1) residuals and seed effects at 1x and 3x its measured sd (offset or slope). The
-study's own judge (scaling.verdicts.judge) decides each. A case is one run of the experiment
-(DIR/calibration/<design>/<case>/counts.json: the verdicts counted per scenario), so the four cases
-run on any backend; the join writes DIR/calibration.json (one entry per design: the four shares, `n`,
-`target`, `by_scenario` of each case) and the report renders DIR/report.md again and prints the
-table. replicate_sizes/replicate_seeds simulate another replicate design and give its cost. Method
-and targets: docs/study.md "Estimators and verdicts".
+sizes, checkpoints, tokens, replicates and estimators, and the noise model its own intervals assume
+(scaling.verdicts.prepare, fit.bootstrap.draw_curves): each size's true curve is the baseline's
+trend (quadratic in ln C of its replicate-mean curve), changed per case (null-equal,
+null-crossing-at-C*, one arch lower, one arch higher); each run adds the arch's checkpoint noise
+(AR(1) with the sd and lag-1 autocorrelation of its trend residuals) and a seed effect whose sd makes
+a run's late loss vary over seeds by the study's pooled measured seed sd (`true_seed_sd`: another
+one, or one per size), at 1x and 3x, as offsets or slope changes. The study's own judge
+(scaling.verdicts.judge) decides each. So the 1x offset scenario is the model behind the report's
+MDE (fit.power): its simulated power crosses 80% at the MDE. A case is one run of the experiment
+(DIR/calibration/<design>/<case>/counts.json: the verdicts counted per scenario, and per simulated
+study its intervals' widths, MDEs and model power), so the four cases run on any backend; the join
+writes DIR/calibration.json (one entry per design: the four shares, `n`, `target`, `by_scenario`,
+`widths` (how often two studies' interval widths agree within 1.5x) of each case, and the study's
+own model power at the effect) and the report renders DIR/report.md again and prints the table.
+replicate_sizes/replicate_seeds simulate another replicate design and give its cost. Method and
+targets: docs/study.md "Estimators and verdicts".
 """
 
 from __future__ import annotations
@@ -31,26 +39,9 @@ from linscale_jax.study.scaling.verdicts import plain
 
 CASES = ("null-equal", "null-crossing-at-C*", "one arch lower", "one arch higher")
 SCENARIOS = (("1x offset", 1.0, False), ("3x offset", 3.0, False), ("1x slope", 1.0, True), ("3x slope", 3.0, True))
+MODEL_VERSION = 2  # the simulated noise model (stored counts of another one are simulated again)
 FALSE_RESOLVED_MAX = 0.10
 POWER_MIN = 0.80
-
-
-def _law(w: dict, n, d):
-    return w["E"] + w["A"] / np.asarray(n, float) ** w["alpha"] + w["B"] / np.asarray(d, float) ** w["beta"]
-
-
-def residual_ar1(table, law: dict) -> tuple[float, float]:
-    """(sd, lag-1 autocorrelation) of one arch's within-run residuals around `law` (each run's mean
-    removed; the sd scaled for that mean), pooled over runs (fit.bootstrap.ar1)."""
-    from linscale_jax.fit.bootstrap import ar1
-
-    res = []
-    for _, r in table.runs():
-        w = r.loss - _law(law, r.n_params, r.tokens)
-        if len(w) >= 2:
-            res.append((w - w.mean()) * np.sqrt(len(w) / (len(w) - 1)))
-    sd, rho = ar1(res)
-    return sd, float(np.clip(rho, -0.5, 0.95))
 
 
 def _size(name: str) -> str:
@@ -72,32 +63,66 @@ def replicated(runs: list, sizes: list[str], seeds: int) -> list:
     return base + extra
 
 
-def design(tabs: dict, found: dict, replicates: tuple | None = None) -> dict:
-    """Per estimator: the baseline's runs (n_params, tokens, flops per checkpoint; `replicates`
-    (sizes, seeds) in place of the study's replicate runs), the common compute, the baseline's law,
-    and per arch its noise (residual sd, rho, seed sd)."""
+def late_variance(sd: float, rho: float, k: int) -> float:
+    """Variance of the mean of the last k - k // 2 of k AR(1) checkpoint errors (sd, rho): the part of
+    a run's late loss, whose sd over seeds is the measured seed sd (fit.bootstrap.seed_sd_of), that
+    the checkpoint noise already gives."""
+    m = k - k // 2
+    if m < 1 or sd <= 0:
+        return 0.0
+    i = np.arange(m)
+    return float(sd**2 * np.sum(rho ** np.abs(i[:, None] - i[None, :])) / m**2)
+
+
+def true_seed_sd(spec: str) -> dict | float | None:
+    """--config.true_seed_sd: "" (the study's measured pooled sd), one sd in nats, or SIZE=SD,... per
+    size (every size of the study)."""
+    spec = str(spec or "").strip()
+    if not spec:
+        return None
+    try:
+        if "=" not in spec:
+            return float(spec)
+        return {k.strip(): float(v) for k, v in (x.split("=", 1) for x in spec.split(","))}
+    except ValueError:
+        raise ValueError(f"--config.true_seed_sd={spec!r} is not a number or SIZE=SD,...; "
+                         "use e.g. 0.016 or d16l2=0.021,d32=0.008") from None
+
+
+def design(tabs: dict, found: dict, replicates: tuple | None = None, truth=None) -> dict:
+    """Per estimator: the baseline's runs (name, n_params, tokens, flops per checkpoint and the true
+    mean loss there: its size's trend, fit.bootstrap.Curve.trend; `replicates` (sizes, seeds) in
+    place of the study's replicate runs), the common compute, per arch its checkpoint noise (sd, rho:
+    the study's, as its intervals resample it) and per size the seed sd of a run's late loss (the
+    study's pooled measured sd, or `truth`: one sd or {size: sd}) with the part of it the
+    checkpoint noise gives."""
     from linscale_jax.fit.bootstrap import curves_of
     from linscale_jax.study.scaling import verdicts
 
     out = {}
     for est, t in tabs.items():
         base = t.select(BASELINE_ARCH)
+        trends = {c.n_params: (np.log(c.flops), c.trend()[0]) for c in curves_of(base)}
         runs = [(name, float(r.n_params[0]), r.tokens.copy(), r.flops.copy()) for name, r in base.runs()]
         if replicates is not None:
             runs = replicated(runs, *replicates)
-        laws = found["laws_nd"][est]
+        runs = [(name, n, tok, fl, np.interp(np.log(fl), *trends[n])) for name, n, tok, fl in runs]
         by = found["by_estimator"][est]
-        pool = by["seed_sd_pooled"]["sd"]
+        pool = float(by["seed_sd_pooled"]["sd"])
+        sizes = sorted({_size(r[0]) for r in runs})
+        if isinstance(truth, dict) and set(sizes) - set(truth):
+            raise ValueError(f"--config.true_seed_sd has no sd for {', '.join(sorted(set(sizes) - set(truth)))}; "
+                             f"give every size ({', '.join(sizes)}) or one sd")
+        sd_of = {z: truth[z] if isinstance(truth, dict) else pool if truth is None else float(truth) for z in sizes}
         noise = {}
         for a in t.archs:
-            if "law" not in laws.get(a, {}):
-                raise ValueError(f"{a} ({est}) has no fitted L(N, D) in findings.json ({laws.get(a, {}).get('note')}); "
-                                 "the calibration simulates from it")
-            sd = by["seed_sd"].get(a, {})
-            noise[a] = (*residual_ar1(t.select(a), laws[a]["law"]), float(sd["sd"]) if sd.get("df") else pool)
+            n = by["noise"].get(a) or {}
+            ck, rho = float(n.get("ckpt_sd") or 0.0), float(np.clip(n.get("rho") or 0.0, -0.5, 0.95))
+            k = max(len(r[3]) for r in runs)
+            seed = {z: float(np.sqrt(max(v**2 - late_variance(ck, rho, k), 0.0))) for z, v in sd_of.items()}
+            noise[a] = (ck, rho, seed)
         c_star = verdicts.common_compute({BASELINE_ARCH: curves_of(base)})  # the simulated tables' C*
-        out[est] = dict(runs=runs, law=laws[BASELINE_ARCH]["law"], noise=noise, c_star=c_star,
-                        c_min=float(base.flops.min()))
+        out[est] = dict(runs=runs, noise=noise, c_star=c_star, c_min=float(base.flops.min()), seed_sd=sd_of)
     return out
 
 
@@ -109,14 +134,13 @@ def simulate(d: dict, case: str, effect: float, scenario: tuple, rng):
     cols = {c: [] for c in TABLE_COLUMNS}
     span = np.log(d["c_star"]) - np.log(d["c_min"])
     for a, (res_sd, rho, seed_sd) in d["noise"].items():
-        for name, n, tok, fl in d["runs"]:
-            mu = _law(d["law"], n, tok)
+        for name, n, tok, fl, mu in d["runs"]:
             if a != BASELINE_ARCH:
                 mu = mu + {"null-equal": 0.0, "one arch lower": -effect, "one arch higher": effect,
                            "null-crossing-at-C*": 0.0}[case]
                 if case == "null-crossing-at-C*":
                     mu = mu + effect * (np.log(d["c_star"]) - np.log(fl)) / span
-            sigma = mult * seed_sd
+            sigma = mult * seed_sd[_size(name)]
             if slope:
                 lc = np.log(fl)
                 x = (lc - lc.mean()) / max((lc.max() - lc.min()) / 2, 1e-12)
@@ -158,9 +182,13 @@ def cost(found: dict, runs: list) -> dict:
 def cost_text(c: dict) -> str:
     """'+8% of the study's compute, +13% of its measured run time (165 against 146 worker-minutes)'"""
     w, f = c["worker_min"], c["pf_days"]
-    text = f"{f['extra_share']:+.0%} of the study's compute (Table-1 C)" if f["extra_share"] is not None else ""
+
+    def share(x):  # "+0%", never "-0%"
+        return f"{round(x, 2) + 0.0:+.0%}"
+
+    text = f"{share(f['extra_share'])} of the study's compute (Table-1 C)" if f["extra_share"] is not None else ""
     if w["extra_share"] is not None:
-        text += (f", {w['extra_share']:+.0%} of its measured run time ({w['design']:.0f} against {w['study']:.0f} "
+        text += (f", {share(w['extra_share'])} of its measured run time ({w['design']:.0f} against {w['study']:.0f} "
                  "worker-minutes)")
     return text or "cost unknown"
 
@@ -178,9 +206,9 @@ def target(case: str, counts: dict) -> tuple[str, bool]:
     return f"power {right:.0%} at the measured seed sd (>= {POWER_MIN:.0%})", right >= POWER_MIN
 
 
-def load_design(workdir: str, replicates: tuple | None = None) -> tuple[dict, dict, dict, tuple]:
-    """(findings.json, the simulated design per estimator (design()), and the linear archs) of the
-    finished study in `workdir`."""
+def load_design(workdir: str, replicates: tuple | None = None, truth=None) -> tuple[dict, dict, tuple]:
+    """(findings.json, the simulated design per estimator (design(): `replicates`, `truth`), and the
+    linear archs) of the finished study in `workdir`."""
     from linscale_jax.study.scaling import verdicts
 
     path = files.study_path(workdir, files.FINDINGS_JSON)
@@ -188,37 +216,61 @@ def load_design(workdir: str, replicates: tuple | None = None) -> tuple[dict, di
         raise FileNotFoundError(f"{path} does not exist; run `python -m linscale_jax.study --config=... "
                                 f"--workdir={workdir}` first (a finished scaling study)")
     found = inputs.findings(path)
-    if "laws_nd" not in found:
-        raise ValueError(f"{workdir}/findings.json has no laws_nd; rerun `python -m linscale_jax.study --config=... "
-                         f"--workdir={workdir} --join_only` to write it")
     study_tabs = {}
     for i, est in enumerate(found["estimators"]):
         table = files.study_path(workdir, files.STUDY_FIT, files.fit_table_name(est, i == 0))
         study_tabs.update(verdicts.load_tables([f"{est}={table}"]))
     study_tabs = {e: t.take(t.step >= found["design"]["fit_min_step"]) for e, t in study_tabs.items()}
     linear = tuple(a for a in study_tabs[found["estimators"][0]].archs if a != BASELINE_ARCH)
-    return found, design(study_tabs, found, replicates), linear
+    return found, design(study_tabs, found, replicates, truth), linear
 
 
-def case_counts(found: dict, des: dict, linear: tuple, ci: int, seeds: int, effect: float, n_boot: int) -> dict:
-    """{scenario: {verdict: count}} of case CASES[ci] over `seeds` simulated studies."""
+def case_counts(found: dict, des: dict, linear: tuple, ci: int, seeds: int, effect: float,
+                n_boot: int, scenarios=SCENARIOS) -> tuple[dict, dict]:
+    """({scenario: {verdict: count}}, {scenario: {"<estimator>/<arch>": [[95% width, MDE, model power
+    at `effect`] per study]}}) of case CASES[ci] over `seeds` simulated studies, taking `scenarios`
+    in turn."""
+    from linscale_jax.fit import power
     from linscale_jax.study.scaling import verdicts
 
     case = CASES[ci]
     counts = {s[0]: dict.fromkeys(verdicts.OUTCOMES, 0) for s in SCENARIOS}
+    rows = {s[0]: {} for s in SCENARIOS}
     for s in range(seeds):
-        scen = SCENARIOS[s % len(SCENARIOS)]
+        scen = scenarios[s % len(scenarios)]
         rng = np.random.default_rng([ci, s])
-        for d in des.values():
+        for est, d in des.items():
             r = verdicts.judge(simulate(d, case, effect, scen, rng), margin=found["margin"], n_boot=n_boot,
                                seed=s, holdout=False, linear=linear)
-            for row in r["equal_compute"]["archs"].values():
+            for a, row in r["equal_compute"]["archs"].items():
                 counts[scen[0]][row["verdict"]] += 1
-    return counts
+                if row.get("ci_low") is not None:
+                    m = power.Model.of(row["power_model"])
+                    rows[scen[0]].setdefault(f"{est}/{a}", []).append(
+                        [row["ci_high"] - row["ci_low"], row["mde"], power.power(effect, m)])
+    return counts, rows
 
 
-def case_result(case: str, counts: dict) -> dict:
-    """One case's entry: the shares of each verdict, n, the target and whether it is met, by scenario."""
+WIDTH_RATIO_MAX = 1.5  # two studies' interval widths agree when they are within this factor
+
+
+def width_stability(rows: dict) -> dict:
+    """Over every pair of simulated studies (1× offset scenario, one estimator and arch): the share
+    whose 95% interval widths are within WIDTH_RATIO_MAX of each other, and the median ratio."""
+    ratios = []
+    for per in rows.values():
+        w = np.array([x[0] for x in per], float)
+        i, j = np.triu_indices(len(w), 1)
+        ratios.append(np.maximum(w[i], w[j]) / np.minimum(w[i], w[j]))
+    r = np.concatenate(ratios) if ratios else np.array([])
+    return dict(within=float(np.mean(r <= WIDTH_RATIO_MAX)) if r.size else None,
+                median_ratio=float(np.median(r)) if r.size else None, pairs=int(r.size))
+
+
+def case_result(case: str, counts: dict, rows: dict | None = None) -> dict:
+    """One case's entry: the shares of each verdict, n, the target and whether it is met, by scenario
+    (with the simulated studies' own MDE and model power: their median and mean), and the
+    interval widths' stability."""
     from linscale_jax.study.scaling import verdicts
 
     total = {o: sum(c[o] for c in counts.values()) for o in verdicts.OUTCOMES}
@@ -231,26 +283,48 @@ def case_result(case: str, counts: dict) -> dict:
         right = c["better"] if case == "one arch lower" else c["worse"] if case == "one arch higher" else \
             c["better"] + c["worse"]
         by[name] = dict(resolved=right / m, **{o: c[o] / m for o in verdicts.OUTCOMES})
-    return dict(case=case, **shares, n=n, target=text, met=ok, by_scenario=by)
+        got = [x for per in (rows or {}).get(name, {}).values() for x in per]
+        if got:
+            by[name].update(mde=float(np.median([x[1] for x in got])), model_power=float(np.mean([x[2] for x in got])))
+    widths = width_stability((rows or {}).get(SCENARIOS[0][0], {}))
+    return dict(case=case, **shares, n=n, target=text, met=ok, by_scenario=by, widths=widths)
 
 
-def design_label(replicates: tuple | None) -> str:
-    return ("the study's own design" if replicates is None else
-            f"replicates: {replicates[1]} more seed(s) of {','.join(replicates[0])}")
+def design_label(replicates: tuple | None, truth: str = "") -> str:
+    return (("the study's own design" if replicates is None else
+             f"replicates: {replicates[1]} more seed(s) of {','.join(replicates[0])}")
+            + (f"; true seed sd {truth}" if truth else ""))
+
+
+def study_power(found: dict, effect: float) -> float | None:
+    """The study's own noise model's power at `effect` (fit.power), averaged over its finding-2 rows
+    (archs × estimators), as its report's MDEs state it; None where no row has a model."""
+    from linscale_jax.fit import power
+
+    got = []
+    for p in found["by_estimator"].values():
+        for r in p["equal_compute"]["archs"].values():
+            m = r.get("power_model")
+            if m:
+                got.append(power.power(effect, power.Model.of(m)))
+    return float(np.mean(got)) if got else None
 
 
 def write(workdir: str, found: dict, des: dict, linear: tuple, cases: list, seeds: int, effect: float,
-          n_boot: int, replicates: tuple | None, seconds: float) -> dict:
+          n_boot: int, replicates: tuple | None, seconds: float, truth: str = "") -> dict:
     """This design's entry of DIR/calibration.json (which keeps one entry per design), written."""
     runs = des[found["estimators"][0]]["runs"]
     flags = ("" if replicates is None else
              f" --config.replicate_sizes={','.join(replicates[0])} --config.replicate_seeds={replicates[1]}")
-    out = dict(design=design_label(replicates), runs=len(runs) * len(linear + (BASELINE_ARCH,)),
+    flags += f" --config.true_seed_sd={truth}" if truth else ""
+    out = dict(design=design_label(replicates, truth), runs=len(runs) * len(linear + (BASELINE_ARCH,)),
                command=f"python -m linscale_jax.study --config=calibrate --workdir={workdir} --config.seeds={seeds} "
                f"--config.effect={effect:g}" + (f" --config.bootstrap={n_boot}" if n_boot != found["n_boot"] else "")
                + flags,
                seeds=seeds, effect=effect, n_boot=n_boot, scenarios=[s[0] for s in SCENARIOS], cases=cases,
-               seconds=seconds, mde=_mde(found), cost=cost(found, runs))
+               seconds=seconds, mde=_mde(found), cost=cost(found, runs),
+               study_power=study_power(found, effect) if replicates is None and not truth else None,
+               seed_sd=des[found["estimators"][0]]["seed_sd"])
     out["summary"] = summary(out)
     path = files.study_path(workdir, files.CALIBRATION_JSON)
     old = (inputs.calibration(path) or {}).get("designs", [])
@@ -262,19 +336,19 @@ def write(workdir: str, found: dict, des: dict, linear: tuple, cases: list, seed
 
 
 def calibrate(workdir: str, seeds: int = 100, effect: float = 0.1, n_boot: int | None = None,
-              replicates: tuple | None = None, log=None) -> dict:
+              replicates: tuple | None = None, truth: str = "", log=None, cases=CASES) -> dict:
     """Simulate and judge `seeds` studies per case (module docstring) in this process; `replicates`
-    (sizes, seeds) simulates that replicate design instead of the study's. Returns this design's
-    entry of calibration.json."""
+    (sizes, seeds) simulates that replicate design instead of the study's, `truth` (true_seed_sd())
+    another true seed sd. Returns this design's entry of calibration.json."""
     t0 = time.time()
-    found, des, linear = load_design(workdir, replicates)
+    found, des, linear = load_design(workdir, replicates, true_seed_sd(truth))
     n_boot = int(n_boot or found["n_boot"])
-    cases = []
-    for ci, case in enumerate(CASES):
-        cases.append(case_result(case, case_counts(found, des, linear, ci, seeds, effect, n_boot)))
+    out = []
+    for case in cases:
+        out.append(case_result(case, *case_counts(found, des, linear, CASES.index(case), seeds, effect, n_boot)))
         if log:
-            log(json.dumps(results_line(cases[-1])))
-    return write(workdir, found, des, linear, cases, seeds, effect, n_boot, replicates, time.time() - t0)
+            log(json.dumps(results_line(out[-1])))
+    return write(workdir, found, des, linear, out, seeds, effect, n_boot, replicates, time.time() - t0, truth)
 
 
 def _mde(found: dict) -> dict:

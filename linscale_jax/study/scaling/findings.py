@@ -103,7 +103,9 @@ def equal_compute(f: dict, est: list[str], by: dict, margin: float) -> list[str]
          "there), with 95% intervals from paired draws of the whole study (sizes fixed; the same "
          "checkpoint-noise draw for both archs; seed offsets whose sd is drawn from its measured "
          "distribution). MDE: the smallest true difference the fitted comparison resolves in 80% of "
-         f"studies like this one. Equivalence needs the 90% half-width below the margin ±{margin:g}. "
+         "studies like this one (the draws' variance split into its checkpoint and seed parts, each re-run's "
+         "interval as wide as its own measured seed sd makes it; `--config=calibrate` simulates the same "
+         f"model). Equivalence needs the 90% half-width below the margin ±{margin:g}. "
          "Failed: the share of draws whose fit failed (over 10%: not_resolved, fit unstable).", "",
          f"| arch | estimator | fitted: arch − {BASELINE_ARCH} [95%] | measured at C* [95%] | MDE | "
          "90% half-width | failed | verdict |", "|---|---|---|---|---|---|---|---|"]

@@ -342,7 +342,7 @@ def write(study, runs, workdir: str, fit_errors: dict | None = None, wall: dict 
 
 def laws_nd(tabs: dict, per: dict) -> dict:
     """{estimator: {arch: fit.holdout.full_law}}: approach 3 on every size, its lack of fit against
-    the estimator's pooled seed sd (the law study.calibrate simulates from)."""
+    the estimator's pooled seed sd."""
     from linscale_jax.fit import holdout as fh
     from linscale_jax.fit.bootstrap import SeedSd
     from linscale_jax.fit.table import FitError

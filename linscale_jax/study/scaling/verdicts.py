@@ -64,10 +64,15 @@ def prepare(table, seed_sd: float | None = None) -> dict:
 
 def draw(prep: dict, n: int, rng) -> dict:
     """{arch: [[n, k_i] per size]}: n paired draws of every arch's curves (fit.bootstrap)."""
+    return draw_with_sigma(prep, n, rng)[0]
+
+
+def draw_with_sigma(prep: dict, n: int, rng) -> tuple[dict, np.ndarray]:
+    """(draw()'s draws, [n] the seed sd each draw used: the pooled sd's own draws)."""
     from linscale_jax.fit import bootstrap as bs
 
     sigma = prep["pooled"].draws(rng, n)
-    return bs.draw_curves(prep["curves"], {a: sigma for a in prep["curves"]}, n, rng, prep["block"])
+    return bs.draw_curves(prep["curves"], {a: sigma for a in prep["curves"]}, n, rng, prep["block"]), sigma
 
 
 def laws(curves, draws, at, impl: str = "batched"):
@@ -91,16 +96,20 @@ def common_compute(curves: dict) -> float:
 
 # ---- outcomes -----------------------------------------------------------------------------------
 
-def outcome(draws, margin: float, max_failed: float = MAX_FAILED) -> dict:
+def outcome(draws, margin: float, max_failed: float = MAX_FAILED, seed: tuple | None = None) -> dict:
     """A difference's draws (NaN: a failed fit) -> 95% and 90% intervals, verdict, the failed share,
-    the minimal detectable effect at 80% power and the 90% half-width (equivalence needs it < margin)."""
+    the minimal detectable effect at 80% power with the noise model it comes from (fit.power; `seed`:
+    ([n] the seed sd of each draw, the measured SeedSd) splits the draws' variance into its checkpoint
+    and seed parts), and the 90% half-width (equivalence needs it < margin)."""
+    from linscale_jax.fit import power
+
     d = np.asarray(draws, float)
     failed = float(np.mean(~np.isfinite(d))) if d.size else 1.0
     ok = d[np.isfinite(d)]
     if failed > max_failed or len(ok) < 2:
         return dict(ci_low=None, ci_high=None, ci90_low=None, ci90_high=None, verdict="not_resolved",
-                    reason=UNSTABLE, failed=failed, mde=None, halfwidth90=None)
-    lo, hi, lo90, hi90, q20, q50, q80 = (float(x) for x in np.percentile(ok, [2.5, 97.5, 5, 95, 20, 50, 80]))
+                    reason=UNSTABLE, failed=failed, mde=None, power_model=None, halfwidth90=None)
+    lo, hi, lo90, hi90 = (float(x) for x in np.percentile(ok, [2.5, 97.5, 5, 95]))
     if -margin < lo90 and hi90 < margin:
         v = "equivalent"
     elif hi < 0:
@@ -109,11 +118,11 @@ def outcome(draws, margin: float, max_failed: float = MAX_FAILED) -> dict:
         v = "worse"
     else:
         v = "not_resolved"
-    # a true difference δ shifts the draws: the 95% interval excludes 0 in 80% of studies when
-    # δ exceeds the interval's half-width on that side plus the draws' 50-80% quantile distance
-    mde = max((q50 - lo) + (q50 - q20), (hi - q50) + (q80 - q50))
-    return dict(ci_low=lo, ci_high=hi, ci90_low=lo90, ci90_high=hi90, verdict=v, failed=failed, mde=mde,
-                halfwidth90=(hi90 - lo90) / 2)
+    # the 95% interval excludes 0 in 80% of re-runs at δ = MDE, its width varying with their seed sd
+    model = power.split(d, *((seed[0], seed[1].sd, seed[1].df) if seed is not None else (None, 0.0, 0.0)),
+                        margin=margin)
+    return dict(ci_low=lo, ci_high=hi, ci90_low=lo90, ci90_high=hi90, verdict=v, failed=failed,
+                mde=power.mde(model), power_model=model.json(), halfwidth90=(hi90 - lo90) / 2)
 
 
 def _ranking(points: dict, draws: dict, baseline: str) -> dict:
@@ -152,7 +161,8 @@ def judge(table, *, margin: float = DEFAULT_MARGIN, tolerance: float = DEFAULT_T
     linear = linear_archs() if linear is None else linear
     prep = prepare(table, seed_sd)
     rng = np.random.default_rng(seed)
-    draws = draw(prep, n_boot, rng)
+    draws, sigma = draw_with_sigma(prep, n_boot, rng)
+    seed_of = (sigma, prep["pooled"])
     curves = prep["curves"]
     c_star = common_compute(curves)
     fitted, unfitted = {}, {}
@@ -176,10 +186,10 @@ def judge(table, *, margin: float = DEFAULT_MARGIN, tolerance: float = DEFAULT_T
                 continue
             (pa, da), (pb, db) = fitted[a], fitted[baseline]
             row = dict(diff=float(pa.law_at[0, 0] - pb.law_at[0, 0]),
-                       **outcome(da.law_at[:, 0] - db.law_at[:, 0], margin),
+                       **outcome(da.law_at[:, 0] - db.law_at[:, 0], margin, seed=seed_of),
                        loss=float(pa.law_at[0, 0]), baseline_loss=float(pb.law_at[0, 0]))
             row["measured"] = dict(diff=float(pa.envelope_at[0, 0] - pb.envelope_at[0, 0]),
-                                   **outcome(da.envelope_at[:, 0] - db.envelope_at[:, 0], margin),
+                                   **outcome(da.envelope_at[:, 0] - db.envelope_at[:, 0], margin, seed=seed_of),
                                    loss=float(pa.envelope_at[0, 0]), baseline_loss=float(pb.envelope_at[0, 0]))
             if row["verdict"] != "not_resolved" and row["measured"]["verdict"] == "not_resolved":
                 row["note"] = "rests on the fitted laws alone: the measured difference at C* is not resolved"
@@ -255,7 +265,8 @@ def combine(verdicts: dict, what: str = "estimator") -> str:
     return vals.pop() if len(vals) == 1 else f"depends on the {what}"
 
 
-ROW_KEYS = ("diff", "ci_low", "ci_high", "verdict", "reason", "failed", "mde", "halfwidth90", "measured", "note")
+ROW_KEYS = ("diff", "ci_low", "ci_high", "verdict", "reason", "failed", "mde", "power_model", "halfwidth90", "measured",
+            "note")
 
 
 def judge_all(tables: dict, recall_rows=None, recall_source: str = "", **kw) -> dict:

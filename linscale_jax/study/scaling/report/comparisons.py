@@ -95,20 +95,27 @@ def calibration(doc) -> list[str]:
         return []
     L = ["## Calibration of the verdicts on this study's design", "",
          "`python -m linscale_jax.study --config=calibrate` simulates studies with this study's sizes, checkpoints, tokens, "
-         "replicates and estimators: each arch's loss from the baseline's fitted L(N, D) (changed per case), "
-         "its own within-run residuals around its law as an AR(1) with their sd and lag-1 autocorrelation, and "
-         "seed effects at 1× and 3× its measured sd, as offsets and as slope changes (a quarter of the studies "
-         "each); the same verdict code judges them. Shares of finding-2 verdicts over every linear arch and "
-         "estimator; the resolved share per seed-effect scenario is the false one in the nulls and the "
-         "correct one with an effect.", ""]
+         "replicates and estimators under the noise model its intervals assume: each size's true curve is "
+         "llama's trend (changed per case), each run adds its arch's checkpoint noise (AR(1) with the sd and "
+         "lag-1 autocorrelation of its trend residuals) and a seed effect at 1× and 3× the measured seed sd, as "
+         "offsets and as slope changes (a quarter of the studies each); the same verdict code judges them. Shares "
+         "of finding-2 verdicts over every linear arch and estimator; the resolved share per seed-effect scenario "
+         "is the false one in the nulls and the correct one with an effect. The 1× offset scenario is the model "
+         "behind the MDE column of finding 2: its power crosses 80% at the MDE. Widths: the share of pairs of "
+         "simulated studies (1× offset) whose 95% intervals' widths agree within 1.5×.", ""]
     for d in cal["designs"]:
+        model = (f" The study's own noise model gives power {d['study_power']:.0%} at {d['effect']:g} nats "
+                 "(its MDEs, averaged over archs and estimators)." if d.get("study_power") is not None else "")
         L += [f"**{d['design']}** ({d['runs']} runs, {d['cost']['text']}; `{d['command']}`, "
               f"{d['seconds']:.0f} s, {d['seeds']} studies per case):", "",
               "| case | better | worse | equivalent | not_resolved | target | "
-              + " | ".join(d["scenarios"]) + " |", "|---|---|---|---|---|---|" + "---|" * len(d["scenarios"])]
+              + " | ".join(d["scenarios"]) + " | widths within 1.5× |",
+              "|---|---|---|---|---|---|" + "---|" * len(d["scenarios"]) + "---|"]
         for x in d["cases"]:
+            w = (x.get("widths") or {}).get("within")
             L.append(f"| {x['case']} | {x['better']:.0%} | {x['worse']:.0%} | {x['equivalent']:.0%} | "
                      f"{x['not_resolved']:.0%} | {x['target']} | "
-                     + " | ".join(f"{x['by_scenario'][s]['resolved']:.0%}" for s in d["scenarios"]) + " |")
-        L += ["", d["summary"], ""]
+                     + " | ".join(f"{x['by_scenario'][s]['resolved']:.0%}" for s in d["scenarios"])
+                     + f" | {'—' if w is None else f'{w:.0%}'} |")
+        L += ["", d["summary"] + model, ""]
     return L

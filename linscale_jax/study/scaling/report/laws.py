@@ -174,8 +174,7 @@ def noise(doc) -> list[str]:
     for a, v in (found.get("checkpoint_sd") or {}).items():
         L.append(f"| {a} | " + (f"{v['sd']:.4f} | {v['rise']:.0%}" if v.get("sd") is not None else
                                 "— (too few checkpoints) | —") + " |")
-    L += ["", "Lack of fit of each arch's L(N, D) = E + A/N^α + B/D^β (approach 3, every size; the law "
-          "`python -m linscale_jax.study --config=calibrate` simulates from): per size the mean residual over the second half of its "
+    L += ["", "Lack of fit of each arch's L(N, D) = E + A/N^α + B/D^β (approach 3, every size): per size the mean residual over the second half of its "
           "checkpoints against the seed sd, F = Σ r ū² / ((m − 3) s²) on (m − 3, ν) df; a small p says the "
           "law misses the sizes by more than seed noise. The L(C) law's lack of fit is in finding 1's table.", "",
           "| arch | estimator | E, A, α, B, β | rms residual | lack of fit: rms of size means, F (df), p |",
