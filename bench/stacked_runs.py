@@ -39,6 +39,7 @@ def stacked_step(config, k: int, devices=None):
     from linscale_jax.parallel import sharding
     from linscale_jax.train import loop as trainer
     from linscale_jax.train import optim
+    from linscale_jax.train import programs
 
     fns, mesh = trainer.step_functions(config, devices)
     model_cfg = ModelConfig.from_config(config.model)
@@ -47,7 +48,7 @@ def stacked_step(config, k: int, devices=None):
                               parts.abstract_params)
     step = trainer.make_train_step(parts.graphdef, lambda _: tx, int(config.train.grad_accum))
     vmapped = jax.vmap(lambda p, o, r, b: step(p, o, r, b, None), in_axes=(0, 0, None, 0))
-    return jax.jit(trainer._under_mesh(vmapped, mesh), donate_argnums=(0, 1)), fns, mesh
+    return jax.jit(programs._under_mesh(vmapped, mesh), donate_argnums=(0, 1)), fns, mesh
 
 
 def stacked_inputs(config, fns, k: int):

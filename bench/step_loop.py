@@ -2,6 +2,7 @@
 
     python bench/step_loop.py [--config=cpu] [--archs=llama,tnl,hgrn2,cosformer2]
                               [--sizes=d16l2,d16,d32l2,d32,d48] [--steps=N] [--core=0] [--json]
+                              [--compile_cache=fresh|shared|DIR] [--seed=N] [--cooldowns]
 
 Each rung's run config is the preset's own (study.plan.build_plan: model, the tuned rule's lr,
 batch and beta2, log and checkpoint cadence, eval batches); --steps shortens a run to N steps and
@@ -28,7 +29,10 @@ on one core it is taken from the step):
 Wall seconds are those of a shared machine: the header prints the load average; ratios are
 measured side by side in one process.
 --json prints one object {"rows": [{"arch", "size", "steps", "loop_tokens_per_sec",
-"step_tokens_per_sec", "ratio", "parts": {part: seconds}}], "load": [1, 5, 15 min]}.
+"step_tokens_per_sec", "ratio", "parts": {part: seconds}, "programs": [{"name", "lower",
+"compile", "cache_hit"}]}], "load": [1, 5, 15 min]}: `programs` lists every program the run's loop,
+eval and cooldowns compiled, in order (wall seconds of lowering and of XLA's compilation or the
+persistent cache's read; ProgramLog).
 """
 
 from __future__ import annotations
@@ -109,6 +113,10 @@ def instrumented(clock: Clock):
     from linscale_jax.run import checkpoint as ckpt
     from linscale_jax.train import batches, metrics
     from linscale_jax.train import loop as trainer
+    try:
+        from linscale_jax.train import programs  # the trainer's programs (a checkout before: loop)
+    except ImportError:
+        programs = trainer
 
     def ready(*args):
         jax.block_until_ready(args)
@@ -125,7 +133,7 @@ def instrumented(clock: Clock):
         clock.wrap(async_save.Pending, "wait", "checkpoint", clock=process),
         clock.wrap(checksums, "record", "checkpoint"),
     ]
-    compiled = trainer._compiled
+    compiled = programs._compiled
 
     def dispatch_timed(key):
         fns = compiled(key)
@@ -145,7 +153,7 @@ def instrumented(clock: Clock):
             timed[name] = call
         return types.SimpleNamespace(**dict(vars(fns), **timed))
 
-    patches.append((trainer, "_compiled", compiled, dispatch_timed))
+    patches.append((programs, "_compiled", compiled, dispatch_timed))
     for owner, name, _, new in patches:
         setattr(owner, name, new)
     try:
@@ -200,6 +208,49 @@ class CompileClock:
                 self.seconds += time.process_time() - self._t0
 
 
+class ProgramLog:
+    """Every program this process lowers and compiles, in order: its name, wall seconds per phase
+    (lower, compile: XLA's compilation or the persistent cache's read) and whether the persistent
+    cache held it (jax.monitoring events; the main thread's)."""
+
+    PHASES = {"/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
+              "/jax/core/compile/backend_compile_duration": "compile"}
+
+    def __init__(self):
+        import jax
+
+        self.rows, self._hit = [], False
+        jax.monitoring.register_event_listener(self._event)
+        jax.monitoring.register_event_duration_secs_listener(self._end)
+
+    def _event(self, event: str, **_) -> None:
+        if event == "/jax/compilation_cache/cache_hits":
+            self._hit = True
+
+    def _end(self, event: str, duration: float, fun_name: str = "?", **_) -> None:
+        phase = self.PHASES.get(event)
+        if phase is None or threading.current_thread() is not threading.main_thread():
+            return
+        self.rows.append(dict(name=fun_name, phase=phase, s=round(duration, 3),
+                              **({"cache_hit": self._hit} if phase == "compile" else {})))
+        if phase == "compile":
+            self._hit = False
+
+    def since(self, i: int) -> list[dict]:
+        """The compilations (phase compile) logged after row i, each with its lowering's seconds
+        folded in: [{name, lower, compile, cache_hit}]."""
+        out, acc = [], {}
+        for r in self.rows[i:]:
+            if r["phase"] != "compile":
+                acc.setdefault(r["name"], {}).setdefault(r["phase"], 0.0)
+                acc[r["name"]][r["phase"]] += r["s"]
+                continue
+            pre = acc.pop(r["name"], {})
+            out.append(dict(name=r["name"], lower=round(pre.get("lower", 0.0), 3), compile=r["s"],
+                            cache_hit=r["cache_hit"]))
+        return out
+
+
 def step_alone(config, n: int, bursts: int) -> dict:
     """The run's compiled train step alone, `n` steps back to back per burst: median seconds per
     step by the process's CPU time ("cpu") and by the wall clock ("wall"), and the CPU seconds per
@@ -246,7 +297,7 @@ def _study_module(name: str):
 
 
 def bench_run(study, run, steps: int | None, burst: int, bursts: int, compiling: CompileClock,
-              cooldowns: bool = False) -> dict:
+              program_log: ProgramLog, cooldowns: bool = False, seed: int | None = None) -> dict:
     """One rung: the loop (train + checkpoint eval) and the step alone, side by side; with
     `cooldowns`, the study's cooldown branches of the run after them (trained and evaluated as
     runner.process_run does), timed apart."""
@@ -257,6 +308,8 @@ def bench_run(study, run, steps: int | None, burst: int, bursts: int, compiling:
 
     runner = _study_module("runner")
     cfg = run.config
+    if seed is not None:
+        cfg.train.seed = int(seed)
     if steps:
         cfg.train.steps = int(steps)
     n = int(cfg.train.steps)
@@ -266,6 +319,7 @@ def bench_run(study, run, steps: int | None, burst: int, bursts: int, compiling:
     cool = {}
     try:
         c0, p0, w0 = compiling.seconds, time.process_time(), time.perf_counter()
+        i0 = len(program_log.rows)
         with instrumented(clock), quiet():
             trainer.train(cfg, workdir)
             c1, p1 = compiling.seconds, time.process_time()
@@ -279,6 +333,7 @@ def bench_run(study, run, steps: int | None, burst: int, bursts: int, compiling:
                         cooldown_compile_s=round(compiling.seconds - c2, 2))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+    compiled = program_log.since(i0)  # the loop's, eval's and cooldowns' programs
     step = step_alone(cfg, burst, bursts)  # after the loop: the loop pays the compilation
     loop_s, loop_wall = p2 - p0, w2 - w0
     parts = dict(clock.s, step=(step["cpu"] - step["dispatch"]) * n, compile=c2 - c0,
@@ -292,7 +347,7 @@ def bench_run(study, run, steps: int | None, burst: int, bursts: int, compiling:
                 loop_cpu_s=round(loop_s, 2), loop_wall_s=round(loop_wall, 2),
                 train_cpu_s=round(p1 - p0, 2), **cool,
                 step_ms=round(step["cpu"] * 1e3, 3),
-                parts={k: round(v, 2) for k, v in parts.items()})
+                parts={k: round(v, 2) for k, v in parts.items()}, programs=compiled)
 
 
 def warm_up(config) -> None:
@@ -330,6 +385,9 @@ def main():
     p.add_argument("--cooldowns", action="store_true",
                    help="also the study's cooldown branches of each run (trained and evaluated), "
                         "timed apart: cooldown_cpu_s; a run's whole CPU cost is loop_cpu_s + that")
+    p.add_argument("--seed", type=int, default=None,
+                   help="train.seed of every run (default: the preset's); a second invocation on the "
+                        "same --compile_cache with another seed is a study's replicate seed")
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
     as_worker(a.core)
@@ -351,7 +409,7 @@ def main():
         scratch_cache = tempfile.mkdtemp(prefix="step_loop_xla_")
     cache = trainer.enable_compilation_cache(
         scratch_cache or (None if a.compile_cache == "shared" else a.compile_cache))
-    compiling = CompileClock()
+    compiling, program_log = CompileClock(), ProgramLog()
     load = [round(x, 2) for x in os.getloadavg()]
     runs = plan.build_plan(study, tempfile.gettempdir())
     warm_up(runs[0].config)
@@ -365,7 +423,8 @@ def main():
         print("|---|---|---|---|---|---|" + "---|" * (len(PARTS) + bool(extra)), flush=True)
     rows = []
     for run in runs:
-        r = bench_run(study, run, a.steps or None, a.burst, a.bursts, compiling, a.cooldowns)
+        r = bench_run(study, run, a.steps or None, a.burst, a.bursts, compiling, program_log,
+                      a.cooldowns, a.seed)
         rows.append(r)
         if a.json:  # progress on stderr; the one JSON object at the end
             print(json.dumps(r), file=sys.stderr, flush=True)

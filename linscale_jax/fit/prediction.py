@@ -3,6 +3,7 @@ compute, with 95% intervals.
 
     ld = holdout.law_draws(curves, arch, rng, n_boot=200, seed_sd=sd)   # the law and its refits
     rows = at_compute(ld, rungs, compute, rng)   # rungs: [{"n_params", "flops_per_token", ...}]
+    rows = at_tokens(ld, rungs, tokens, rng)     # the same at each rung's own tokens [r]
     opt = optimum(ld, rungs, compute)            # N_opt: the rung the law puts lowest, and its interval
 
 A rung is a model size of the ladder's shape with its parameter count (in the law's count) and its
@@ -42,10 +43,22 @@ def at_compute(ld: LawDraws, rungs: list[dict], compute: float, rng: np.random.G
     `ci_high` (an observed run's loss; None when more than 10% of the refits failed) and
     `predicted_optimum` (True on the rung whose predicted loss is lowest)."""
     n, d = _check(rungs, compute)
+    return [dict(r, flops=float(compute)) for r in at_tokens(ld, rungs, d, rng, level)]
+
+
+def at_tokens(ld: LawDraws, rungs: list[dict], tokens, rng: np.random.Generator, level: float = 0.95) -> list[dict]:
+    """at_compute's rows for rungs that each train their own number of tokens ([r]: e.g. a planned
+    run's, rounded up to whole steps): tokens, flops (= flops_per_token · tokens), predicted,
+    ci_low, ci_high, predicted_optimum."""
+    n, _ = _check(rungs, 1.0)
+    d = np.asarray(tokens, float)
+    if d.shape != n.shape or np.any(d <= 0):
+        raise FitError(f"give one positive token count per rung: {len(n)} rung(s), tokens {d.tolist()}")
     rows = []
     for r, ni, di in zip(rungs, n, d):
         ci = ld.interval(ni, di, rng, 1, level)
-        rows.append(dict(r, tokens=float(di), flops=float(compute), predicted=float(ld.point.predict(ni, di)),
+        rows.append(dict(r, tokens=float(di), flops=float(r["flops_per_token"]) * float(di),
+                         predicted=float(ld.point.predict(ni, di)),
                          ci_low=None if ci is None else float(ci[0][0]),
                          ci_high=None if ci is None else float(ci[1][0])))
     best = int(np.argmin([r["predicted"] for r in rows]))

@@ -47,6 +47,7 @@ class Kind(StrEnum):
     RECALL = "recall"  # MQAR accuracy against state size
     NOISE = "noise"  # the noise sources of a loss point, on one small size
     CALIBRATE = "calibrate"  # the verdicts on simulations of a finished study's design
+    PREDICT = "predict"  # N_opt and its loss beyond a finished study's ladder, then trained and compared
 
 
 @dataclasses.dataclass(frozen=True)

@@ -27,6 +27,7 @@ from linscale_jax.run import checkpoint as ckpt
 from linscale_jax.study.scaling import cooldown
 from linscale_jax.train import loop as trainer
 from linscale_jax.train import optim
+from linscale_jax.train import programs
 from linscale_jax.train.batches import GlobalBatches
 
 STEPS = 7
@@ -37,7 +38,7 @@ def constant_rate_step(c, fns, mesh):
     step(params, opt_state, rest, batch)."""
     parts = sharding.model_parts(ModelConfig.from_config(c.model), 0)
     tx = optim.make_optimizer(c.optim, int(c.train.steps), parts.param_axes, parts.abstract_params)
-    step = jax.jit(trainer._under_mesh(trainer.make_train_step(parts.graphdef, lambda _: tx, 1), mesh),
+    step = jax.jit(programs._under_mesh(trainer.make_train_step(parts.graphdef, lambda _: tx, 1), mesh),
                    in_shardings=(fns.p_shard, fns.o_shard, fns.rep, fns.b_shard, None),
                    out_shardings=(fns.p_shard, fns.o_shard, fns.rep), donate_argnums=(0, 1))
     return lambda params, opt_state, rest, batch: step(params, opt_state, rest, batch, None)

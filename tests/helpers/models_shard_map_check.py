@@ -34,6 +34,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from helpers.mosaic_payload import tpu_kernels
 from linscale_jax.parallel import sharding
 from linscale_jax.train import loop as trainer
+from linscale_jax.train import programs
 from linscale_jax.config import base_config
 from linscale_jax.models import ModelConfig, build_model
 
@@ -101,8 +102,8 @@ def measure_equal(impl, meshes=MESHES, archs=ARCHS, **model_fields):
         for shape in meshes:
             c = config(arch_field, shape, impl, **fields)
             mesh = sharding.make_mesh(c.mesh)
-            fns = trainer._compiled(trainer._key(c, mesh))
-            f = jax.jit(trainer._under_mesh(loss_fn(graphdef, rest), mesh),
+            fns = programs._compiled(programs._key(c, mesh))
+            f = jax.jit(programs._under_mesh(loss_fn(graphdef, rest), mesh),
                         in_shardings=(fns.p_shard, fns.b_shard))
             p = jax.device_put(params, fns.p_shard)
             b = jax.device_put(data, fns.b_shard)
@@ -184,7 +185,7 @@ def measure_tpu():
                        vocab_size=256, dtype="bfloat16", chunk_size=16, max_seq_len=96)
             c.train.update(batch_size=4, seq_len=96)
             mesh = sharding.make_mesh(c.mesh)
-            fns = trainer._compiled(trainer._key(c, mesh))
+            fns = programs._compiled(programs._key(c, mesh))
             args = _abstract_step_args(fns, 4, 96)
             mlir = jax.export.export(fns.step_fn, platforms=["tpu"])(*args).mlir_module()
             out[arch] = dict(mosaic_calls=mlir.count("stablehlo.custom_call @tpu_custom_call"),
@@ -199,7 +200,7 @@ def measure_tpu():
                    vocab_size=256, chunk_size=16, max_seq_len=96)
         c.train.update(batch_size=4, seq_len=96)
         mesh = sharding.make_mesh(c.mesh)
-        fns = trainer._compiled(trainer._key(c, mesh))
+        fns = programs._compiled(programs._key(c, mesh))
         hlo = fns.step_fn.lower(*_abstract_step_args(fns, 4, 96)).compile().as_text()
         out[arch]["gathers"] = re.findall(r"= \w+\[([\d,]*)\][^ ]* all-gather\(", hlo)
         print(f"{arch}: {out[arch]['mosaic_calls']} Mosaic calls, "
@@ -214,7 +215,7 @@ def _gdn_seq_refusal():
     model = build_model(ModelConfig.from_config(c.model), rngs=nnx.Rngs(0))
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     try:
-        jax.eval_shape(trainer._under_mesh(loss_fn(graphdef, rest), mesh), nnx.to_pure_dict(params),
+        jax.eval_shape(programs._under_mesh(loss_fn(graphdef, rest), mesh), nnx.to_pure_dict(params),
                        batch())
     except ValueError as e:
         return str(e)

@@ -13,6 +13,7 @@ from helpers.train import ROOT, tiny_config
 from linscale_jax import data
 from linscale_jax.train import blocks
 from linscale_jax.train import loop as trainer
+from linscale_jax.train import programs
 from linscale_jax.train.batches import BATCH_KEYS, GlobalBatches
 
 CHEAP_COMPILE = ("xla_backend_optimization_level", "xla_cpu_use_fusion_emitters")  # tests/conftest.py
@@ -77,9 +78,10 @@ def test_runs_differing_in_seed_or_constant_rate_share_their_programs():
     b.optim.lr, b.train.seed = 3e-3, 1
     fa, fb = trainer.step_functions(a)[0], trainer.step_functions(b)[0]
     assert fa.block_fn.program is fb.block_fn.program and fa.step_fn.program is fb.step_fn.program
-    assert fa.eval_fn is fb.eval_fn and fa.init_params is not fb.init_params
+    assert fa.eval_fn is fb.eval_fn and fa.init_params.program is fb.init_params.program
+    assert fa.rest.program is fb.rest.program
     assert float(fa.block_fn.tail[0]) == np.float32(a.optim.lr) and float(fb.block_fn.tail[0]) == np.float32(3e-3)
-    trainer._programs.cache_clear()  # the shared programs evicted (other shapes compiled since)
+    programs._programs.cache_clear()  # the shared programs evicted (other shapes compiled since)
     e = tiny_config()
     e.train.seed = 2  # a run not compiled before, then a: both bind the live programs
     fe, fa = trainer.step_functions(e)[0], trainer.step_functions(a)[0]
@@ -88,6 +90,35 @@ def test_runs_differing_in_seed_or_constant_rate_share_their_programs():
     c.optim.schedule = d.optim.schedule = "cosine"
     d.optim.lr = 3e-3
     assert trainer.step_functions(c)[0].block_fn.program is not trainer.step_functions(d)[0].block_fn.program
+
+
+def test_the_shared_init_program_gives_each_seed_its_own_parameters():
+    """init_params and rest, one program with the seed's key as an argument, equal the model
+    built with nnx.Rngs(seed) in a program of its own (the seed a constant), bit for bit."""
+    import jax
+    from flax import nnx
+
+    from linscale_jax.models import ModelConfig, build_model
+
+    c = tiny_config()
+    c.train.seed = 3
+    fns = trainer.step_functions(c)[0]
+
+    def plain():
+        model = build_model(ModelConfig.from_config(c.model), rngs=nnx.Rngs(3))
+        _, params, rest = nnx.split(model, nnx.Param, ...)
+        return nnx.to_pure_dict(params), rest
+
+    want, got = jax.jit(plain)(), (fns.init_params(), fns.rest())
+    assert jax.tree.structure(want) == jax.tree.structure(got)
+    for a, b in zip(jax.tree.leaves(want), jax.tree.leaves(got), strict=True):
+        a, b = (jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+                else x for x in (a, b))
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    other = trainer.step_functions(tiny_config())[0]  # seed 0: the same program, its own values
+    assert other.init_params.program is fns.init_params.program
+    assert not np.array_equal(np.asarray(jax.tree.leaves(got[0])[0]),
+                              np.asarray(jax.tree.leaves(other.init_params())[0]))
 
 
 def _bits(tmp_path, archs: str) -> dict:

@@ -16,6 +16,7 @@ from helpers.train import tiny_config
 
 from linscale_jax.train import blocks
 from linscale_jax.train import loop as trainer
+from linscale_jax.train import programs
 from linscale_jax.train import metrics as metrics_lib
 from linscale_jax.train.overlap import Prefetcher
 
@@ -108,7 +109,7 @@ def instrumented(tmp_path_factory):
     mp.setattr(blocks, "MAX_STEPS", 2)
     plans, block_plan = [], blocks.block_plan
     mp.setattr(blocks, "block_plan", lambda *a: plans.append(block_plan(*a)) or list(plans[-1]))
-    compiled = trainer._compiled
+    compiled = programs._compiled
 
     def instrumented_compiled(key):
         fns = compiled(key)
@@ -129,7 +130,7 @@ def instrumented(tmp_path_factory):
         block_fn.lower = real.lower
         return types.SimpleNamespace(**dict(vars(fns), block_fn=block_fn))
 
-    mp.setattr(trainer, "_compiled", instrumented_compiled)
+    mp.setattr(programs, "_compiled", instrumented_compiled)
     c = tiny_config(steps=8, log_every=4, profile_steps="5,6")
     try:
         summary = trainer.train(c, workdir)

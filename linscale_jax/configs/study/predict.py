@@ -1,0 +1,29 @@
+"""A prediction beyond a finished scaling study's ladder (study.predict): per arch, N_opt and the
+law's loss at compute_factor × the ladder's largest run, with 95% intervals; then N_opt and one size
+on each side trained at that compute under the ladder's protocol, predicted against actual.
+
+    python -m linscale_jax.study --config=configs/study/predict.py --workdir=P --config.ladder_from=DIR
+    python -m linscale_jax.study --config=predict --workdir=P --config.ladder_from=DIR --config.archs=llama
+    python -m linscale_jax.study --config=predict --workdir=P --config.ladder_from=DIR --dry_run  # the prediction, no training
+
+Writes P/predictions.json (before anything trains), P/prediction.csv, P/prediction.png and
+P/report.md. Cost: three runs per arch, each about compute_factor times the ladder's largest run
+(docs/study.md, "A prediction beyond the ladder").
+"""
+
+import ml_collections
+
+
+def get_config():
+    return ml_collections.ConfigDict(dict(
+        kind="predict",
+        ladder_from="",  # DIR: the finished scaling study whose laws predict
+        ladder_preset="cpu",  # the preset (packaged name or file) that ran DIR: the rungs train under it
+        archs="",  # "": every arch of the ladder; or a comma list of them
+        compute_factor=4.0,  # C = this × the ladder's largest run (Table-1 FLOPs)
+        rule="extrapolate",  # a rung outside the learning-rate rule's sizes: extrapolate its laws, or as_given (refuse)
+        bootstrap=200,  # refits of the law on draws: the intervals
+        seed=0,
+        target=0.03,  # nats: |actual − predicted| at N_opt that counts as predicted
+        workers=2,  # rungs trained at once
+    ))

@@ -1,0 +1,96 @@
+"""The prediction beyond a ladder as an experiment (kind "predict", study.experiments).
+
+    runs = plan(study, P)               # the ladder opened, the prediction made (P/predictions.json), 3 runs per arch
+    process_run(study, run, log, final) # one rung trained under the ladder's protocol, its loss point measured
+    joined = join(study, runs, P, ctx)  # P/prediction.csv, P/prediction.png, the verdicts
+    report(study, P, joined, ctx)       # P/report.md
+
+A rung is a scaling run (scaling.plan.make_run) in P/runs/<arch>-<size>/, processed by the scaling
+kind's own step (scaling.runner.process_run with the ladder's preset: every checkpoint's val_loss,
+and under the cooldown estimator one cooldown branch, off the last checkpoint).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from linscale_jax.study import files
+from linscale_jax.study.predict import forecast as fc_lib
+from linscale_jax.study.predict import outcome, protocol
+from linscale_jax.study.predict.ladder import open_ladder
+
+PREDICTION_CSV = "prediction.csv"
+PREDICTION_PNG = "prediction.png"
+
+
+def runs_of(study, lad, fc: dict, workdir: str) -> list:
+    """The rungs of every arch of the prediction as scaling.plan.Run (index order: arch, then N)."""
+    from linscale_jax.study.scaling import plan as plan_lib
+
+    runs = []
+    for arch, p in fc["archs"].items():
+        for g in p["rungs"]:
+            cfg, _ = protocol.rung_config(lad, arch, g["size"], g["budget_tokens"], str(study.rule))
+            runs.append(plan_lib.make_run(lad.study, cfg, arch, g["size"], 0, workdir, index=len(runs)))
+    return runs
+
+
+def plan(study, workdir: str) -> list:
+    lad = open_ladder(study)
+    return runs_of(study, lad, fc_lib.forecast(study, lad, workdir), workdir)
+
+
+def ladder_study(study):
+    """The ladder's preset as a rung's processing uses it: one cooldown branch, off the last checkpoint."""
+    from linscale_jax.study.presets import preset
+
+    lad = preset(str(study.ladder_preset))
+    lad.cooldown.points = 1
+    return lad
+
+
+def process_run(study, run, log=print, final: bool = False) -> None:
+    from linscale_jax.study.scaling import runner
+
+    runner.process_run(ladder_study(study), run, log=log, final=False)
+
+
+def cost(runs) -> dict:
+    """{"runs": {name: seconds}, "seconds", "trained"}: every invocation's train + eval + cooldown wall
+    seconds per run (its timing.jsonl)."""
+    per = {}
+    for r in runs:
+        path = os.path.join(r.workdir, files.TIMING)
+        if not os.path.exists(path):
+            continue
+        with open(path) as f:
+            rows = [json.loads(x) for x in f if x.strip()]
+        per[r.name] = sum(float(x.get(k, 0.0)) for x in rows for k in ("train_s", "eval_s", "cooldown_s"))
+    return dict(runs=per, seconds=sum(per.values()), trained=len(per))
+
+
+def join(study, runs, workdir: str, ctx) -> dict:
+    """P/prediction.csv and P/prediction.png from the prediction and whatever rungs are measured."""
+    from linscale_jax.study.predict import figure
+
+    lad = open_ladder(study)
+    fc = fc_lib.forecast(study, lad, workdir)
+    rows = outcome.rows_of(fc, runs, lad.estimator)
+    outcome.write_csv(rows, os.path.join(workdir, PREDICTION_CSV))
+    verdicts = outcome.judge(fc, rows, lad.seed_sd(), lad.margin(), float(study.target), int(study.seed))
+    figure.plot(fc, rows, os.path.join(workdir, PREDICTION_PNG))
+    return dict(forecast=fc, rows=rows, verdicts=verdicts, cost=dict(cost(runs), runs_s=ctx.runs_s, slots=ctx.slots),
+                study=dict(ladder_preset=str(study.ladder_preset), rule=str(study.rule),
+                           compute_factor=float(study.compute_factor)))
+
+
+def report(study, workdir: str, joined: dict, ctx) -> str:
+    from linscale_jax.study.predict import report as report_lib
+
+    path = os.path.join(workdir, files.REPORT_MD)
+    with open(path, "w") as f:
+        f.write("\n".join(report_lib.lines(joined)) + "\n")
+    for line in report_lib.console_lines(joined):
+        ctx.log(line)
+    return path

@@ -1,0 +1,120 @@
+"""The prediction, made and written before anything trains: per arch, N_opt at a compute beyond the
+ladder and the law's loss for it and its two neighbours, with 95% intervals.
+
+    fc = forecast(study, lad, P)     # P/predictions.json (reused while study's settings hold)
+    fc["archs"][arch]["rungs"]       # three rows: the neighbour below, N_opt, the neighbour above
+
+The compute C is study.compute_factor × the ladder's largest run (Table-1 FLOPs, the fit tables'
+accounting). Per arch: approach 3 with its refits (fit.holdout.law_draws) on the laws' estimator and
+count; N_opt is the size of the ladder's shape (ladder.Ladder.family) that the law puts lowest at C
+(fit.prediction.optimum; its interval from each refit's own choice); each rung trains D = C / its
+Table-1 FLOPs per token (rounded up to whole steps of its batch) under the ladder's protocol
+(protocol.rung_config), and its predicted loss is the law's at the loss point of the laws' estimator
+(protocol.point_tokens: the last step, or for cooldown the end of the branch off it), with the
+interval for one observed run (the refits, a seed offset and checkpoint noise).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from linscale_jax.contract import split_list
+from linscale_jax.study.predict import protocol
+from linscale_jax.study.predict.ladder import PredictError
+
+PREDICTIONS_JSON = "predictions.json"
+
+
+def settings(study, lad) -> dict:
+    """What a prediction depends on: a stored one is reused while these hold."""
+    return dict(ladder_from=os.path.abspath(lad.workdir), ladder_preset=str(study.ladder_preset),
+                compute_factor=float(study.compute_factor), bootstrap=int(study.bootstrap), seed=int(study.seed),
+                rule=str(study.rule), archs=archs_of(study, lad))
+
+
+def archs_of(study, lad) -> list[str]:
+    """study.archs ("": every arch of the ladder); an arch the ladder lacks is refused."""
+    want = split_list(str(study.get("archs", "") or ""), "study.archs") if str(study.get("archs", "")) else lad.archs
+    missing = [a for a in want if a not in lad.archs]
+    if missing:
+        raise PredictError(f"{', '.join(missing)} is not an arch of the ladder {lad.workdir} (its archs: "
+                           f"{', '.join(lad.archs)}); pass --config.archs= a subset of those")
+    return want
+
+
+def compute(study, lad) -> float:
+    f = float(study.compute_factor)
+    if not f > 1:
+        raise PredictError(f"study.compute_factor={f:g}: a prediction beyond the ladder needs a compute above its "
+                           "largest run's; pass a factor > 1 (4 by default)")
+    return f * float(lad.largest.flops)
+
+
+def _point_ratio(lad) -> float:
+    """The loss point's tokens over the trained tokens (1, or 1 + the cooldown's fraction)."""
+    return 1.0 + float(lad.study.cooldown.fraction) if lad.estimator == "cooldown" else 1.0
+
+
+def predict_arch(study, lad, arch: str, c: float) -> dict:
+    """One arch's prediction (module docstring) as data."""
+    from linscale_jax.fit import holdout, prediction
+
+    curves = lad.curves(arch)
+    rng = np.random.default_rng(int(study.seed))
+    ld = holdout.law_draws(curves, arch, rng, n_boot=int(study.bootstrap), seed_sd=lad.seed_sd())
+    fam = lad.family(arch)
+    law_rungs = [dict(n_params=f["n_law"], flops_per_token=f["flops_per_token"]) for f in fam]
+    at = c * _point_ratio(lad)
+    opt = prediction.optimum(ld, law_rungs, at)
+    i = opt["index"]
+    if i in (0, len(fam) - 1):
+        raise PredictError(
+            f"{arch}: the law puts N_opt at {fam[i]['size']}, the {'smallest' if i == 0 else 'largest'} size of the "
+            f"ladder's shape ({fam[i]['layers']} layers, the largest size's head dim) in linscale_jax/models/sizes.py "
+            "LADDER, so the optimum may lie beyond it and a rung on each side cannot be built; add sizes of that "
+            "shape to LADDER, pass another --config.compute_factor, or leave the arch out (--config.archs)")
+    chosen = fam[i - 1:i + 2]
+    runs, notes = [], []
+    for f in chosen:
+        cfg, note = protocol.rung_config(lad, arch, f["size"], c / f["flops_per_token"], str(study.rule))
+        runs.append(cfg)
+        notes.append(note)
+    pts = [protocol.point_tokens(lad, cfg) for cfg in runs]
+    rows = prediction.at_tokens(ld, [dict(n_params=f["n_law"], flops_per_token=f["flops_per_token"]) for f in chosen],
+                                pts, rng)
+    rungs = []
+    for j, (f, cfg, note, r) in enumerate(zip(chosen, runs, notes, rows)):
+        rungs.append(dict(size=f["size"], name=str(cfg.name), n_params=f["n_params"], n_law=f["n_law"],
+                          flops_per_token=f["flops_per_token"], budget_tokens=c / f["flops_per_token"],
+                          steps=int(cfg.train.steps), batch_size=int(cfg.train.batch_size), lr=float(cfg.optim.lr),
+                          tokens=r["tokens"], flops=r["flops"], predicted=r["predicted"], ci_low=r["ci_low"],
+                          ci_high=r["ci_high"], predicted_optimum=j == 1, rule=note))
+    return dict(law=ld.law, failed=ld.failed, resid_sd=ld.resid_sd, sizes_fitted=ld.n_sizes, optimum=opt,
+                family=[dict(size=f["size"], n_params=f["n_params"], n_law=f["n_law"],
+                             predicted=float(ld.point.predict(f["n_law"], at / f["flops_per_token"]))) for f in fam],
+                rungs=rungs)
+
+
+def forecast(study, lad, workdir: str) -> dict:
+    """P/predictions.json (module docstring), made once per settings."""
+    path = os.path.join(workdir, PREDICTIONS_JSON)
+    want = settings(study, lad)
+    if os.path.exists(path):
+        with open(path) as f:
+            old = json.load(f)
+        if old.get("settings") == want:
+            return old
+    c = compute(study, lad)
+    big = lad.largest
+    out = dict(settings=want, compute=c, ladder=dict(workdir=lad.workdir, estimator=lad.estimator, count=lad.count,
+                                                      largest=dict(name=big.name, flops=float(big.flops)),
+                                                      seed_sd=lad.seed_sd().json(), margin=lad.margin()),
+               archs={a: predict_arch(study, lad, a, c) for a in want["archs"]})
+    os.makedirs(workdir, exist_ok=True)
+    with open(path + ".tmp", "w") as f:
+        json.dump(out, f, indent=2)
+    os.replace(path + ".tmp", path)
+    return out

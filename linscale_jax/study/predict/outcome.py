@@ -1,0 +1,132 @@
+"""Predicted against actual: each rung's measured loss, P/prediction.csv and the verdicts per arch.
+
+    rows = rows_of(fc, runs, estimator)        # one row per rung: COLUMNS, actual None until measured
+    write_csv(rows, P/prediction.csv)
+    v = judge(fc, rows, target=0.03)           # {arch: {...}, "summary": {...}}
+
+actual: the rung's loss under the laws' estimator at its loss point (protocol.point_tokens): the
+val_loss of its last checkpoint, the same of its cooldown branch off that checkpoint, or the
+averaged weights' (val_loss_avg). Per arch, on N_opt's row: error = actual − predicted, `within`
+(|error| ≤ target), `inside` (actual inside the 95% interval for an observed run) and `met` (both).
+Whether N_opt wins: N_opt's actual against each neighbour's, a difference of two single runs whose
+sd is √2 times the ladder's seed sd (drawn from its uncertainty, fit.bootstrap.SeedSd.draws), judged
+by scaling.verdicts.outcome with the ladder's margin: better (N_opt lower), worse, equivalent,
+not resolved; N_opt wins when it is better than both, loses when worse than either.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+
+import numpy as np
+
+COLUMNS = ("arch", "n_params", "tokens", "flops", "predicted", "ci_low", "ci_high", "actual", "predicted_optimum")
+TARGET_ARCHS = 3  # the target: met for at least 3 ...
+OF_ARCHS = 4  # ... of the 4 archs
+
+
+def actual_loss(run, estimator: str) -> float | None:
+    """The run's loss at its loss point (module docstring), None until it is measured."""
+    from linscale_jax.eval.runner import read_results
+    from linscale_jax.study import files
+
+    wd, step, task = run.workdir, int(run.steps), "val_loss"
+    if estimator == "cooldown":
+        wd = os.path.join(run.workdir, files.COOLDOWNS, str(step))
+        step = None  # the branch's own last step
+    elif estimator == "val_loss_avg":
+        task = "val_loss_avg"
+    rows = [r for r in read_results(wd) if r.get("task") == task and (step is None or int(r["step"]) == step)]
+    if not rows:
+        return None
+    return float(max(rows, key=lambda r: int(r["step"]))["val_loss"])
+
+
+def rows_of(fc: dict, runs, estimator: str) -> list[dict]:
+    """COLUMNS per rung of fc (forecast.forecast), actual from its run (None: not measured yet)."""
+    by_name = {r.name: r for r in runs}
+    out = []
+    for arch, p in fc["archs"].items():
+        for g in p["rungs"]:
+            run = by_name.get(g["name"])
+            out.append(dict(arch=arch, size=g["size"], n_params=g["n_params"], tokens=g["tokens"], flops=g["flops"],
+                            predicted=g["predicted"], ci_low=g["ci_low"], ci_high=g["ci_high"],
+                            actual=None if run is None else actual_loss(run, estimator),
+                            predicted_optimum=g["predicted_optimum"]))
+    return out
+
+
+def _cell(x) -> str:
+    if x is None:
+        return ""
+    if isinstance(x, bool):
+        return "true" if x else "false"
+    return f"{x:.8g}" if isinstance(x, float) and abs(x) >= 100 else f"{x:.5f}" if isinstance(x, float) else str(x)
+
+
+def write_csv(rows: list[dict], path: str) -> None:
+    """P/prediction.csv: COLUMNS; an empty cell is no interval or no measurement yet."""
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(COLUMNS)
+        for r in rows:
+            w.writerow([_cell(r[c]) for c in COLUMNS])
+
+
+def _wins(opt: dict, others: list[dict], seed_sd, margin: float, rng) -> dict:
+    from linscale_jax.study.scaling.verdicts import outcome
+
+    by = {}
+    for o in others:
+        if opt["actual"] is None or o["actual"] is None:
+            by[o["size"]] = dict(verdict="not measured", diff=None)
+            continue
+        d = opt["actual"] - o["actual"]
+        sig = seed_sd.draws(rng, 4000)
+        res = outcome(d + np.sqrt(2) * sig * rng.standard_normal(len(sig)), margin)
+        by[o["size"]] = dict(res, diff=float(d))
+    heads = [v["verdict"] for v in by.values()]
+    if "not measured" in heads:
+        verdict = "not measured"
+    elif all(h == "better" for h in heads):
+        verdict = "wins"
+    elif any(h == "worse" for h in heads):
+        verdict = "loses"
+    elif all(h == "equivalent" for h in heads):
+        verdict = "equivalent"
+    else:
+        verdict = "not resolved"
+    lowest = None
+    if all(r["actual"] is not None for r in [opt, *others]):
+        lowest = min([opt, *others], key=lambda r: r["actual"])["size"]
+    return dict(verdict=verdict, by_neighbour=by, lowest_actual=lowest)
+
+
+def judge(fc: dict, rows: list[dict], seed_sd, margin: float, target: float, seed: int = 0) -> dict:
+    """{arch: {"size", "error", "within", "inside", "met", "wins"}, "summary": {...}} (module docstring)."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for arch in fc["archs"]:
+        mine = [r for r in rows if r["arch"] == arch]
+        opt = next(r for r in mine if r["predicted_optimum"])
+        others = [r for r in mine if not r["predicted_optimum"]]
+        if opt["actual"] is None:
+            out[arch] = dict(size=opt["size"], error=None, within=None, inside=None, met=None,
+                             wins=_wins(opt, others, seed_sd, margin, rng))
+            continue
+        err = opt["actual"] - opt["predicted"]
+        inside = None if opt["ci_low"] is None else bool(opt["ci_low"] <= opt["actual"] <= opt["ci_high"])
+        within = bool(abs(err) <= target)
+        out[arch] = dict(size=opt["size"], error=float(err), within=within, inside=inside,
+                         met=bool(within and inside), wins=_wins(opt, others, seed_sd, margin, rng))
+    judged = [v for v in out.values() if v["met"] is not None]
+    met = sum(v["met"] for v in judged)
+    if len(judged) < OF_ARCHS:
+        overall = (f"not judged: {len(judged)} arch(s) measured, the target counts {TARGET_ARCHS} of {OF_ARCHS}"
+                   + (f" ({met} of {len(judged)} met so far)" if judged else ""))
+    else:
+        ok = met >= TARGET_ARCHS * len(judged) / OF_ARCHS
+        overall = f"{'met' if ok else 'not met'}: {met} of {len(judged)} archs"
+    return dict(archs=out, summary=dict(measured=len(judged), met=met, overall=overall, target=target,
+                                        margin=margin))

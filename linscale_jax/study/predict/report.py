@@ -1,0 +1,118 @@
+"""P/report.md of a prediction beyond the ladder, and its console lines, from the joined data.
+
+    text = "\\n".join(lines(joined)); console_lines(joined)    # joined: experiment.join's dict
+"""
+
+from __future__ import annotations
+
+from linscale_jax.train.metrics import fmt_time
+
+COUNT_WORDS = {"non_embedding": "N without the embedding", "total": "N with the embedding and head"}
+
+
+def _f(x, d=4) -> str:
+    return "—" if x is None else f"{x:.{d}f}"
+
+
+def _ci(lo, hi) -> str:
+    return "no interval" if lo is None else f"[{lo:.4f}, {hi:.4f}]"
+
+
+def _yes(x) -> str:
+    return "—" if x is None else "yes" if x else "**no**"
+
+
+def _wins(w: dict) -> str:
+    if w["verdict"] == "not measured":
+        return "not measured"
+    parts = []
+    for size, v in w["by_neighbour"].items():
+        iv = "" if v.get("ci_low") is None else f" [{v['ci_low']:+.3f}, {v['ci_high']:+.3f}]"
+        parts.append(f"vs {size}: {v['verdict'].replace('_', ' ')} ({v['diff']:+.3f}{iv})")
+    return f"**{w['verdict']}** ({'; '.join(parts)}; lowest measured: {w['lowest_actual']})"
+
+
+def rule_lines(fc: dict) -> list[str]:
+    notes = [(a, g) for a, p in fc["archs"].items() for g in p["rungs"] if g.get("rule")]
+    if not notes:
+        return ["Every rung lies inside the sizes the ladder's learning-rate rule was fitted on; the rungs train "
+                "under that rule as the ladder did."]
+    r0 = notes[0][1]["rule"]
+    L = [f"**The learning-rate rule is extrapolated.** The ladder's rule (optim.rule={r0['rule']}) was fitted on "
+         f"N = {r0['range'][0]:.3g}–{r0['range'][1]:.3g}; these rungs lie outside it and train at the rule's laws "
+         "evaluated at their N (study.rule=extrapolate; study.rule=as_given refuses them instead):", ""]
+    L += [f"- {a}-{g['size']} (N = {g['rule']['n_params']:.3g}): lr {g['rule']['lr']:.4g}, batch "
+          f"{g['rule']['batch_size']}, β2 {g['rule']['b2']:g}, warmup {g['rule']['warmup_steps']} steps" for a, g in notes]
+    return L
+
+
+def lines(joined: dict) -> list[str]:
+    fc, v, c, st = joined["forecast"], joined["verdicts"], joined["cost"], joined["study"]
+    lad, s = fc["ladder"], v["summary"]
+    sd = lad["seed_sd"]
+    L = ["# A prediction beyond the ladder", "",
+         f"**Target** (|actual − predicted| ≤ {s['target']:g} nats at the predicted N_opt and actual inside its 95% "
+         f"interval, for at least 3 of 4 archs): **{s['overall']}**.", "",
+         f"The ladder: `{lad['workdir']}` (preset {st['ladder_preset']}). Its laws L(N, D) = E + A/N^α + B/D^β "
+         f"(approach 3 with {fc['settings']['bootstrap']} refits on draws with the sizes fixed) under its laws' "
+         f"estimator, **{lad['estimator']}**, in {COUNT_WORDS.get(lad['count'], lad['count'])}. The compute: "
+         f"C = {st['compute_factor']:g} × its largest run ({lad['largest']['name']}, {lad['largest']['flops']:.4g} "
+         f"FLOPs, Table-1 accounting) = **{fc['compute']:.4g} FLOPs**. N_opt is the size of the ladder's shape "
+         "(the depth and head dim of its largest size, in linscale_jax/models/sizes.py LADDER) that the law puts "
+         "lowest at C, its interval the spread of that choice over the refits; the rungs are N_opt and its "
+         "neighbours, each trained on D = C / its FLOPs per token under the ladder's protocol. The prediction was "
+         "written to predictions.json before the rungs trained. A loss interval is for one observed run: the "
+         f"refits plus a seed offset (seed sd {sd['sd']:.4f}, {sd['source']}) and checkpoint noise.", ""]
+    L += rule_lines(fc) + [""]
+    L += ["## Predicted against actual at N_opt", "",
+          "| arch | N_opt [95%] | predicted [95%] | actual | actual − predicted | within target | inside | "
+          "N_opt wins? |", "|---|---|---|---|---|---|---|---|"]
+    for a, p in fc["archs"].items():
+        o, r = p["optimum"], v["archs"][a]
+        opt = next(g for g in p["rungs"] if g["predicted_optimum"])
+        nci = "" if o["n_opt_ci"] is None else f" [{o['n_opt_ci'][0]:.3g}, {o['n_opt_ci'][1]:.3g}]"
+        err = "—" if r["error"] is None else f"{r['error']:+.4f}"
+        act = next((x["actual"] for x in joined["rows"] if x["arch"] == a and x["predicted_optimum"]), None)
+        L.append(f"| {a} | {opt['size']} ({o['n_opt']:.3g}){nci} | {opt['predicted']:.4f} "
+                 f"{_ci(opt['ci_low'], opt['ci_high'])} | {_f(act)} | {err} | {_yes(r['within'])} | "
+                 f"{_yes(r['inside'])} | {_wins(r['wins'])} |")
+    L += ["", f"N_opt in {COUNT_WORDS.get(lad['count'], lad['count'])}. Wins: N_opt's actual minus a neighbour's, a "
+          "difference of two single runs (sd √2 × the seed sd) with its 95% interval; better (N_opt lower), worse, "
+          f"equivalent (the 90% interval inside ±{s['margin']:g} nats, the ladder's margin) or not resolved. "
+          "N_opt wins when it is better than both neighbours.", "",
+          "## Every rung", "", "| arch | size | N | tokens | FLOPs | steps | batch | lr | predicted [95%] | actual | "
+          "actual − predicted |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for a, p in fc["archs"].items():
+        for g in p["rungs"]:
+            act = next((x["actual"] for x in joined["rows"] if x["arch"] == a and x["size"] == g["size"]), None)
+            err = "—" if act is None else f"{act - g['predicted']:+.4f}"
+            L.append(f"| {a} | {g['size']}{' (N_opt)' if g['predicted_optimum'] else ''} | {g['n_params']:.4g} | "
+                     f"{g['tokens']:.4g} | {g['flops']:.4g} | {g['steps']} | {g['batch_size']} | {g['lr']:.4g} | "
+                     f"{g['predicted']:.4f} {_ci(g['ci_low'], g['ci_high'])} | {_f(act)} | {err} |")
+    L += ["", "Tokens and FLOPs are the loss point's (for cooldown, the end of the branch). Table: `prediction.csv`; "
+          "figure: `prediction.png`.", "", "## The laws", "",
+          "| arch | sizes fitted | E | A | α | B | β | at a bound | failed refits |", "|---|---|---|---|---|---|---|---|---|"]
+    for a, p in fc["archs"].items():
+        w = p["law"]
+        L.append(f"| {a} | {p['sizes_fitted']} | {w['E']:.4g} | {w['A']:.4g} | {w['alpha']:.3g} | {w['B']:.4g} | "
+                 f"{w['beta']:.3g} | {', '.join(w.get('at_bound') or []) or '—'} | {p['failed']:.0%} |")
+    L += ["", "## Cost", ""]
+    done = ", ".join(f"{n} {fmt_time(t)}" for n, t in c["runs"].items())
+    L.append(f"{c['trained']} of {sum(len(p['rungs']) for p in fc['archs'].values())} rungs processed; their wall "
+             f"time (train, eval and cooldown, every invocation): {fmt_time(c['seconds'])}"
+             + (f" ({done})" if done else "") + "."
+             + ("" if c.get("runs_s") is None else f" This invocation: {fmt_time(c['runs_s'])} on {c['slots']} "
+                "worker(s)."))
+    return L
+
+
+def console_lines(joined: dict) -> list[str]:
+    v, out = joined["verdicts"], []
+    for a, r in v["archs"].items():
+        opt = next(x for x in joined["rows"] if x["arch"] == a and x["predicted_optimum"])
+        act = "not measured" if opt["actual"] is None else f"actual {opt['actual']:.4f}, error {r['error']:+.4f}, " \
+              f"inside: {_yes(r['inside'])}, N_opt {r['wins']['verdict']}"
+        out.append(f"[predict] {a}: N_opt {opt['size']}, predicted {opt['predicted']:.4f} "
+                   f"{_ci(opt['ci_low'], opt['ci_high'])}, {act}")
+    out.append(f"[predict] target: {v['summary']['overall']}")
+    return out

@@ -1,0 +1,207 @@
+"""The predict kind on a finished ladder with planted losses (the main job's plan, no training): the
+rungs and their budgets at 4x the ladder's largest compute, the learning-rate rule extrapolated or
+refused, prediction.csv with its flags, the verdicts and the report's lines, and the refusals."""
+
+import csv
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from linscale_jax import contract
+from linscale_jax.study import files
+from linscale_jax.study.predict import experiment, outcome
+from linscale_jax.study.predict.ladder import PredictError, open_ladder
+
+ROOT = Path(__file__).resolve().parents[2]
+LAW = dict(E=0.68, A=5.75, alpha=0.206, B=63.9, beta=0.364)  # near the main job's llama fit
+SHORT = "hgrn2"  # an arch the fixture gives two sizes only
+
+
+def law(n, d):
+    return LAW["E"] + LAW["A"] / n ** LAW["alpha"] + LAW["B"] / d ** LAW["beta"]
+
+
+def preset(name: str):
+    from linscale_jax.study.presets import preset as load
+
+    return load(name)
+
+
+def predict_study(ladder: str, **changes):
+    s = preset(str(ROOT / "configs" / "study" / "predict.py"))
+    s.update(dict(dict(ladder_from=ladder, archs="llama", bootstrap=20), **changes))
+    return s
+
+
+@pytest.fixture(scope="module")
+def ladder(tmp_path_factory):
+    """A finished main job (configs/study/cpu.py's plan) whose laws' table holds the planted law plus
+    a seed offset and checkpoint noise; hgrn2 keeps two sizes."""
+    from linscale_jax.study.scaling import plan, runner
+
+    wd = tmp_path_factory.mktemp("ladder")
+    study = preset("cpu")
+    runs = plan.build_plan(study, str(wd))
+    runner.start(study, str(wd), runs)
+    rng, rows = np.random.default_rng(0), []
+    for r in runs:
+        if r.arch == SHORT and r.size not in ("d32", "d48"):
+            continue
+        steps = np.arange(512, r.steps + 1, 512)
+        d = steps * r.tokens / r.steps
+        loss = law(r.n_params, d) + rng.normal(0, 0.004) + rng.normal(0, 0.002, len(d))
+        rows += [dict(arch=r.arch, run=r.name, step=int(s), n_params=r.n_params, tokens=float(t),
+                     flops=float(r.flops * t / r.tokens), loss=float(x), seed=r.seed) for s, t, x in zip(steps, d, loss)]
+    (wd / files.STUDY_FIT).mkdir()
+    contract.write_table_csv(rows, wd / files.STUDY_FIT / "table.csv")
+    pool = dict(sd=0.005, df=4.0, source="pooled: 4 archs, 4 df")
+    (wd / files.FINDINGS_JSON).write_text(json.dumps(dict(estimators=["val_loss", "cooldown"], margin=0.05,
+                                                          by_estimator={"val_loss": dict(seed_sd_pooled=pool)})))
+    return str(wd), runs
+
+
+@pytest.fixture(scope="module")
+def lad(ladder):
+    return open_ladder(predict_study(ladder[0]))
+
+
+@pytest.fixture(scope="module")
+def planned(ladder, tmp_path_factory):
+    P = str(tmp_path_factory.mktemp("predict"))
+    study = predict_study(ladder[0])
+    return study, P, experiment.plan(study, P)
+
+
+def test_the_rungs_bracket_the_optimum_at_4x_the_ladder(ladder, lad, planned):
+    from linscale_jax.train import rule
+
+    study, P, runs = planned
+    c = 4 * max(r.flops for r in ladder[1])
+    fam = lad.family("llama")
+    assert [f["size"] for f in fam] == ["d16", "d32", "d48", "d64", "d80", "d96", "d128", "d192"]  # depth 4, as d48
+    true = int(np.argmin([law(f["n_law"], c / f["flops_per_token"]) for f in fam]))
+    sizes = [f["size"] for f in fam]
+    assert [r.size for r in runs] == sizes[sizes.index(runs[1].size) - 1:sizes.index(runs[1].size) + 2]
+    assert abs(sizes.index(runs[1].size) - true) <= 1  # the planted optimum is among the rungs
+    fc = json.loads((Path(P) / "predictions.json").read_text())
+    assert fc["compute"] == pytest.approx(c)
+    rungs = fc["archs"]["llama"]["rungs"]
+    assert [g["predicted_optimum"] for g in rungs] == [False, True, False]
+    for r, f in zip(runs, (next(x for x in fam if x["size"] == r.size) for r in runs)):
+        step = r.config.train.batch_size * r.config.train.seq_len
+        assert c / f["flops_per_token"] <= r.tokens < c / f["flops_per_token"] + step  # D = C / FLOPs per token
+        assert r.flops == pytest.approx(c, rel=step * f["flops_per_token"] / c + 1e-9)
+        tuned = rule.load()
+        n_max = tuned["archs"]["llama"].get("range", tuned["range"])["n_max"]
+        assert r.n_params > n_max and r.config.optim.rule == "paper"  # beyond the rule's sizes: extrapolated, pinned
+        lr = rule.power(rule.arch_rule(tuned, "llama")["lr"], r.n_params)
+        assert r.config.optim.lr == pytest.approx(lr, rel=1e-3) and r.steps == r.config.train.steps
+    for g in rungs:
+        assert g["ci_low"] < law(g["n_law"], g["tokens"]) < g["ci_high"]
+    assert experiment.plan(study, P)[1].name == runs[1].name  # made once: the stored prediction is reused
+
+
+def _fake_results(run, loss: float):
+    ev = Path(run.workdir) / "eval"
+    ev.mkdir(parents=True, exist_ok=True)
+    (ev / "results.jsonl").write_text(json.dumps(dict(task="val_loss", arch=run.arch, run=run.name, step=run.steps,
+                                                      val_loss=loss)) + "\n")
+
+
+class Ctx:
+    runs_s, slots, options = 12.0, 2, None
+
+    def __init__(self):
+        self.lines = []
+
+    def log(self, line):
+        self.lines.append(line)
+
+
+def test_join_writes_the_table_and_the_report(planned):
+    study, P, runs = planned
+    fc = json.loads((Path(P) / "predictions.json").read_text())
+    pred = {g["name"]: g["predicted"] for g in fc["archs"]["llama"]["rungs"]}
+    for i, r in enumerate(runs):
+        _fake_results(r, pred[r.name] + (0.01 if i == 1 else 0.2))
+    ctx = Ctx()
+    joined = experiment.join(study, runs, P, ctx)
+    path = experiment.report(study, P, joined, ctx)
+    with open(Path(P) / "prediction.csv") as f:
+        got = list(csv.reader(f))
+    assert tuple(got[0]) == outcome.COLUMNS and len(got) == 4
+    assert [r[-1] for r in got[1:]] == ["false", "true", "false"]
+    assert float(got[2][7]) == pytest.approx(pred[runs[1].name] + 0.01, abs=1e-5)
+    v = joined["verdicts"]["archs"]["llama"]
+    assert v["within"] and v["inside"] and v["met"] and v["wins"]["verdict"] == "wins"
+    text = Path(path).read_text()
+    assert "not judged: 1 arch(s) measured, the target counts 3 of 4 (1 of 1 met so far)" in text
+    assert "The learning-rate rule is extrapolated" in text and "**wins**" in text and "## Cost" in text
+    assert (Path(P) / "prediction.png").stat().st_size > 0
+    assert any("[predict] llama: N_opt" in x for x in ctx.lines)
+
+
+def _case(errors, inside, wins_gap=(0.2, 0.2)):
+    fc, rows = {"archs": {}}, []
+    for i, (e, ok) in enumerate(zip(errors, inside)):
+        a = f"a{i}"
+        fc["archs"][a] = {}
+        for j, gap in enumerate((wins_gap[0], 0.0, wins_gap[1])):
+            pred = 1.5
+            rows.append(dict(arch=a, size=f"s{j}", predicted=pred, ci_low=pred - (0.1 if ok else 0.001),
+                             ci_high=pred + (0.1 if ok else 0.001), actual=pred + e + gap, predicted_optimum=j == 1))
+    return fc, rows
+
+
+def test_the_verdicts():
+    from linscale_jax.fit.bootstrap import SeedSd
+
+    sd = SeedSd(0.005, 20, "measured")
+    v = outcome.judge(*_case([0.01, -0.02, 0.0, 0.1], [True, True, True, True]), sd, 0.05, 0.03)
+    assert v["summary"]["overall"] == "met: 3 of 4 archs" and v["archs"]["a3"]["within"] is False
+    v = outcome.judge(*_case([0.01, -0.02, 0.01, 0.01], [True, True, False, False]), sd, 0.05, 0.03)
+    assert v["summary"]["overall"] == "not met: 2 of 4 archs" and v["archs"]["a2"]["inside"] is False
+    v = outcome.judge(*_case([0.0], [True], wins_gap=(-0.2, 0.2)), sd, 0.05, 0.03)
+    assert v["archs"]["a0"]["wins"]["verdict"] == "loses" and v["archs"]["a0"]["wins"]["lowest_actual"] == "s0"
+    v = outcome.judge(*_case([0.0], [True], wins_gap=(0.001, -0.001)), sd, 0.05, 0.03)
+    assert v["archs"]["a0"]["wins"]["verdict"] == "equivalent"
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(ladder_from="missing"), "does not exist; pass a finished scaling study"),
+    (dict(ladder_from="unfinished"), "is not a finished scaling study (no findings.json)"),
+    (dict(ladder_preset="quick"), "was not run by the preset 'quick'"),
+])
+def test_a_ladder_that_cannot_predict_is_one_line(ladder, tmp_path, change, message):
+    if change.get("ladder_from") == "missing":
+        change = dict(ladder_from=str(tmp_path / "missing"))
+    elif change.get("ladder_from") == "unfinished":
+        (tmp_path / "u").mkdir()
+        change = dict(ladder_from=str(tmp_path / "u"))
+    with pytest.raises(PredictError, match=re.escape(message)) as e:
+        experiment.plan(predict_study(ladder[0], **change), str(tmp_path / "P"))
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("what, message", [
+    ("arch", "gdn is not an arch of the ladder"),
+    ("sizes", f"{SHORT} has 2 size(s)"),
+    ("factor", "pass a factor > 1"),
+    ("edge", "the largest size of the ladder's shape"),
+    ("rule", "pass --config.rule=extrapolate"),
+])
+def test_a_prediction_that_cannot_be_made_is_one_line(ladder, lad, what, message):
+    from linscale_jax.study.predict import forecast, protocol
+
+    s = predict_study(ladder[0])
+    calls = dict(arch=lambda: forecast.archs_of(predict_study(ladder[0], archs="llama,gdn"), lad),
+                 sizes=lambda: lad.curves(SHORT),
+                 factor=lambda: forecast.compute(predict_study(ladder[0], compute_factor=1.0), lad),
+                 edge=lambda: forecast.predict_arch(s, lad, "llama", 3e4 * lad.largest.flops),
+                 rule=lambda: protocol.rung_config(lad, "llama", "d96", 1e6, "as_given"))
+    with pytest.raises(PredictError, match=re.escape(message)) as e:
+        calls[what]()
+    assert "\n" not in str(e.value)
