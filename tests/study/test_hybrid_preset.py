@@ -1,6 +1,7 @@
-"""configs/study/hybrid.py plans llama, tnl, gdn and each linear arch's 3:1 hybrid with llama on the
-four-layer rungs at one learning rate (the reasons its docstring gives hold), and the report's
-"Memory at decode" shows each arch's decoding memory as the accounting computes it."""
+"""configs/study/hybrid.py plans llama, tnl, gdn, each linear arch's 3:1 hybrid with llama and a
+state-size variant of tnl and of gdn on the four-layer rungs at one learning rate (the reasons its
+docstring gives hold; each variant holds another state than its arch at every rung), and the
+report's "Memory at decode" shows each arch's decoding memory as the accounting computes it."""
 
 import types
 
@@ -9,7 +10,9 @@ import pytest
 from linscale_jax.study.presets import preset
 from linscale_jax.study.scaling import plan
 
-ARCHS = ("llama", "tnl", "gdn", "tnl+hybrid=3:1", "hgrn2+hybrid=3:1", "cosformer2+hybrid=3:1", "gdn+hybrid=3:1")
+STATE_VARIANTS = {"tnl+n_heads=4": "tnl", "gdn+expand_v=1": "gdn"}  # the state-size axis: variant -> its arch
+ARCHS = ("llama", "tnl", "gdn", "tnl+hybrid=3:1", "hgrn2+hybrid=3:1", "cosformer2+hybrid=3:1", "gdn+hybrid=3:1",
+         *STATE_VARIANTS)
 SIZES = ("d16", "d32", "d48")
 
 
@@ -30,6 +33,22 @@ def test_the_preset_plans_every_label_at_every_four_layer_rung(tmp_path):
     for a in ("llama", "tnl"):
         for s in SIZES:
             assert by[f"{a}-{s}"].config.to_dict() == plan.run_config(paper, a, s).to_dict()
+
+
+def test_each_state_variant_holds_another_state_than_its_arch_at_every_rung():
+    from linscale_jax.models import ModelConfig, accounting
+    from linscale_jax.study.scaling import state_axis
+
+    study = preset("hybrid")
+    seq = int(study.overrides.train.seq_len)
+
+    def state(label, size):
+        return accounting.state_floats_per_layer(ModelConfig.from_config(plan.run_config(study, label, size).model), seq)
+
+    for variant, arch in STATE_VARIANTS.items():
+        assert state_axis.family(variant) == arch  # one family: the report fits the loss against the state
+        ratios = [state(variant, s) / state(arch, s) for s in SIZES]
+        assert all(r != 1.0 for r in ratios), (variant, ratios)
 
 
 def test_why_the_preset_leaves_the_two_layer_rungs_and_the_tuned_rule(tmp_path):

@@ -218,3 +218,42 @@ def test_miniature_tuning_end_to_end(tmp_path):
     again = experiments.run(study, str(tmp_path))  # everything measured: nothing retrained
     assert again["processed"] == 0
     assert again["rows"] == rows
+
+
+def test_an_arch_is_checked_against_a_shipped_rule_without_tuning(monkeypatch):
+    """tune.rule_from: nothing tuned; the check arch's cells at the file's rule (its batch and β2,
+    the rule's rate and one step either side, grown at an edge); the rule file written back is the
+    shipped one with the arch's entry added; a preset at another protocol is refused."""
+    from linscale_jax.study.tune import outputs
+    from linscale_jax.study.tune.check import TuneConfigError, check_tune
+    from linscale_jax.train import rule
+
+    monkeypatch.setattr(tune_grid, "n_params_of", fake_n)
+    monkeypatch.setattr(outputs, "n_params_of", fake_n)
+    shipped_path = ROOT / "linscale_jax" / "train" / "tuned_rule.json"
+    shipped = rule.load(shipped_path)
+    study = preset()
+    study.tune.update(rule_from=str(shipped_path), check_archs="gdn", check_sizes="d16l2,d32")
+    check_tune(study)
+    loss, _ = run_planted(study)
+    assert {(c.arch, c.size) for c in loss} == {("gdn", "d16l2"), ("gdn", "d32")}  # llama not tuned again
+    llama = shipped["archs"]["llama"]
+    for size in ("d16l2", "d32"):
+        n = fake_n(study, "gdn", size)
+        mine = [c for c in loss if c.size == size]
+        assert {(c.batch, c.beta2) for c in mine} == {(rule.batch_from_law(llama["batch"], n), llama["beta2"])}
+        k = tune_fit.grid_k(tune_fit.law_value(llama["lr"], n), study.tune.lr_base)
+        assert {k - 1, k, k + 1} <= {c.k for c in mine}
+    rows = outputs.cell_rows(study, {c: (v, v) for c, v in loss.items()})
+    doc = outputs.rule_file(study, loss, {}, float("nan"), 0, rows)
+    rule.check(doc, "rule.json")
+    gdn = doc["archs"]["gdn"]
+    assert set(gdn["check"]["sizes"]) == {"d16l2", "d32"} and "provenance" in gdn["check"]
+    assert gdn["range"] == {"n_min": fake_n(study, "gdn", "d16l2"), "n_max": fake_n(study, "gdn", "d32")}
+    assert ("same_as" in gdn) != gdn["check"]["own_rule"]
+    assert doc["archs"]["llama"] == llama and doc["command"] == shipped["command"]
+    kept = [c for c in shipped["cells"] if c["arch"] != "gdn"]  # a check run again replaces the arch's cells
+    assert doc["cells"] == kept + rows and len(kept) > len(rows)
+    study.tokens = 2 * study.tokens
+    with pytest.raises(TuneConfigError, match="data.tokens"):
+        check_tune(study)

@@ -7,6 +7,11 @@ pruned in stages (study.tune_grid: a coarse lr sweep, β2 and batch around its o
 step), then tnl, hgrn2 and cosformer2 are checked against llama's rule at d16l2 and d48. Writes
 DIR/tune/ (the rule file linscale_jax.train.rule reads, cells.csv/md, lr.png). Costs about 100
 CPU-minutes, two runs at a time (figures: docs/results.md "The tuning grid").
+
+Another arch checked against the shipped rule, without tuning llama again:
+    python -m linscale_jax.study --config=tune --workdir=DIR --config.tune.rule_from=linscale_jax/train/tuned_rule.json \
+        --config.tune.check_archs=gdn --config.tune.check_sizes=d16l2,d32
+writes DIR/tune/rule.json: the shipped file with gdn's check (same_as llama, or its own lr rule) added.
 """
 
 from linscale_jax.study.presets import study_defaults
@@ -36,6 +41,7 @@ def get_config():
         replicate_sizes="smallest,largest",  # one more seed of their best cell: the seed sd
         check_archs="tnl,hgrn2,cosformer2", check_sizes="d16l2,d48",  # the tuned range's ends
         own_rule_factor=2.0,  # an arch whose best rate is more than 2x from the rule gets its own
+        rule_from="",  # a rule file (e.g. linscale_jax/train/tuned_rule.json): tune nothing, check against it
         bootstrap=1000, seed=0,
     )
     return c

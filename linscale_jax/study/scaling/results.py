@@ -7,7 +7,8 @@ Reads DIR/fit/table*.csv (one per loss estimator) and the runs' eval rows; write
                           study.protocol_from, per learning-rate protocol), seed sds with df and
                           intervals, the paired comparisons at C*, each arch's L(N, D) with its lack
                           of fit, bracketing and the measured optimum, the retrieval probes, the runs
-                          (each with its decoding memory), the design and the wall time
+                          (each with its decoding memory), the loss and MQAR accuracy against the
+                          state floats per layer (study.scaling.state_axis), the design and the wall time
   DIR/fit/bracketing.csv  arch, estimator, interior, smallest, largest, one_size: shares of the
                           log-compute grid where the envelope's winner is an interior size, the
                           smallest or largest size reaching that compute, or the only one
@@ -28,7 +29,7 @@ import numpy as np
 from linscale_jax import contract
 from linscale_jax.models.sizes import Variant
 from linscale_jax.study import files
-from linscale_jax.study.scaling import compare, findings, holdout, laws, plan
+from linscale_jax.study.scaling import compare, findings, holdout, laws, plan, state_axis
 
 BRACKETING_COLUMNS = ("arch", "estimator", "interior", "smallest", "largest", "one_size")
 CLAMPED = {"interior": 0, "smallest": -1, "largest": 1, "one_size": 2}  # approach1.Envelope.clamped
@@ -322,6 +323,7 @@ def write(study, runs, workdir: str, fit_errors: dict | None = None, wall: dict 
                                                porian=porian_tokens_per_param())
     found["runs"] = run_rows(runs, workdir, counts)
     found["probes"] = probes(found["runs"], workdir, int(study.fit.seed), runs)
+    found["state_axis"] = state_axis.fit(found["runs"], recall_src, float(v.get("margin", verdicts.DEFAULT_MARGIN)))
     held = [(h["diff"], a) for a, r in found["findings"]["power_laws"]["archs"].items() for h in r.get("holdout") or []]
     found["findings"]["power_laws"]["bias"] = holdout.bias([e for e, _ in held], [a for _, a in held])
     found["design"] = design(study, runs)

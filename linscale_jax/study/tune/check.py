@@ -123,3 +123,24 @@ def check_tune(study) -> None:
         raise _bad("overrides.optim.schedule", study.overrides.optim.get("schedule"),
                    "cooldowns branch off a constant learning rate: set constant")
     _num(study, "workers", int, lo=1)
+    _check_rule_from(study, checks)
+
+
+def _check_rule_from(study, checks: list[str]) -> None:
+    """tune.rule_from: a readable rule file (linscale_jax.train.rule.load's line otherwise), some
+    check archs to check against it, and this preset's protocol equal to the file's (a rule holds
+    for the data, context, budget and estimator it was fitted on)."""
+    from linscale_jax.study.tune import grid as tune_grid, outputs
+
+    path = str(study.tune.get("rule_from", "") or "")
+    if not path:
+        return
+    given = tune_grid.rule_from(study)
+    if not checks:
+        raise _bad("tune.check_archs", study.tune.check_archs, "with tune.rule_from nothing is tuned: name "
+                   "the archs to check against that file's rule")
+    ours = outputs.data_of(study)
+    for key, value in given["data"].items():
+        if key in ours and str(ours[key]) != str(value):
+            raise _bad("tune.rule_from", path, f"its rule was fitted with data.{key}={value!r} and this preset "
+                       f"has {ours[key]!r}; check at the file's protocol (configs/study/tune.py) or refit")

@@ -14,7 +14,9 @@ A line of rates whose best lies at an end grows one step that way (at most tune.
 its best is within tune.extend_within nats of the size's best (always on stage 1's line); the batch
 axis grows the same way. Then one replicate seed of the best cell of tune.replicate_sizes, and
 llama's rule checked on tune.check_archs at tune.check_sizes (the rule's batch and beta2, the rate
-at the rule and one step either side, grown at the edges).
+at the rule and one step either side, grown at the edges). With tune.rule_from (a rule file, e.g. the
+shipped linscale_jax/train/tuned_rule.json) nothing is tuned: the check archs are checked against
+that file's default arch's rule (its lr and batch laws, its β2), at the file's own protocol.
 """
 
 from __future__ import annotations
@@ -174,12 +176,41 @@ def replicate_sizes(study) -> list[str]:
     return out
 
 
+def rule_from(study) -> dict | None:
+    """The rule file tune.rule_from names (linscale_jax.train.rule.load: checked whole), or None
+    when the grid tunes study.archs itself."""
+    from linscale_jax.train import rule
+
+    path = str(study.tune.get("rule_from", "") or "")
+    return rule.load(path) if path else None
+
+
+def tuned_archs(study) -> list[str]:
+    """The archs this grid tunes: study.archs, or none when the rule comes from tune.rule_from."""
+    return [] if rule_from(study) is not None else split_list(study.archs, "study.archs")
+
+
+def reference(study, loss: dict) -> tuple[str, dict, dict, float]:
+    """(arch, lr law, batch law, β2) of the rule the check archs are checked against: tune.rule_from's
+    default arch, or the first tuned arch's rule fitted on the losses (bootstrap off)."""
+    from linscale_jax.train import rule
+
+    given = rule_from(study)
+    if given is not None:
+        arch = given.get("default", "llama")
+        entry = rule.arch_rule(given, arch)
+        return arch, entry["lr"], entry["batch"], float(entry["beta2"])
+    arch = tuned_archs(study)[0]
+    fitted = rule_of(study, loss, bootstrap=0)[arch]
+    return arch, fitted["lr"], fitted["batch"], beta2_of(fitted)
+
+
 def rule_of(study, loss: dict, bootstrap: int | None = None) -> dict:
     """Every tuned arch's rule from the losses (study.tune_fit.fit_rules)."""
     t = study.tune
     sigma, _ = tune_fit.seed_sd(loss)
     out = {}
-    for arch in split_list(study.archs, "study.archs"):
+    for arch in tuned_archs(study):
         cells = {s: [c for c in loss if (c.arch, c.size) == (arch, s)] for s in sizes_of(study)}
         out[arch] = tune_fit.fit_rules(cells, loss, {s: n_params_of(study, arch, s) for s in cells},
                                        float(t.lr_base), sigma,
@@ -199,7 +230,7 @@ def beta2_of(fitted: dict) -> float:
 def all_cells(study, loss: dict) -> list[Cell]:
     """Every cell the staged grid calls for given the losses so far (stages wait on each other)."""
     t = study.tune
-    tuned = split_list(study.archs, "study.archs")
+    tuned = tuned_archs(study)
     want = []
     for arch in tuned:
         for s in sizes_of(study):
@@ -212,13 +243,11 @@ def all_cells(study, loss: dict) -> list[Cell]:
             want.append(fitted["optima"][s].best._replace(seed=1))
     if any(c not in loss for c in want):
         return want
-    ref = rule_of(study, loss, bootstrap=0)[tuned[0]]
-    beta2 = beta2_of(ref)
+    _, lr_law, batch_law, beta2 = reference(study, loss)
     for arch in names(study.tune.check_archs):
         for s in split_list(str(study.tune.check_sizes)):
             n = n_params_of(study, arch, s)
-            want += check_cells(t, arch, s, tune_fit.law_value(ref["lr"], n),
-                                rule_batch(ref["batch"], n), beta2, loss)
+            want += check_cells(t, arch, s, tune_fit.law_value(lr_law, n), rule_batch(batch_law, n), beta2, loss)
     return want
 
 

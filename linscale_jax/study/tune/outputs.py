@@ -8,6 +8,7 @@ lr.png and summary.md.
 
 from __future__ import annotations
 
+import copy
 import csv
 import json
 import os
@@ -23,7 +24,8 @@ from linscale_jax import contract
 from linscale_jax.study import files
 from linscale_jax.study.tune import fit as tune_fit
 from linscale_jax.study.tune.fit import Cell, lr_of
-from linscale_jax.study.tune.grid import (beta2_of, cell_config, cell_name, n_params_of, names, rule_of, sizes_of)
+from linscale_jax.study.tune.grid import (beta2_of, cell_config, cell_name, n_params_of, names, reference, rule_from,
+                                          rule_of, sizes_of)
 
 def _print(msg: str) -> None:
     print(msg, flush=True)
@@ -121,40 +123,62 @@ def _sizes_json(f: dict, lr_base: float) -> dict:
     return out
 
 
-def rule_file(study, loss: dict, fitted: dict, sigma: float, pairs: int, rows: list[dict]) -> dict:
-    """The rule file (linscale_jax.train.rule): laws per arch, range, data, provenance, cells."""
+def data_of(study) -> dict:
+    """The protocol a rule holds for (the rule file's `data`): corpus, vocabulary, context, token
+    budget per cell, schedule, estimator, validation batches."""
     t = study.tune
-    ref_arch = contract.split_list(study.archs, "study.archs")[0]
+    cfg = cell_config(study, Cell(contract.split_list(study.archs, "study.archs")[0], sizes_of(study)[0], 0,
+                                  int(t.batch), float(t.beta2)))
+    return {"task": str(cfg.data.task), "vocab": str(cfg.data.vocab), "seq_len": int(cfg.train.seq_len),
+            "tokens": float(study.tokens), "schedule": str(cfg.optim.schedule),
+            "estimator": f"cooldown ({float(study.cooldown.fraction):g} of the steps, {study.cooldown.shape})",
+            "val_batches": int(study.eval.val_batches)}
+
+
+def provenance() -> dict:
+    return {"command": "python -m linscale_jax.study " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+            "machine": machine(), "code": code_version()}
+
+
+def rule_file(study, loss: dict, fitted: dict, sigma: float, pairs: int, rows: list[dict]) -> dict:
+    """The rule file (linscale_jax.train.rule): laws per arch, range, data, provenance, cells. With
+    tune.rule_from, that file with each checked arch's entry (its check and the check's provenance)
+    added or replaced and this grid's cells appended."""
+    t = study.tune
+    given = rule_from(study)
+    ref_arch, lr_law, batch_law, beta2 = reference(study, loss)
     archs = {arch: {"lr": _law_json(f["lr"]), "batch": _law_json(f["batch"]), "beta2": beta2_of(f),
                     "sizes": _sizes_json(f, float(t.lr_base))} for arch, f in fitted.items()}
-    for arch, ch in check_summary(study, loss, fitted[ref_arch]).items():
-        if arch in archs:
+    if given is not None:
+        archs = {**copy.deepcopy(given["archs"]), **archs}
+    for arch, ch in check_summary(study, loss, lr_law).items():
+        if arch in fitted:
             continue
-        if ch["own_rule"]:  # a law through its checked sizes; llama's batch and β2
+        if given is not None:
+            ch["provenance"] = provenance()
+        if ch["own_rule"]:  # a law through its checked sizes; the reference's batch and β2
             own = tune_fit.fit_power_law([v["n_params"] for v in ch["sizes"].values()],
                                          [v["lr_opt"] for v in ch["sizes"].values()], what=f"{arch} lr rule")
             archs[arch] = {"lr": {"coefficient": own.coefficient, "exponent": own.exponent,
                                   "coefficient_ci": None, "exponent_ci": None},
-                           "batch": archs[ref_arch]["batch"], "beta2": archs[ref_arch]["beta2"], "check": ch}
+                           "batch": _law_json(batch_law), "beta2": beta2, "check": ch}
         else:
             archs[arch] = {"same_as": ref_arch, "check": ch}
-    for arch, entry in archs.items():  # the sizes each arch was tuned or checked at
-        ns = list(fitted[arch]["n"]) if arch in fitted else [v["n_params"] for v in entry["check"]["sizes"].values()]
-        entry["range"] = {"n_min": min(ns), "n_max": max(ns)}
-    cfg = cell_config(study, Cell(ref_arch, sizes_of(study)[0], 0, int(t.batch), float(t.beta2)))
+        ns = [v["n_params"] for v in ch["sizes"].values()]
+        archs[arch]["range"] = {"n_min": min(ns), "n_max": max(ns)}  # the sizes it was checked at
+    for arch, f in fitted.items():  # the sizes each arch was tuned at
+        archs[arch]["range"] = {"n_min": min(f["n"]), "n_max": max(f["n"])}
     ns = [n for entry in archs.values() for n in entry["range"].values()]
+    if given is not None:
+        return {**given, "range": {**given["range"], "n_min": min(ns), "n_max": max(ns)}, "archs": archs,
+                "cells": [r for r in given.get("cells", []) if r["arch"] not in {x["arch"] for x in rows}] + rows}
     return {
         "what": ("AdamW peak learning rate, batch (sequences) and beta2 per arch and size, tuned on a "
                  "grid at a fixed token budget and selected by the loss under the cooldown estimator; "
                  "lr = coefficient * N^exponent, batch likewise rounded to a power of two, "
                  "warmup = warmup_tokens_per_param * N tokens, N non-embedding parameters"),
-        "command": "python -m linscale_jax.study " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
-        "machine": machine(),
-        "code": code_version(),
-        "data": {"task": str(cfg.data.task), "vocab": str(cfg.data.vocab), "seq_len": int(cfg.train.seq_len),
-                 "tokens": float(study.tokens), "schedule": str(cfg.optim.schedule),
-                 "estimator": f"cooldown ({float(study.cooldown.fraction):g} of the steps, {study.cooldown.shape})",
-                 "val_batches": int(study.eval.val_batches)},
+        **provenance(),
+        "data": data_of(study),
         "range": {"n_min": min(ns), "n_max": max(ns), "n_count": "non_embedding"},
         "warmup_tokens_per_param": float(t.warmup_tokens_per_param),
         "default": ref_arch,
@@ -164,7 +188,7 @@ def rule_file(study, loss: dict, fitted: dict, sigma: float, pairs: int, rows: l
     }
 
 
-def check_summary(study, loss: dict, ref: dict) -> dict:
+def check_summary(study, loss: dict, lr_law: dict) -> dict:
     """Per checked arch and size: the rule's rate, the best checked rate (parabola vertex), their
     ratio, and whether the arch gets its own rule (a ratio beyond tune.own_rule_factor)."""
     t = study.tune
@@ -178,7 +202,7 @@ def check_summary(study, loss: dict, ref: dict) -> dict:
             n = n_params_of(study, arch, s)
             o = tune_fit.size_optimum(cells, loss)
             lr_opt = float(t.lr_base) * 2.0 ** o.log2_lr
-            rule_lr = tune_fit.law_value(ref["lr"], n)
+            rule_lr = tune_fit.law_value(lr_law, n)
             sizes[s] = {"n_params": n, "rule_lr": rule_lr, "lr_opt": lr_opt, "ratio": lr_opt / rule_lr,
                         "lr_edge": o.lr_edge, "loss": o.loss,
                         "best": cell_name(o.best, float(t.lr_base))}

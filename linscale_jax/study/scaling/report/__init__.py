@@ -25,7 +25,7 @@ from linscale_jax import contract
 from linscale_jax.study import files, inputs
 from linscale_jax.study.scaling import findings, holdout
 from linscale_jax.study.scaling import laws as scaling_laws
-from linscale_jax.study.scaling.report import comparisons, figures, laws, memory, summary
+from linscale_jax.study.scaling.report import comparisons, figures, laws, memory, state, summary
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,7 +138,7 @@ def paper_findings(doc) -> list[str]:
 SECTIONS = (header, summary.section, scale, curves, laws.allocation, laws.table3, laws.noise,
             scaling_laws.report_section, held_out,
             paper_findings, comparisons.common_compute, comparisons.calibration, comparisons.niah_heatmaps,
-            memory.section, runs_table, wall_time)
+            memory.section, state.section, runs_table, wall_time)
 
 
 def draw(doc) -> None:
@@ -161,6 +161,7 @@ def draw(doc) -> None:
     curves_csv = files.study_path(wd, files.HOLDOUT_CURVES_CSV)
     if os.path.exists(curves_csv) and os.path.getsize(curves_csv) > 80:
         fit_holdout.plot(curves_csv, table, os.path.join(rep_dir, "holdout.png"), "C (PF-days)")
+    state.draw(doc)
 
 
 def write_report(workdir: str, sections=SECTIONS) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from linscale_jax.contract import BASELINE_ARCH
 from linscale_jax.study.scaling import findings, holdout
+from linscale_jax.study.scaling.report import state
 
 MAX_LINES = 15
 TITLE = "## Summary"
@@ -154,7 +155,8 @@ def not_measured_line(doc) -> list[str]:
     return [f"- Not measured: {'; '.join(items)}."] if items else []
 
 
-ITEMS = (finding_lines, lowest_line, allocation_line, holdout_line, power_line, not_measured_line)
+ITEMS = (finding_lines, lowest_line, allocation_line, holdout_line, state.summary_line, power_line,
+         not_measured_line)
 
 
 def section(doc) -> list[str]:
