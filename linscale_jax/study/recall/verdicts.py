@@ -49,8 +49,6 @@ def equal_steps(recall: dict | None, margin: float = MARGIN, labels=()) -> dict:
     ci_high, verdict}], reason}} for every label but the baseline in recall.csv (verdict_input's
     dict, with its `cells`), and "not measured" for each of `labels` (a study's archs) it lacks;
     {} without a recall study."""
-    from linscale_jax.study.scaling.verdicts import combine
-
     cells = (recall or {}).get("cells", [])
     if not cells:
         return {}
@@ -76,7 +74,7 @@ def equal_steps(recall: dict | None, margin: float = MARGIN, labels=()) -> dict:
                                  ci_low=diff - Z95 * se, ci_high=diff + Z95 * se,
                                  verdict=outcome(diff, se, margin)))
         if mine:
-            out[label] = dict(verdict=combine({i: c["verdict"] for i, c in enumerate(mine)}, "cell"),
+            out[label] = dict(verdict=_one_verdict(c["verdict"] for c in mine),
                               cells=mine, diff=mine[0]["diff"], ci_low=mine[0]["ci_low"],
                               ci_high=mine[0]["ci_high"])
         else:
@@ -114,3 +112,9 @@ def summary_text(out: dict) -> str:
     return "; ".join(f"{a} " + (f"{r['diff']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}] ({r['verdict']})"
                                 if r["diff"] is not None else f"({r['verdict']}: {r['reason']})")
                      for a, r in out.items())
+
+
+def _one_verdict(verdicts) -> str:
+    """The cells' common verdict, else 'depends on the cell'."""
+    vals = set(verdicts)
+    return vals.pop() if len(vals) == 1 else "depends on the cell"
