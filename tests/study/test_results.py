@@ -339,3 +339,17 @@ def test_the_laws_section_reads_the_report_doc_too(written):
 
     found = written[3]
     assert laws.report_section(types.SimpleNamespace(found=found)) == laws.report_section(found) != []
+
+
+def test_a_truncated_timing_line_is_one_line_naming_the_file(tmp_path):
+    from types import SimpleNamespace
+
+    from linscale_jax.study.scaling.results import timing
+
+    run = SimpleNamespace(workdir=str(tmp_path))
+    assert timing(run)["train_s"] == 0.0
+    (tmp_path / "timing.jsonl").write_text('{"train_s": 2.0, "eval_s": 1.0}\n{"train_s": 3.')
+    with pytest.raises(ValueError, match=r"timing.jsonl:2 is not a timing row .*delete that line"):
+        timing(run)
+    (tmp_path / "timing.jsonl").write_text('{"train_s": 2.0, "eval_s": 1.0}\n\n')
+    assert timing(run)["train_s"] == 2.0

@@ -12,7 +12,6 @@ and under the cooldown estimator one cooldown branch, off the last checkpoint).
 
 from __future__ import annotations
 
-import json
 import os
 
 from linscale_jax.study import files
@@ -59,14 +58,13 @@ def process_run(study, run, log=print, final: bool = False) -> None:
 def cost(runs) -> dict:
     """{"runs": {name: seconds}, "seconds", "trained"}: every invocation's train + eval + cooldown wall
     seconds per run (its timing.jsonl)."""
+    from linscale_jax.study.scaling.results import timing
+
     per = {}
     for r in runs:
-        path = os.path.join(r.workdir, files.TIMING)
-        if not os.path.exists(path):
-            continue
-        with open(path) as f:
-            rows = [json.loads(x) for x in f if x.strip()]
-        per[r.name] = sum(float(x.get(k, 0.0)) for x in rows for k in ("train_s", "eval_s", "cooldown_s"))
+        if os.path.exists(os.path.join(r.workdir, files.TIMING)):
+            t = timing(r)
+            per[r.name] = t["train_s"] + t["eval_s"] + t["cooldown_s"]
     return dict(runs=per, seconds=sum(per.values()), trained=len(per))
 
 

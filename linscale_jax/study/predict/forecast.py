@@ -23,7 +23,7 @@ import numpy as np
 
 from linscale_jax.contract import split_list
 from linscale_jax.study.predict import protocol
-from linscale_jax.study.predict.ladder import PredictError
+from linscale_jax.study.predict.ladder import PredictError, _load_json
 
 PREDICTIONS_JSON = "predictions.json"
 
@@ -103,8 +103,8 @@ def forecast(study, lad, workdir: str) -> dict:
     path = os.path.join(workdir, PREDICTIONS_JSON)
     want = settings(study, lad)
     if os.path.exists(path):
-        with open(path) as f:
-            old = json.load(f)
+        old = _load_json(path, "delete it to make the prediction again (it is the record written "
+                         "before the rungs trained)")
         if old.get("settings") == want:
             return old
     c = compute(study, lad)

@@ -160,16 +160,24 @@ def _final_rows(run) -> dict:
     return {r["task"]: r for r in rows if r["step"] == last}
 
 
-def _timing(run) -> dict:
-    """The sums over a run's invocations in <run>/timing.jsonl (train, eval and their compile)."""
+def timing(run) -> dict:
+    """The sums over a run's invocations in <run>/timing.jsonl (train, eval, cooldowns and their
+    compile); all zero without the file, ValueError naming the file and line when one is not JSON."""
     path = os.path.join(run.workdir, files.TIMING)
     keys = ("train_s", "train_compile_s", "eval_s", "eval_compile_s", "cooldown_s", "cooldown_compile_s")
     tot = dict.fromkeys(keys, 0.0)
     if os.path.exists(path):
-        for line in open(path):
-            row = json.loads(line)
-            for k in keys:
-                tot[k] += float(row.get(k, 0.0))
+        with open(path) as f:
+            for i, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                    for k in keys:
+                        tot[k] += float(row.get(k, 0.0))
+                except (ValueError, TypeError, AttributeError) as e:
+                    raise ValueError(f"{path}:{i} is not a timing row ({e}); delete that line (it only "
+                                     "counts seconds) and rerun") from None
     return tot
 
 
@@ -189,7 +197,7 @@ def run_rows(runs, workdir: str, counts: dict) -> list[dict]:
                         probe_chance=fr.get("probe", {}).get("probe_chance"),
                         niah_task=niah[0], niah_weighted_acc=niah[1].get("niah_weighted_acc"),
                         niah_score=niah[1].get("niah_score"),
-                        niah_heatmap=os.path.relpath(heat, workdir) if heat else None, timing=_timing(r),
+                        niah_heatmap=os.path.relpath(heat, workdir) if heat else None, timing=timing(r),
                         **decode_memory(r)))
     return out
 
