@@ -102,8 +102,8 @@ def test_results_are_written_once_as_data(written):
         m = r["measured"]
         assert r["failed"] == 0 and r["mde"] > 0 and m["ci_low"] < m["diff"] < m["ci_high"]
     sd = on_disk["by_estimator"]["val_loss"]["seed_sd"]["llama"]
-    assert sd["df"] == 1 and sd["ci95"][0] < sd["sd"] < sd["ci95"][1]
-    assert on_disk["by_estimator"]["val_loss"]["seed_sd_pooled"]["df"] == 4
+    assert sd["df"] == 2 and sd["ci95"][0] < sd["sd"] < sd["ci95"][1]  # two replicate seeds of d16l2
+    assert on_disk["by_estimator"]["val_loss"]["seed_sd_pooled"]["df"] == 8
     with open(wd / "fit" / "bracketing.csv") as f:
         rows = list(csv.DictReader(f))
     assert list(rows[0]) == ["arch", "estimator", "interior", "smallest", "largest", "one_size"]
@@ -122,7 +122,8 @@ def test_results_are_written_once_as_data(written):
     assert {float(r["n_params"]) for r in back} <= {float(r.n_params) for r in runs}  # the table's own count
     bt = on_disk["backtest"]
     assert bt["count"] == "non_embedding" and set(bt["summary"]) == set(OFFSET)
-    assert sum(s["inside"] for s in bt["summary"].values()) >= len(back) - 1  # the planted law predicts
+    # the planted law predicts: at 95 % coverage per step, 6 or more of 8 inside has probability 0.994
+    assert sum(s["inside"] for s in bt["summary"].values()) >= len(back) - 2
     by = on_disk["laws_by_size"]
     emb, tot = (by[c]["cooldown"]["llama"]["sizes"] for c in ("non_embedding", "total"))
     assert len(emb) == len(tot) == n_sizes and all(t["n_params"] > e["n_params"] for e, t in zip(emb, tot))

@@ -48,4 +48,5 @@ def get_config():
     c.archs = ("llama,tnl,gdn,tnl+hybrid=3:1,hgrn2+hybrid=3:1,cosformer2+hybrid=3:1,gdn+hybrid=3:1,"
                "tnl+n_heads=4,gdn+expand_v=1")  # the last two: the state-size axis
     c.sizes = "d16,d32,d48"  # the four-layer rungs: one 3:1 period each
+    c.replicates.seeds = 1  # one replicate of d16 per label (9 runs), not cpu_paper's two
     return c
