@@ -84,3 +84,23 @@ def test_tokens_by_size_gives_each_size_its_budget(tmp_path):
         study.tokens_by_size = spec
         with pytest.raises(ValueError, match=msg):
             plan.build_plan(study, str(tmp_path))
+
+
+def test_a_finished_studys_laws_noise_and_sizes_predict_its_redesign(tmp_path):
+    import json
+
+    from linscale_jax.fit.table import write_csv
+
+    (tmp_path / "fit").mkdir()
+    write_csv(bd.table_of(LAW, RUNGS, SAME, arch="llama"), tmp_path / "fit" / "table.csv")
+    found = dict(estimators=["val_loss"], design=dict(seq_len=128, batch="4", fit_min_step=448),
+                 laws_nd={"val_loss": {"llama": {"law": LAW}}}, checkpoint_sd={"llama": {"sd": 0.015}},
+                 by_estimator={"val_loss": {"seed_sd_pooled": {"sd": 0.0177}}})
+    (tmp_path / "findings.json").write_text(json.dumps(found))
+    ends = [SAME_END[r.n_params] for r in RUNGS]
+    got = bd.predict_study(str(tmp_path), ends, draws=4, seed=2)["llama"]
+    noise = bd.noise_of(found, "llama", "val_loss")
+    assert noise.checkpoint_sd == 0.015 and noise.run_sd == pytest.approx(np.sqrt(0.0177 ** 2 - 0.015 ** 2 / 6))
+    assert got == bd.predict(LAW, RUNGS, SAME_END, min_tokens=448 * 512, noise=noise, draws=4, seed=2)
+    with pytest.raises(Exception, match="give one per size"):
+        bd.predict_study(str(tmp_path), ends[:4])

@@ -114,3 +114,49 @@ def tokens_per_param_at_optimum(law: dict, n_params: float) -> float:
     a = law["alpha"] * law["A"] / n_params ** law["alpha"]
     d = (law["beta"] * law["B"] / a) ** (1.0 / law["beta"])
     return float(d / n_params)
+
+
+def noise_of(found: dict, arch: str, estimator: str) -> Noise:
+    """A finished study's noise for `arch` (findings.json): checkpoint_sd, its residual around each
+    run's trend; run_sd, the pooled seed sd less the checkpoint noise of a half-curve mean
+    (that sd is of the mean over a run's second half: checkpoints/2 points)."""
+    sd = float(((found.get("by_estimator") or {}).get(estimator) or {}).get("seed_sd_pooled", {}).get("sd") or 0.0)
+    cs = float((found.get("checkpoint_sd") or {}).get(arch, {}).get("sd") or 0.0)
+    return Noise(run_sd=float(np.sqrt(max(sd ** 2 - cs ** 2 / 6.0, 0.0))), checkpoint_sd=cs)
+
+
+def predict_study(workdir: str, tokens: list, *, checkpoints: int = 12, draws: int = 200, seed: int = 0) -> dict:
+    """{arch: predict(...)} for a finished scaling study's sizes trained on other budgets, from its
+    laws' estimator: each arch's L(N, D) (findings.json laws_nd), its noise (noise_of), its sizes'
+    FLOPs per token and its first step (fit table, design.fit_min_step; the tokens of that step at
+    the smallest batch). tokens: each size's budget, ascending N (the study's sizes in order, as
+    study.tokens_by_size would give them)."""
+    import json
+    import os
+
+    from linscale_jax.fit.table import load
+    from linscale_jax.study import files
+
+    path = files.study_path(workdir, files.FINDINGS_JSON)
+    if not os.path.exists(path):
+        raise FitError(f"{path} does not exist; pass the workdir of a finished scaling study")
+    with open(path, encoding="utf-8") as fh:
+        found = json.load(fh)
+    est = found["estimators"][0]
+    d = found["design"]
+    per_step = float(d["seq_len"]) * float(str(d["batch"]).split("..")[0])
+    table = load(files.study_path(workdir, files.STUDY_FIT, files.fit_table_name(est, True)))
+    out = {}
+    for a in table.archs:
+        entry = (found.get("laws_nd") or {}).get(est, {}).get(a) or {}
+        if "law" not in entry:
+            continue  # no L(N, D) for this arch: nothing to predict from
+        rungs = rungs_of(table.select(a))
+        if len(tokens) != len(rungs):
+            raise FitError(f"{len(tokens)} token budget(s) for the {len(rungs)} sizes of {a} in {workdir}; "
+                           "give one per size, ascending N")
+        budget = {r.n_params: float(x) for r, x in zip(rungs, tokens)}
+        out[a] = predict(entry["law"], rungs, budget, checkpoints=checkpoints,
+                         min_tokens=float(d["fit_min_step"]) * per_step, noise=noise_of(found, a, est),
+                         draws=draws, seed=seed)
+    return out
