@@ -104,3 +104,15 @@ def test_a_finished_studys_laws_noise_and_sizes_predict_its_redesign(tmp_path):
     assert got == bd.predict(LAW, RUNGS, SAME_END, min_tokens=448 * 512, noise=noise, draws=4, seed=2)
     with pytest.raises(Exception, match="give one per size"):
         bd.predict_study(str(tmp_path), ends[:4])
+
+
+def test_the_report_sets_the_laws_tokens_per_param_against_each_runs():
+    from linscale_jax.study.scaling.report.laws import tokens_per_param_table
+
+    runs = [dict(arch="llama", n_params=n, tokens=3.1e6) for n in (2.5e4, 1.0e5, 1.0e5)]  # a replicate counted once
+    found = dict(estimators=["val_loss"], laws_nd={"val_loss": {"llama": {"law": LAW}, "tnl": {"note": "no fit"}}},
+                 runs=runs)
+    lines = tokens_per_param_table(found)
+    want = [f"{bd.tokens_per_param_at_optimum(LAW, n):.3g} / {3.1e6 / n:.3g}" for n in (2.5e4, 1.0e5)]
+    assert lines[-1] == f"| llama | {want[0]}, {want[1]} |" and want[0].endswith("/ 124") and lines[-2] == "|---|---|"
+    assert tokens_per_param_table(dict(estimators=["val_loss"], laws_nd={}, runs=runs)) == []
