@@ -116,13 +116,13 @@ def tokens_per_param_at_optimum(law: dict, n_params: float) -> float:
     return float(d / n_params)
 
 
-def noise_of(found: dict, arch: str, estimator: str) -> Noise:
+def noise_of(found: dict, arch: str, estimator: str, checkpoints: int = 12) -> Noise:
     """A finished study's noise for `arch` (findings.json): checkpoint_sd, its residual around each
     run's trend; run_sd, the pooled seed sd less the checkpoint noise of a half-curve mean
     (that sd is of the mean over a run's second half: checkpoints/2 points)."""
     sd = float(((found.get("by_estimator") or {}).get(estimator) or {}).get("seed_sd_pooled", {}).get("sd") or 0.0)
     cs = float((found.get("checkpoint_sd") or {}).get(arch, {}).get("sd") or 0.0)
-    return Noise(run_sd=float(np.sqrt(max(sd ** 2 - cs ** 2 / 6.0, 0.0))), checkpoint_sd=cs)
+    return Noise(run_sd=float(np.sqrt(max(sd ** 2 - cs ** 2 / (checkpoints / 2), 0.0))), checkpoint_sd=cs)
 
 
 def predict_study(workdir: str, tokens: list, *, checkpoints: int = 12, draws: int = 200, seed: int = 0) -> dict:
@@ -157,6 +157,6 @@ def predict_study(workdir: str, tokens: list, *, checkpoints: int = 12, draws: i
                            "give one per size, ascending N")
         budget = {r.n_params: float(x) for r, x in zip(rungs, tokens)}
         out[a] = predict(entry["law"], rungs, budget, checkpoints=checkpoints,
-                         min_tokens=float(d["fit_min_step"]) * per_step, noise=noise_of(found, a, est),
+                         min_tokens=float(d["fit_min_step"]) * per_step, noise=noise_of(found, a, est, checkpoints),
                          draws=draws, seed=seed)
     return out
