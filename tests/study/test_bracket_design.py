@@ -116,3 +116,11 @@ def test_the_report_sets_the_laws_tokens_per_param_against_each_runs():
     want = [f"{bd.tokens_per_param_at_optimum(LAW, n):.3g} / {3.1e6 / n:.3g}" for n in (2.5e4, 1.0e5)]
     assert lines[-1] == f"| llama | {want[0]}, {want[1]} |" and want[0].endswith("/ 124") and lines[-2] == "|---|---|"
     assert tokens_per_param_table(dict(estimators=["val_loss"], laws_nd={}, runs=runs)) == []
+
+
+def test_a_lack_of_fit_against_an_assumed_seed_sd_renders_its_infinite_df():
+    from linscale_jax.study.scaling.laws import _lof  # a study without replicates (noise.seed_sd assumed)
+
+    lof = dict(rms=0.005, sizes=5, df1=2, df2=None, F=0.0257, p=0.9746)
+    assert _lof(dict(lack_of_fit=lof)) == "F 0.026 (2, ∞), p 0.97"
+    assert _lof(dict(lack_of_fit=dict(lof, df2=8.0))) == "F 0.026 (2, 8), p 0.97"
