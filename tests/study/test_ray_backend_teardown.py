@@ -40,7 +40,9 @@ from ray import cloudpickle
 
 from linscale_jax.run import lock
 from linscale_jax.study import ray_backend
-from linscale_jax.study.ray_backend.gang import proc_start, reap
+from linscale_jax.study.ray_backend.cluster import ClusterError
+from linscale_jax.study.ray_backend.gang import host_timeout, proc_start, reap, silent
+from linscale_jax.study.ray_backend.outcomes import Attempt
 from linscale_jax.study.scaling import plan, runner
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # gang_faults reaches the workers
@@ -209,3 +211,17 @@ def test_the_kill_by_pid_ends_a_stopped_deaf_process_and_spares_a_reused_pid():
         assert reap(deaf.pid, start, wait_s=0.2) == "ended"
     finally:
         deaf.kill()
+
+
+def test_only_a_host_silent_past_the_deadline_is_declared_lost_and_a_short_deadline_is_refused():
+    a = Attempt(run=None, number=1, refs=["h0", "h1", "h2"], outcomes={2: dict(state="done")})
+    info = dict(pid=7, ip="10.0.0.2", node="n1")
+    beats = {0: (9.5, info), 1: (31.2, info), 2: (40.0, info)}  # host 2 ended: no beats expected
+    assert silent(a, beats, 30.0) == [1]
+    assert a.outcomes[1]["state"] == "lost" and a.outcomes[1]["message"] == (
+        "host 2/3 (pid 7 on 10.0.0.2) sent no heartbeat for 31s (cluster.host_timeout_s=30): declared lost")
+    assert 0 not in a.outcomes and a.outcomes[2] == dict(state="done")
+    assert host_timeout({}) == 120.0 and host_timeout({"host_timeout_s": 45}) == 45.0
+    with pytest.raises(ClusterError, match=r"^cluster.host_timeout_s=2 is shorter than 5 heartbeats of 1 s; "
+                                           r"pass at least 5 \(default 120\)$"):
+        host_timeout({"host_timeout_s": 2})
