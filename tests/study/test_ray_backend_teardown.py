@@ -17,7 +17,8 @@ fails it instead of hanging the suite.
 A driver that fails (here its log raises) ends its runs' tasks on the way out: the run's process is
 gone and its train.lock free, so nothing of one study (or test) holds a run or a core for the next.
 The kill by pid on a host's node (study.ray_backend.gang.reap) ends a stopped process that ignores
-SIGTERM, and never a process that merely reuses the pid.
+SIGTERM, and never a process that merely reuses the pid. Only a host silent past the deadline is
+declared lost, and a deadline shorter than 5 heartbeats is refused in one line.
 """
 
 from __future__ import annotations
