@@ -163,8 +163,10 @@ def tear_down(ray, a: Attempt, beats: dict, why: str, grace_s: float = GRACE_S) 
 
 
 def release_lock(run_workdir, a: Attempt) -> str | None:
-    """Remove the run's train.lock when its holder is a process of `a` that is gone (a.gone, or a
-    host whose task ended); returns the line saying so, None when there was nothing to do."""
+    """Remove the run's train.lock when its holder is a process of `a` that a teardown saw end
+    (a.gone); returns the line saying so, None when there was nothing to do. (A process that ended
+    by itself released its lock on the way out; one that crashed left it to the next attempt's
+    check, study.ray_backend.task.)"""
     from etils import epath
 
     from linscale_jax import contract
