@@ -77,5 +77,6 @@ def study_defaults(kind: str) -> ml_collections.ConfigDict:
                      devices_per_host=0,  # cpu: simulated devices; gpu: GPUs; tpu: chips (0: 1; tpu: 4)
                      cpus_per_host=1,  # CPU cores each host task reserves (1: single-threaded XLA)
                      tpu_topology="", tpu_version="",  # a multi-host slice, e.g. "4x4" and "v6e"
-                     max_retries=3),  # resubmissions after a lost worker, node or slice
+                     max_retries=3,  # resubmissions after a lost worker, node or slice
+                     host_timeout_s=120),  # a started host silent this long is lost (ray_backend.gang)
     ))
