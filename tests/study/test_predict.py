@@ -205,3 +205,43 @@ def test_a_prediction_that_cannot_be_made_is_one_line(ladder, lad, what, message
     with pytest.raises(PredictError, match=re.escape(message)) as e:
         calls[what]()
     assert "\n" not in str(e.value)
+
+
+def test_an_arch_added_later_is_appended_and_the_others_read_back(ladder, lad, planned, tmp_path):
+    from linscale_jax.study.predict import forecast
+
+    study, P, _ = planned
+    stored = json.loads((Path(P) / "predictions.json").read_text())
+    (tmp_path / "predictions.json").write_text(json.dumps(dict(stored, archs=dict(stored["archs"], llama="kept"))))
+    fc = forecast.forecast(predict_study(ladder[0], archs="tnl,llama"), lad, str(tmp_path))
+    assert list(fc["archs"]) == ["tnl", "llama"] and fc["archs"]["llama"] == "kept"  # read back, not made again
+    on_disk = json.loads((tmp_path / "predictions.json").read_text())
+    assert on_disk["settings"]["archs"] == ["llama", "tnl"] and on_disk["archs"]["llama"] == "kept"
+    alone = forecast.predict_arch(predict_study(ladder[0], archs="tnl"), lad, "tnl", fc["compute"])
+    assert json.loads(json.dumps(alone)) == on_disk["archs"]["tnl"]  # alone or added: the same prediction
+    fc = forecast.forecast(predict_study(ladder[0], archs="tnl", bootstrap=21), lad, str(tmp_path))
+    assert list(fc["archs"]) == ["tnl"] and fc["settings"]["archs"] == ["tnl"]  # other settings: made again
+
+
+def test_rungs_optimum_trains_n_opt_alone_and_the_join_reads_every_rung(ladder, planned, tmp_path):
+    study, P, runs = planned
+    (tmp_path / "predictions.json").write_text((Path(P) / "predictions.json").read_text())
+    s = predict_study(ladder[0], rungs="optimum")
+    mine = experiment.plan(s, str(tmp_path))
+    assert [r.name for r in mine] == [runs[1].name]
+    fc = json.loads((tmp_path / "predictions.json").read_text())
+    pred = {g["name"]: g["predicted"] for g in fc["archs"]["llama"]["rungs"]}
+    below = experiment.runs_of(s, open_ladder(s), fc, str(tmp_path))[0]
+    for r in (mine[0], below):  # a neighbour trained by an earlier invocation is read too
+        _fake_results(r, pred[r.name])
+    joined = experiment.join(s, mine, str(tmp_path), Ctx())
+    assert [r["actual"] is not None for r in joined["rows"]] == [True, True, False]
+    w = joined["verdicts"]["archs"]["llama"]
+    assert w["met"] and w["wins"]["verdict"] == "not measured"
+    from linscale_jax.study.predict import report
+
+    text = "\n".join(report.lines(joined))
+    verdict = w["wins"]["by_neighbour"][below.size]["verdict"]
+    assert f"vs {runs[2].size}: not measured" in text and f"vs {below.size}: {verdict.replace('_', ' ')} (" in text
+    with pytest.raises(PredictError, match=re.escape("study.rungs='best': pass all")):
+        experiment.plan(predict_study(ladder[0], rungs="best"), str(tmp_path))

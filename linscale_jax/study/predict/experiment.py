@@ -1,6 +1,7 @@
 """The prediction beyond a ladder as an experiment (kind "predict", study.experiments).
 
     runs = plan(study, P)               # the ladder opened, the prediction made (P/predictions.json), 3 runs per arch
+                                        # (study.rungs=optimum: N_opt alone)
     process_run(study, run, log, final) # one rung trained under the ladder's protocol, its loss point measured
     joined = join(study, runs, P, ctx)  # P/prediction.csv, P/prediction.png, the verdicts
     report(study, P, joined, ctx)       # P/report.md
@@ -17,7 +18,7 @@ import os
 from linscale_jax.study import files
 from linscale_jax.study.predict import forecast as fc_lib
 from linscale_jax.study.predict import outcome, protocol
-from linscale_jax.study.predict.ladder import open_ladder
+from linscale_jax.study.predict.ladder import PredictError, open_ladder
 
 PREDICTION_CSV = "prediction.csv"
 PREDICTION_PNG = "prediction.png"
@@ -35,9 +36,21 @@ def runs_of(study, lad, fc: dict, workdir: str) -> list:
     return runs
 
 
+RUNGS = ("all", "optimum")  # study.rungs: which rungs train
+
+
 def plan(study, workdir: str) -> list:
+    """The rungs to train: every arch's three (study.rungs=all) or its N_opt alone (optimum: its loss is
+    checked, whether it wins is not measured; the join still reads any neighbour trained before)."""
+    which = str(study.get("rungs", "all"))
+    if which not in RUNGS:
+        raise PredictError(f"study.rungs={which!r}: pass all (N_opt and a neighbour on each side) or optimum "
+                           "(N_opt alone)")
     lad = open_ladder(study)
-    return runs_of(study, lad, fc_lib.forecast(study, lad, workdir), workdir)
+    fc = fc_lib.forecast(study, lad, workdir)
+    runs = runs_of(study, lad, fc, workdir)
+    opt = {g["name"] for p in fc["archs"].values() for g in p["rungs"] if g["predicted_optimum"]}
+    return runs if which == "all" else [r for r in runs if r.name in opt]
 
 
 def ladder_study(study):
@@ -69,11 +82,13 @@ def cost(runs) -> dict:
 
 
 def join(study, runs, workdir: str, ctx) -> dict:
-    """P/prediction.csv and P/prediction.png from the prediction and whatever rungs are measured."""
+    """P/prediction.csv and P/prediction.png from the prediction and whatever rungs are measured in P,
+    trained by this invocation or an earlier one (`runs`, this invocation's, are not consulted)."""
     from linscale_jax.study.predict import figure
 
     lad = open_ladder(study)
     fc = fc_lib.forecast(study, lad, workdir)
+    runs = runs_of(study, lad, fc, workdir)
     rows = outcome.rows_of(fc, runs, lad.estimator)
     outcome.write_csv(rows, os.path.join(workdir, PREDICTION_CSV))
     verdicts = outcome.judge(fc, rows, lad.seed_sd(), lad.margin(), float(study.target), int(study.seed))

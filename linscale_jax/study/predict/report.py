@@ -23,12 +23,15 @@ def _yes(x) -> str:
 
 
 def _wins(w: dict) -> str:
-    if w["verdict"] == "not measured":
-        return "not measured"
     parts = []
     for size, v in w["by_neighbour"].items():
+        if v["diff"] is None:
+            parts.append(f"vs {size}: not measured")
+            continue
         iv = "" if v.get("ci_low") is None else f" [{v['ci_low']:+.3f}, {v['ci_high']:+.3f}]"
         parts.append(f"vs {size}: {v['verdict'].replace('_', ' ')} ({v['diff']:+.3f}{iv})")
+    if w["verdict"] == "not measured":
+        return f"not measured ({'; '.join(parts)})"
     return f"**{w['verdict']}** ({'; '.join(parts)}; lowest measured: {w['lowest_actual']})"
 
 
