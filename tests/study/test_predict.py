@@ -223,7 +223,7 @@ def test_an_arch_added_later_is_appended_and_the_others_read_back(ladder, lad, p
     assert list(fc["archs"]) == ["tnl"] and fc["settings"]["archs"] == ["tnl"]  # other settings: made again
 
 
-def test_rungs_optimum_trains_n_opt_alone_and_the_join_reads_every_rung(ladder, planned, tmp_path):
+def test_rungs_chosen_train_alone_and_the_join_reads_every_rung(ladder, planned, tmp_path):
     study, P, runs = planned
     (tmp_path / "predictions.json").write_text((Path(P) / "predictions.json").read_text())
     s = predict_study(ladder[0], rungs="optimum")
@@ -243,5 +243,6 @@ def test_rungs_optimum_trains_n_opt_alone_and_the_join_reads_every_rung(ladder, 
     text = "\n".join(report.lines(joined))
     verdict = w["wins"]["by_neighbour"][below.size]["verdict"]
     assert f"vs {runs[2].size}: not measured" in text and f"vs {below.size}: {verdict.replace('_', ' ')} (" in text
-    with pytest.raises(PredictError, match=re.escape("study.rungs='best': pass all")):
-        experiment.plan(predict_study(ladder[0], rungs="best"), str(tmp_path))
+    assert [r.name for r in experiment.plan(predict_study(ladder[0], rungs=below.name), str(tmp_path))] == [below.name]
+    with pytest.raises(PredictError, match=re.escape("study.rungs names llama-d1, not a rung of this prediction")):
+        experiment.plan(predict_study(ladder[0], rungs=f"{below.name},llama-d1"), str(tmp_path))

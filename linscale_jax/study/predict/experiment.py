@@ -1,7 +1,7 @@
 """The prediction beyond a ladder as an experiment (kind "predict", study.experiments).
 
     runs = plan(study, P)               # the ladder opened, the prediction made (P/predictions.json), 3 runs per arch
-                                        # (study.rungs=optimum: N_opt alone)
+                                        # (study.rungs: all, optimum = N_opt alone, or a list)
     process_run(study, run, log, final) # one rung trained under the ladder's protocol, its loss point measured
     joined = join(study, runs, P, ctx)  # P/prediction.csv, P/prediction.png, the verdicts
     report(study, P, joined, ctx)       # P/report.md
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 
+from linscale_jax.contract import split_list
 from linscale_jax.study import files
 from linscale_jax.study.predict import forecast as fc_lib
 from linscale_jax.study.predict import outcome, protocol
@@ -36,21 +37,25 @@ def runs_of(study, lad, fc: dict, workdir: str) -> list:
     return runs
 
 
-RUNGS = ("all", "optimum")  # study.rungs: which rungs train
-
-
 def plan(study, workdir: str) -> list:
-    """The rungs to train: every arch's three (study.rungs=all) or its N_opt alone (optimum: its loss is
-    checked, whether it wins is not measured; the join still reads any neighbour trained before)."""
-    which = str(study.get("rungs", "all"))
-    if which not in RUNGS:
-        raise PredictError(f"study.rungs={which!r}: pass all (N_opt and a neighbour on each side) or optimum "
-                           "(N_opt alone)")
+    """The rungs to train (study.rungs): all (every arch's three), optimum (every arch's N_opt alone: its
+    loss is checked, whether it wins is not measured) or a comma list of rung names (<arch>-<size>);
+    the join reads every rung trained in P, by this invocation or an earlier one."""
     lad = open_ladder(study)
     fc = fc_lib.forecast(study, lad, workdir)
     runs = runs_of(study, lad, fc, workdir)
-    opt = {g["name"] for p in fc["archs"].values() for g in p["rungs"] if g["predicted_optimum"]}
-    return runs if which == "all" else [r for r in runs if r.name in opt]
+    which = str(study.get("rungs", "all") or "all")
+    if which == "all":
+        return runs
+    if which == "optimum":
+        opt = {g["name"] for p in fc["archs"].values() for g in p["rungs"] if g["predicted_optimum"]}
+        return [r for r in runs if r.name in opt]
+    want = split_list(which, "study.rungs")
+    unknown = [n for n in want if n not in {r.name for r in runs}]
+    if unknown:
+        raise PredictError(f"study.rungs names {', '.join(unknown)}, not a rung of this prediction (its rungs: "
+                           f"{', '.join(r.name for r in runs)}); pass all, optimum or some of those")
+    return [r for r in runs if r.name in want]
 
 
 def ladder_study(study):
