@@ -164,6 +164,16 @@ def test_the_verdicts():
     assert v["summary"]["overall"] == "met: 3 of 4 archs" and v["archs"]["a3"]["within"] is False
     v = outcome.judge(*_case([0.01, -0.02, 0.01, 0.01], [True, True, False, False]), sd, 0.05, 0.03)
     assert v["summary"]["overall"] == "not met: 2 of 4 archs" and v["archs"]["a2"]["inside"] is False
+    fc, rows = _case([0.0, 0.1, 0.0, 0.0], [True] * 4)
+    for r in rows:
+        r["actual"] = None if r["arch"] in ("a2", "a3") else r["actual"]
+    assert outcome.judge(fc, rows, sd, 0.05, 0.03)["summary"]["overall"].startswith("not judged: 2 arch(s) measured")
+    rows = [dict(r, actual=None) if r["arch"] == "a3" else r for r in _case([0.0, 0.1, 0.1, 0.0], [True] * 4)[1]]
+    assert outcome.judge(fc, rows, sd, 0.05, 0.03)["summary"]["overall"] == (
+        "not met: 1 of 3 measured archs, so at most 2 of 4 (the target counts 3)")  # one arch left cannot save it
+    rows = [dict(r, actual=None) if r["arch"] == "a3" else r for r in _case([0.0] * 4, [True] * 4)[1]]
+    assert outcome.judge(fc, rows, sd, 0.05, 0.03)["summary"]["overall"] == (
+        "met: 3 of 3 measured archs, whatever the other 1 give")
     v = outcome.judge(*_case([0.0], [True], wins_gap=(-0.2, 0.2)), sd, 0.05, 0.03)
     assert v["archs"]["a0"]["wins"]["verdict"] == "loses" and v["archs"]["a0"]["wins"]["lowest_actual"] == "s0"
     v = outcome.judge(*_case([0.0], [True], wins_gap=(0.001, -0.001)), sd, 0.05, 0.03)

@@ -122,11 +122,17 @@ def judge(fc: dict, rows: list[dict], seed_sd, margin: float, target: float, see
                          met=bool(within and inside), wins=_wins(opt, others, seed_sd, margin, rng))
     judged = [v for v in out.values() if v["met"] is not None]
     met = sum(v["met"] for v in judged)
-    if len(judged) < OF_ARCHS:
-        overall = (f"not judged: {len(judged)} arch(s) measured, the target counts {TARGET_ARCHS} of {OF_ARCHS}"
-                   + (f" ({met} of {len(judged)} met so far)" if judged else ""))
-    else:
+    left = OF_ARCHS - len(judged)  # archs not measured: each could still meet it
+    if left <= 0:
         ok = met >= TARGET_ARCHS * len(judged) / OF_ARCHS
         overall = f"{'met' if ok else 'not met'}: {met} of {len(judged)} archs"
+    elif met >= TARGET_ARCHS:
+        overall = f"met: {met} of {len(judged)} measured archs, whatever the other {left} give"
+    elif met + left < TARGET_ARCHS:
+        overall = (f"not met: {met} of {len(judged)} measured archs, so at most {met + left} of {OF_ARCHS} "
+                   f"(the target counts {TARGET_ARCHS})")
+    else:
+        overall = (f"not judged: {len(judged)} arch(s) measured, the target counts {TARGET_ARCHS} of {OF_ARCHS}"
+                   + (f" ({met} of {len(judged)} met so far)" if judged else ""))
     return dict(archs=out, summary=dict(measured=len(judged), met=met, overall=overall, target=target,
                                         margin=margin))
