@@ -127,8 +127,12 @@ def test_join_writes_the_table_and_the_report(planned):
     pred = {g["name"]: g["predicted"] for g in fc["archs"]["llama"]["rungs"]}
     for i, r in enumerate(runs):
         _fake_results(r, pred[r.name] + (0.01 if i == 1 else 0.2))
+    branch = Path(runs[1].workdir) / files.COOLDOWNS / str(runs[1].steps) / "eval"  # its cooldown branch, beside
+    branch.mkdir(parents=True)
+    (branch / "results.jsonl").write_text(json.dumps(dict(task="val_loss", step=runs[1].steps + 9, val_loss=1.2345)))
     ctx = Ctx()
     joined = experiment.join(study, runs, P, ctx)
+    assert [r["cooldown"] for r in joined["rows"]] == [None, 1.2345, None]
     path = experiment.report(study, P, joined, ctx)
     with open(Path(P) / "prediction.csv") as f:
         got = list(csv.reader(f))
@@ -140,6 +144,7 @@ def test_join_writes_the_table_and_the_report(planned):
     text = Path(path).read_text()
     assert "not judged: 1 arch(s) measured, the target counts 3 of 4 (1 of 1 met so far)" in text
     assert "The learning-rate rule is extrapolated" in text and "**wins**" in text and "## Cost" in text
+    assert re.search(r"\| llama \| \w+ \(N_opt\) \|.* \| 1\.2345 \|$", text, re.M)
     assert (Path(P) / "prediction.png").stat().st_size > 0
     assert any("[predict] llama: N_opt" in x for x in ctx.lines)
 
