@@ -7,8 +7,9 @@
 actual: the rung's loss under the laws' estimator at its loss point (protocol.point_tokens): the
 val_loss of its last checkpoint, the same of its cooldown branch off that checkpoint, or the
 averaged weights' (val_loss_avg); beside it, under another estimator, the cooldown branch's loss
-(`cooldown`: what the rung reaches with its rate decayed, not judged). Per arch, on N_opt's row: error = actual − predicted, `within`
-(|error| ≤ target), `inside` (actual inside the 95% interval for an observed run) and `met` (both).
+(`cooldown`: what the rung reaches with its rate decayed, not judged). Per arch, on N_opt's row:
+error = actual − predicted, `within` (|error| ≤ target), `inside` (actual inside the 95% interval for
+an observed run) and `met` (both).
 Whether N_opt wins: N_opt's actual against each neighbour's, a difference of two single runs whose
 sd is √2 times the ladder's seed sd (drawn from its uncertainty, fit.bootstrap.SeedSd.draws), judged
 by scaling.verdicts.outcome with the ladder's margin: better (N_opt lower), worse, equivalent,
