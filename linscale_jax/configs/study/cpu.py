@@ -5,9 +5,9 @@ llama, tnl, hgrn2 and cosformer2 at d16l2 d16 d32l2 d32 d48 of configs/ladder.py
 the embedded corpus with 12 checkpoints and two replicate seeds of d16l2 per arch (28 runs: the
 pooled seed sd rests on 8 df, so two studies' intervals agree in width within 1.5x in about two
 thirds of pairs, against half with one seed; docs/results.md "Loss estimators, verdicts and
-calibration"). Learning rate,
-batch and AdamW β2 per arch and size from the tuned rule (optim.rule=tuned:
-linscale_jax/train/tuned_rule.json, fitted by configs/study/tune.py): batch 4 x 128 (6,144 steps),
+calibration"). Learning rate, batch and AdamW β2 per arch and size from the tuned rule
+(optim.rule=tuned: linscale_jax/train/tuned_rule.json, fitted by configs/study/tune.py): batch 4 x
+128 (6,144 steps),
 peak lr 8.5e-3 at d16l2 to 2.1e-3 at d48, β2 0.999, constant after a warmup of N tokens. Losses
 under val_loss and cooldown; laws, envelope bracketing, held-out check and the paper's findings
 in DIR/report.md. configs/study/cpu_paper.py trains the same runs at one rate (the paper's
