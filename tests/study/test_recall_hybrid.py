@@ -56,7 +56,10 @@ def test_study_model_changes_reach_every_label_and_the_label_wins(tmp_path):
     assert runs["tnl+hybrid=3:1"].layers == "tnl*3,llama"
     assert runs["llama+init_std=0.01"].init_std == 0.01
     assert report.model_phrase(study) == "(every label with init_std=0.04+embed_scale=sqrt_d) "
-    assert report.model_phrase(_study()) == "" and _study().model_changes == ""
+    assert report.model_phrase(_study(model_changes="")) == ""
+    from configs.study.hybrid_recall_sweep import get_config as sweep  # the preset's, its sweep's too
+
+    assert _study().model_changes == sweep().model_changes == "embed_scale=sqrt_d"
     with pytest.raises(ValueError, match="no_such_field"):
         train.build_runs(_study(archs="llama", seeds="0", model_changes="no_such_field=1"), str(tmp_path))
 
