@@ -80,7 +80,8 @@ def pytest_xdist_auto_num_workers(config):
 # on one of them while the other worker idled. They go first, longest first; the rest follow by
 # number of tests (xdist's own order).
 LONG_FILES = (
-    "study/test_study.py", "study/test_ray_backend.py", "study/test_study_faults.py", "study/test_tune.py",
+    "study/test_study.py", "study/test_ray_backend_runs.py", "study/test_study_faults.py", "study/test_tune.py",
+    "study/test_ray_backend_teardown.py", "study/test_ray_backend_cluster.py",
     "models/test_models_shard_map.py",
     "train/test_multihost.py", "train/test_failures.py", "train/test_sharding.py", "study/test_study_stop.py",
     "train/test_nothing_lost.py", "study/test_recall.py", "train/test_train_resume.py", "models/test_models.py",

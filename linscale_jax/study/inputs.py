@@ -180,7 +180,7 @@ def calibration(path: str) -> dict | None:
     return cal
 
 
-SAME_RUNS = ("archs", "sizes", "tokens", "seq_len", "data_task", "vocab")
+SAME_RUNS = ("archs", "sizes", "tokens", "tokens_by_size", "seq_len", "data_task", "vocab")
 
 
 def other_protocol(src: str, mine: dict) -> dict:

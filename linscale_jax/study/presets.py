@@ -5,7 +5,8 @@ Fields: kind (study.experiments.Kind: what the preset runs; every preset declare
 archs (the paper's four, registry.paper_archs(), by default; an arch beyond the paper such as gdn
 by name; a variant label such as cosformer2+tpe=none or tnl+hybrid=3:1
 runs an architecture with changed model fields as one more arch), sizes, tokens (training tokens
-per run, the same for every size),
+per run, the same for every size), tokens_by_size (a size's own budget instead, "d32l2=12582912,...":
+study.scaling.plan.tokens_of),
 checkpoints (dense checkpoints per run; plus checkpoint.log_spaced early ones), workers (runs
 trained at once, each in its own process pinned to its share of the CPU cores: study.workers),
 overrides (nested run-config sections applied to every run), eval (what is evaluated),
@@ -42,6 +43,7 @@ def study_defaults(kind: str) -> ml_collections.ConfigDict:
         # an entry may be a variant label '<arch>+<model field>=<value>' (sizes.split_variant)
         sizes="d64,d96,d128,d192,d256",
         tokens=1.0e6,  # float: paper-scale budgets exceed int32 ConfigDict fields
+        tokens_by_size="",  # "size=tokens,...": those sizes' budgets instead of tokens (plan.tokens_of)
         checkpoints=10,
         workers=1,  # runs trained at once in pinned single-core processes (study.workers; CPU only)
         recall_from="",  # a recall study's workdir (configs/study/recall.py): the report's finding 3
@@ -75,5 +77,6 @@ def study_defaults(kind: str) -> ml_collections.ConfigDict:
                      devices_per_host=0,  # cpu: simulated devices; gpu: GPUs; tpu: chips (0: 1; tpu: 4)
                      cpus_per_host=1,  # CPU cores each host task reserves (1: single-threaded XLA)
                      tpu_topology="", tpu_version="",  # a multi-host slice, e.g. "4x4" and "v6e"
-                     max_retries=3),  # resubmissions after a lost worker, node or slice
+                     max_retries=3,  # resubmissions after a lost worker, node or slice
+                     host_timeout_s=120),  # a started host silent this long is lost (ray_backend.gang)
     ))

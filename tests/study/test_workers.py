@@ -187,7 +187,7 @@ def test_a_run_stopped_by_its_trainer_is_stopped_not_failed_and_ends_the_worker(
 def test_a_finished_run_whose_config_changed_is_refused_with_the_trainers_line(tmp_path):
     """runner.process_run in the pool: a run trained to its last step with another config is not
     skipped as trained but refused with train's own line (identity.RunIdentityError), named with
-    its log; the Ray backend runs the same process_run (tests/study/test_ray_backend.py)."""
+    its log; the Ray backend runs the same process_run (tests/study/test_ray_backend_runs.py)."""
     from flax import nnx
     from helpers.train import tiny_config
 

@@ -12,9 +12,11 @@ libtpu and jax.distributed start once per process). DIR must be the same directo
   placement  what a run asks for: CPU, GPU, single-host TPU, a multi-host gang (placement, slots)
   storage    every node alive sees DIR (check_storage)
   status     DIR/runs/<run>/status.json: state, attempt, node, host, pid, times, every outcome
-  control    the driver's mailbox, an actor: the stop request, start events, coordinator addresses
+  control    the driver's mailbox, an actor: the stop request, start events, coordinator addresses,
+             the host tasks' heartbeats
   task       one host of one run inside its worker process (host_task)
   outcomes   a host task's outcome (lost: retried; failed; stopped; done) and a gang's verdict
+  gang       the heartbeat deadline on a silent host; an attempt torn down whole (kill by pid, lock)
   driver     submission longest first, retries, stop handling, start/finish/ETA lines (run)
 """
 

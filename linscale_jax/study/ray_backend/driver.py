@@ -9,13 +9,18 @@ driver prints one line per started and finished run with the ETA (study.backends
 
 Failures. A run whose worker process, node or slice was lost (study.ray_backend.outcomes) is
 resubmitted, at most cluster.max_retries times, and resumes from its newest checkpoint as any
-resumed run does. A gang is resubmitted whole: when one host task ends badly the others are
-cancelled first. An error of the run itself (divergence, bad data, checkpoints trained with another
+resumed run does. A host that sends no heartbeat for cluster.host_timeout_s is declared lost
+(study.ray_backend.gang). An attempt is resubmitted whole: when one host task ends badly (or is
+declared lost) the others are cancelled, their processes ended on their nodes and the run's
+train.lock released before the next attempt is submitted; the run's line and status file say
+what became of each host. An error of the run itself (divergence, bad data, checkpoints trained with another
 config, which runner.process_run refuses with the trainer's line) is not retried: the run is named
 with its log in one line, and the other runs finish.
 
 The driver's own node, its raylet or the control actor lost (study.ray_backend.own_node): the
 study ends in one line saying what was lost and that a re-run resumes every run (exit status 1).
+A control actor that answers late is waited for (a loaded machine); any error out of the driver
+cancels every host task still running, so nothing of the study outlives it on an attached cluster.
 
 Ctrl-C or SIGTERM to the driver asks every run to stop: each run's process gets SIGTERM (the
 trainer saves a checkpoint; an evaluation stops between rows), queued runs are cancelled, and the
@@ -34,13 +39,17 @@ from linscale_jax.run import signals
 from linscale_jax.train.metrics import fmt_time
 from linscale_jax.study.backends import progress
 from linscale_jax.study.ray_backend.cluster import connect
-from linscale_jax.study.ray_backend.outcomes import Attempt, end_gang, outcome, verdict
+from linscale_jax.study.ray_backend.gang import GRACE_S, host_timeout, release_lock, silent, tear_down
+from linscale_jax.study.ray_backend.outcomes import Attempt, outcome, verdict
 from linscale_jax.study.ray_backend.placement import placement, slots as slots_of
 from linscale_jax.study.ray_backend.status import now, read_status, write_status
 from linscale_jax.study.ray_backend.storage import check_storage
 from linscale_jax.study.ray_backend.control import Control
 from linscale_jax.study.ray_backend.own_node import DriverLost, OwnSide
 from linscale_jax.study.ray_backend.task import host_task
+
+
+STOP_GRACE_S = 120.0  # while stopping: a gang's hosts all save, the slower ones get this long
 
 
 def run(study, runs: list, finals: dict, process, workdir: str, address: str | None = None,
@@ -62,6 +71,7 @@ def _drive(ray, study, runs, finals, process, workdir, log, eta, local: bool) ->
 
     cluster = study.get("cluster", {})
     max_retries = int(cluster.get("max_retries", 3))
+    limit = host_timeout(cluster)
     places = {r.name: placement(r, cluster) for r in runs}
     if not local:
         check_storage(ray, workdir)
@@ -114,15 +124,19 @@ def _drive(ray, study, runs, finals, process, workdir, log, eta, local: bool) ->
         finished = done | set(failed) | set(stopped)
         log(f"[study] {name} {what}{progress(order, started, finished, timed, eta, slots, t0)}")
 
-    def settle(a: Attempt) -> None:
+    def settle(a: Attempt, teardown: str) -> None:
         name, run = a.run.name, a.run
         del live[name]
+        control.forget.remote(name, a.number)
+        freed = release_lock(run.workdir, a)
         if hasattr(a.pg, "shutdown"):
             a.pg.shutdown()
         elif a.pg is not None:
             remove_placement_group(a.pg)
         outcomes = [a.outcomes[i] for i in sorted(a.outcomes)]
         state, msg = verdict(outcomes, bool(stop.name))
+        if state != "done":  # the line says what the driver did about the other hosts
+            msg = "; ".join(x for x in (msg, teardown, freed) if x)
         host0 = a.outcomes.get(0, {})
         entry = dict(attempt=a.number, outcome=state, message=msg or None, ended=now(),
                      node=host0.get("node") or read_status(run.workdir).get("node"))
@@ -155,32 +169,70 @@ def _drive(ray, study, runs, finals, process, workdir, log, eta, local: bool) ->
                          history=history)
             line(name, f"FAILED: {failed[name]}")
 
-    with signals.deferred(on_stop) as stop, lost_marks(live):
+    def take(events) -> None:
+        for kind, name, number, ip, t in events:
+            a = live.get(name)
+            if kind == "start" and a is not None and a.number == number:
+                started[name] = (t, ip)
+                if not stop.name:
+                    log(f"[study] {ip}: {name} started (N={a.run.n_params:.3g}, {a.run.steps} "
+                        f"steps{f', attempt {number}' if number > 1 else ''}) | elapsed "
+                        f"{fmt_time(time.time() - t0)}")
+
+    with signals.deferred(on_stop) as stop, lost_marks(live), ended_whole(ray, live, control, own):
+        drain, asked = control.drain.remote(), time.time()  # answered when the actor can
         while live:
             own.check()
-            pending = [ref for a in live.values() for i, ref in enumerate(a.refs) if i not in a.outcomes]
+            pending = [ref for a in live.values() for i, ref in enumerate(a.refs) if i not in a.resolved]
             with own.guard():
-                ready, _ = ray.wait(pending, num_returns=len(pending), timeout=1.0)
-                events = own.ask(control.drain.remote())
+                ready, _ = ray.wait(pending + [drain], num_returns=len(pending) + 1, timeout=1.0)
+                fresh = drain in ready
+                if fresh:
+                    events, beats = ray.get(drain)
+                    drain, asked = control.drain.remote(), time.time()
+            if fresh:
+                take(events)
+            else:
+                own.waited(time.time() - asked, log)
             ready = set(ready)
-            for kind, name, number, ip, t in events:
-                a = live.get(name)
-                if kind == "start" and a is not None and a.number == number:
-                    started[name] = (t, ip)
-                    if not stop.name:
-                        log(f"[study] {ip}: {name} started (N={a.run.n_params:.3g}, {a.run.steps} "
-                            f"steps{f', attempt {number}' if number > 1 else ''}) | elapsed "
-                            f"{fmt_time(time.time() - t0)}")
             for a in list(live.values()):
                 for i, ref in enumerate(a.refs):
-                    if i not in a.outcomes and ref in ready:
-                        a.outcomes[i] = outcome(ray, ref)
+                    if i not in a.resolved and ref in ready:
+                        a.resolved.add(i)
+                        a.outcomes.setdefault(i, outcome(ray, ref))
+                if fresh:  # ages measured by the actor just now: a late actor delays, never kills
+                    a.beats = {k[2]: v for k, v in beats.items() if k[:2] == (a.run.name, a.number)}
+                    silent(a, a.beats, limit)
+                teardown = ""
                 if any(o.get("state") != "done" for o in a.outcomes.values()):
-                    end_gang(ray, a)  # a host ended badly: the others are ended too
-                if len(a.outcomes) == len(a.refs):
+                    bad = next(o for o in a.outcomes.values() if o.get("state") != "done")
+                    with own.guard():  # a host ended badly: the others are ended too, then resubmitted
+                        teardown = tear_down(ray, a, a.beats, bad.get("message") or bad.get("state"),
+                                             grace_s=STOP_GRACE_S if stop.name else GRACE_S)
+                if len(a.resolved) == len(a.refs):
                     with own.guard():  # a retry's submission
-                        settle(a)
+                        settle(a, teardown)
     return {"failed": failed, "errors": errors, "stopped": stopped, "signal": stop.name, "slots": slots}
+
+
+@contextlib.contextmanager
+def ended_whole(ray, live: dict, control, own: OwnSide):
+    """On any error out of the driver's loop: every host task still running is cancelled (force),
+    so no run of a study that ended keeps its worker, its cores or its train.lock; the control
+    actor goes too. Not when the local Ray's own raylet died: its shutdown ends everything."""
+    try:
+        yield
+    except BaseException:
+        if own.raylet is not None and own.raylet.poll() is not None:
+            raise
+        for a in live.values():
+            for i, ref in enumerate(a.refs):
+                if i not in a.resolved:
+                    with contextlib.suppress(Exception):  # a lost node's Ray answers nothing
+                        ray.cancel(ref, force=True)
+        with contextlib.suppress(Exception):
+            ray.kill(control)
+        raise
 
 
 @contextlib.contextmanager

@@ -21,13 +21,18 @@ LOST = ("WorkerCrashedError", "NodeDiedError", "LocalRayletDiedError", "OutOfMem
 
 @dataclasses.dataclass
 class Attempt:
-    """One submission of a run: one task per host (`refs`), a gang's placement group (`pg`), and
-    the outcomes of the hosts that have ended."""
+    """One submission of a run: one task per host (`refs`), a gang's placement group (`pg`), the
+    outcomes of the hosts that have ended or were declared lost, the hosts whose task has returned
+    (`resolved`), each host's last heartbeat and the processes a teardown saw gone
+    (study.ray_backend.gang)."""
     run: object
     number: int
     refs: list
     pg: object = None
     outcomes: dict = dataclasses.field(default_factory=dict)  # host -> outcome
+    resolved: set = dataclasses.field(default_factory=set)  # hosts whose task's result is in
+    beats: dict = dataclasses.field(default_factory=dict)  # host -> (seconds since its beat, info)
+    gone: set = dataclasses.field(default_factory=set)  # (hostname, pid) of processes seen ended
 
 
 def outcome(ray, ref) -> dict:
@@ -44,26 +49,6 @@ def outcome(ray, ref) -> dict:
         kind = type(e).__name__
         lost = kind in LOST or any(c.__name__ in LOST for c in type(e).__mro__)
         return dict(state="lost" if lost else "failed", message=f"{kind}: {str(e).strip().splitlines()[0][:200]}")
-
-
-def end_gang(ray, a: Attempt, grace_s: float = 2.0) -> None:
-    """After one host of a gang ended badly: the outcomes of hosts that end within `grace_s` (a
-    peer dying at the same moment), then the rest cancelled."""
-    rest = [ref for i, ref in enumerate(a.refs) if i not in a.outcomes]
-    if not rest:
-        return
-    ready, _ = ray.wait(rest, num_returns=len(rest), timeout=grace_s)
-    for i, ref in enumerate(a.refs):
-        if i in a.outcomes:
-            continue
-        if ref in ready:
-            a.outcomes[i] = outcome(ray, ref)
-        else:
-            ray.cancel(ref, force=True)
-            a.outcomes[i] = dict(state="cancelled")
-    cancelled = [ref for ref in rest if ref not in ready]
-    if cancelled:  # their processes end before the gang is resubmitted
-        ray.wait(cancelled, num_returns=len(cancelled), timeout=30)
 
 
 def verdict(outcomes: list[dict], stopping: bool) -> tuple[str, str]:

@@ -8,8 +8,10 @@ host_task runs `process` (runner.process_run: train or resume, evaluate, cooldow
 one attempt, with the run's output in its study.log (host 0) or study.host<i>.log, and returns how
 it ended: done, stopped, failed (the run's own error, in one line with its log) or lost (a gang's
 peer died). It checks that it sees the study directory (the status file the driver wrote), pins a
-CPU run to as many cores as it reserved, removes the train.lock of a lost previous attempt, and
-turns the driver's stop request into SIGTERM to itself (the trainer saves a checkpoint).
+CPU run to as many cores as it reserved, removes the train.lock of a lost previous attempt, beats
+every second from a thread (the driver's deadline on a silent host: study.ray_backend.gang), and
+turns the driver's stop request, which the beat's answer carries, into SIGTERM to itself (the
+trainer saves a checkpoint).
 A gang's hosts join one jax.distributed job: host 0 publishes the JAX coordinator's address (its
 node's address and a port free there) in the driver's mailbox (study.ray_backend.control) and each
 host passes it, the number of hosts and its own index to linscale_jax.parallel.distributed.initialize;
@@ -34,27 +36,34 @@ from linscale_jax.errors import Stopped
 from linscale_jax.run import signals
 from linscale_jax.study.backends import error_class, redirect
 from linscale_jax.study.ray_backend.cluster import TEMP_DIR
+from linscale_jax.study.ray_backend.control import BEAT_S, CONTROL_PATIENCE_S
+from linscale_jax.study.ray_backend.gang import proc_start
 from linscale_jax.study.ray_backend.status import now, read_status, write_status
 
 COORDINATOR_WAIT_S = 300.0
 
 
-def _ask(ref, timeout: float = 60.0):
+def _ask(ref, timeout: float = CONTROL_PATIENCE_S):
     """An actor call's result inside a task. Not ray.get: a task blocked in ray.get lends its CPUs
-    to the next queued task, and runs would overlap."""
+    to the next queued task, and runs would overlap. A late answer (a loaded head node) is waited
+    for; a lost actor raises at once."""
     return ref.future().result(timeout=timeout)
 
 
-def _watch_stop(control, interval: float = 1.0) -> None:
-    """Thread in a run's process: SIGTERM to the process once the driver asks the runs to stop."""
+def _heartbeat(control, key: tuple, info: dict, interval: float = BEAT_S) -> None:
+    """Thread in a run's process: a beat every `interval` seconds (study.ray_backend.gang: the
+    driver's deadline), and SIGTERM to the process once the driver asks the runs to stop (the
+    beats go on while the run saves). It ends only with the control actor (the driver is gone:
+    Ray ends this task with it)."""
+    signalled = False
     while True:
         try:
-            stop = _ask(control.stopping.remote())
+            stop = _ask(control.beat.remote(key, info))
         except Exception:  # noqa: BLE001 - the driver is gone; Ray ends this task with it
             return
-        if stop:
+        if stop and not signalled:
             os.kill(os.getpid(), signal.SIGTERM)
-            return
+            signalled = True
         time.sleep(interval)
 
 
@@ -133,18 +142,20 @@ def host_task(study, run, final: bool, process, attempt: int, host: int, hosts: 
 
     ip, pid = ray.util.get_node_ip_address(), os.getpid()
     me = dict(node=ray.get_runtime_context().get_node_id(), ip=ip, host=socket.gethostname(), pid=pid)
+    beat = dict(me, pid_start=proc_start(pid))  # what the driver needs to end this process
     name = files.STUDY_LOG if host == 0 else f"study.host{host}.log"
     log_path = contract.workdir_file(run.workdir, name)
     if int(read_status(run.workdir).get("attempt", 0)) != attempt:  # the driver wrote it: DIR is not shared
         return dict(me, state="failed", message=f"node {ip} cannot see the study directory {study_dir}; "
                     "put it on storage every node mounts at the same path, or on gs://")
-    if _ask(control.stopping.remote()):
+    key = (run.name, attempt, host)
+    if _ask(control.beat.remote(key, beat)):
         return dict(me, state="stopped", message="stopped before it started")
     signals.install()  # this worker process is the run's command: one stop, however many signals
     if accelerator == "cpu":
         os.makedirs(TEMP_DIR, exist_ok=True)
         _pin_cores(max(1, math.ceil(float(study.get("cluster", {}).get("cpus_per_host", 1)))))
-    threading.Thread(target=_watch_stop, args=(control,), daemon=True, name="study-stop").start()
+    threading.Thread(target=_heartbeat, args=(control, key, beat), daemon=True, name="study-beat").start()
     epath.Path(run.workdir).mkdir(parents=True, exist_ok=True)
     cleared = _clear_lost_lock(run.workdir, attempt) if host == 0 else None
     if host == 0:

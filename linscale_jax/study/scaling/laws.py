@@ -114,7 +114,8 @@ def _lof(r: dict) -> str:
     lof = r["lack_of_fit"]
     if lof.get("p") is None:
         return lof.get("note", "—")
-    return f"F {lof['F']:.2g} ({lof['df1']}, {lof['df2']:g}), p {lof['p']:.2g}"
+    df2 = "∞" if lof["df2"] is None else f"{lof['df2']:g}"  # None: an assumed seed sd, infinite df
+    return f"F {lof['F']:.2g} ({lof['df1']}, {df2}), p {lof['p']:.2g}"
 
 
 def _e(w: dict) -> str:

@@ -2,12 +2,13 @@
 
     runs = build_plan(study_config, workdir)      # archs × sizes, index order arch-major
     run.config      full base_config() of the run (model from the preset's model file, shared budget)
-    run.steps       ceil(tokens / (batch · seq_len)): every size sees the same token budget
+    run.steps       ceil(tokens / (batch · seq_len)): the size's token budget (tokens_of)
     run.pf_days     Table-1 compute C = accounting.paper_flops_per_token · tokens / PF_DAY
     run.command     the equivalent `python -m linscale_jax.train ...` line (for hand-off to hosts)
 
 Preset fields (ConfigDict `study`): model_file (a config file with get_config('<arch>-<size>')),
-archs, sizes (comma lists), tokens (per run), checkpoints (dense checkpoints per run, plus
+archs, sizes (comma lists), tokens (per run), tokens_by_size (a size's own budget instead of tokens,
+"d32l2=12582912,d48l2=5767168": study.scaling.bracket_design chooses them), checkpoints (dense checkpoints per run, plus
 log_spaced early ones for the envelope), overrides (nested sections of the run config, e.g.
 overrides.train.batch_size = 8) applied to every run, eval (val_batches, niah_grid, probe_items) and
 fit (approach, bootstrap, include_clamped).
@@ -75,6 +76,29 @@ def replicate_seeds(study, size: str) -> list[int]:
     return [0, *range(1, int(rep.seeds) + 1)] if size in named else [0]
 
 
+def tokens_of(study, size: str) -> float:
+    """The training tokens of a run of `size`: its entry in study.tokens_by_size ("size=tokens,...")
+    or study.tokens."""
+    spec = str(study.get("tokens_by_size", "") or "")
+    if not spec:
+        return float(study.tokens)
+    own = {}
+    for item in split_list(spec, "study.tokens_by_size"):
+        name, _, value = item.partition("=")
+        try:
+            own[name.strip()] = float(value)
+        except ValueError:
+            raise ValueError(f"study.tokens_by_size entry {item!r} is not size=tokens; write it as "
+                             "d32l2=12582912,d48l2=5767168") from None
+        if not own[name.strip()] > 0:
+            raise ValueError(f"study.tokens_by_size gives {name.strip()} {value} tokens; give it a positive budget")
+    unknown = set(own) - set(split_list(study.sizes, "study.sizes"))
+    if unknown:
+        raise ValueError(f"study.tokens_by_size names {sorted(unknown)}, not sizes of this study "
+                         f"({study.sizes}); name one of them")
+    return own.get(size, float(study.tokens))
+
+
 def model_config(study, name: str) -> ml_collections.ConfigDict:
     """get_config(name) of study.model_file (a packaged config such as ladder or paper, or a path)."""
     from linscale_jax.run import config_file
@@ -118,7 +142,7 @@ def run_config(study, arch: str, size: str, seed: int = 0) -> ml_collections.Con
     rule.resolve(cfg)  # optim.rule: the tuned rule's lr, batch, b2, warmup, before the budget's steps
     tr = cfg.train
     tokens_per_step = int(tr.batch_size) * int(tr.seq_len)
-    cfg.train.steps = max(1, math.ceil(float(study.tokens) / tokens_per_step))
+    cfg.train.steps = max(1, math.ceil(tokens_of(study, size) / tokens_per_step))
     n_ckpt = int(study.checkpoints)
     if n_ckpt < 2:
         raise ValueError(f"study.checkpoints={n_ckpt}: the envelope needs >= 2 checkpoints per run")

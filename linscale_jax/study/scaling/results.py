@@ -243,7 +243,7 @@ def probes(rows: list[dict], workdir: str, seed: int, runs=()) -> dict:
 def design(study, runs) -> dict:
     c = runs[0].config
     return dict(archs=contract.split_list(study.archs, "study.archs"), sizes=contract.split_list(study.sizes, "study.sizes"), runs=len(runs),
-                tokens=runs[0].tokens, steps=spread(runs, lambda r: r.steps),
+                tokens=runs[0].tokens, tokens_by_size=tokens_by_size(runs), steps=spread(runs, lambda r: r.steps),
                 batch=spread(runs, lambda r: r.config.train.batch_size), seq_len=int(c.train.seq_len),
                 lr=spread(runs, lambda r: r.config.optim.lr), b2=spread(runs, lambda r: r.config.optim.b2),
                 schedule=str(c.optim.schedule), warmup=spread(runs, lambda r: r.config.optim.warmup_steps),
@@ -253,6 +253,12 @@ def design(study, runs) -> dict:
                 vocab=str(c.data.get("vocab", "")), vocab_size=int(c.model.vocab_size),
                 fit_min_step=plan.fit_min_step(runs), approach=int(study.fit.approach),
                 bootstrap=int(study.fit.bootstrap), include_clamped=bool(study.fit.include_clamped))
+
+
+def tokens_by_size(runs) -> dict | None:
+    """{size: tokens} when the sizes train on different budgets (study.tokens_by_size), else None."""
+    by = {r.size: r.tokens for r in runs}
+    return by if len(set(by.values())) > 1 else None
 
 
 def spread(runs, value) -> str:

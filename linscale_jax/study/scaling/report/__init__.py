@@ -53,6 +53,17 @@ def header(doc) -> list[str]:
             "learning-rate warmup); table.csv keeps every checkpoint.", ""]
 
 
+def tokens_line(d: dict) -> str:
+    """The budget per run beside the paper's: one budget, or each size's (study.tokens_by_size)."""
+    by = d.get("tokens_by_size")
+    if not by:
+        return f"- Tokens per run: {d['tokens']:.3g} here vs 3e11 in the paper ({3e11 / d['tokens']:.2g}x fewer); "
+    lo, hi = min(by.values()), max(by.values())
+    each = ", ".join(f"{s} {t:.3g}" for s, t in by.items())
+    return (f"- Tokens per run, per size ({each}): {lo:.3g} .. {hi:.3g} here vs 3e11 in the paper "
+            f"({3e11 / hi:.2g}x .. {3e11 / lo:.2g}x fewer); ")
+
+
 def scale(doc) -> list[str]:
     from linscale_jax.models.sizes import PAPER_CONTEXT, PAPER_VOCAB
 
@@ -63,7 +74,7 @@ def scale(doc) -> list[str]:
         "## Scale difference from the paper",
         f"- Parameters (non-embedding): {min(ns):.3g} .. {max(ns):.3g} "
         f"({np.log10(max(ns) / min(ns)):.2f} decades) here vs 7e7 .. 7e9 in the paper (~1e3-1e4x smaller).",
-        f"- Tokens per run: {d['tokens']:.3g} here vs 3e11 in the paper ({3e11 / d['tokens']:.2g}x fewer); "
+        tokens_line(d) +
         f"compute per run {min(pf):.3g} .. {max(pf):.3g} PF-days vs ~0.2 .. 200 PF-days.",
         f"- Data: `{d['data_task']}` (vocabulary `{d['vocab']}`, {d['vocab_size']} ids) vs the paper's private "
         f"2T-token English/Chinese corpus with cl100k_base ({PAPER_VOCAB} ids); losses are per token of "

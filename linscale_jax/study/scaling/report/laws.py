@@ -76,7 +76,33 @@ def bracketing(doc) -> list[str]:
                  if found["design"]["include_clamped"] else "")
               + "Bracketing the optimum needs runs long enough for the smallest models to saturate "
               "(the paper trains its smallest model on ~4,000 tokens per parameter)."]
+        L += tokens_per_param_table(found)
     return L + optimum(doc)
+
+
+def tokens_per_param_table(found: dict) -> list[str]:
+    """Per arch and size: tokens per parameter at the optimum of the laws' L(N, D) against each run's
+    own at its end. Where the law wants more than a run has, only a smaller size reaching that
+    compute can win there: the budgets study.tokens_by_size gives the small sizes close that gap
+    (study.scaling.bracket_design predicts the bracketing of a budget per size)."""
+    from linscale_jax.study.scaling.bracket_design import tokens_per_param_at_optimum
+
+    laws = (found.get("laws_nd") or {}).get(found["estimators"][0]) or {}
+    rows = []
+    for a, entry in laws.items():
+        ends = sorted({(r["n_params"], r["tokens"]) for r in found.get("runs", []) if r["arch"] == a})
+        if "law" not in entry or not ends:
+            continue
+        cells = [f"{tokens_per_param_at_optimum(entry['law'], n):.3g} / {d / n:.3g}" for n, d in ends]
+        rows.append(f"| {a} | " + ", ".join(cells) + " |")
+    if not rows:
+        return []
+    return ["", "Tokens per parameter at the optimum of each arch's L(N, D) against each run's own at its "
+            "end, size by size from the smallest (law / run): a run short of its law's figure cannot reach "
+            "the compute where the next size up becomes optimal. Budgets per size (`study.tokens_by_size`, "
+            "longer at the small sizes) close that gap; `study.scaling.bracket_design.predict_study(DIR, "
+            "tokens)` predicts their bracketing from this study's laws and noise.", "",
+            "| arch | tokens per parameter, law / run, by size |", "|---|---|", *rows]
 
 
 def optimum(doc) -> list[str]:
