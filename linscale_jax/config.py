@@ -108,6 +108,9 @@ def base_config() -> ml_collections.ConfigDict:
             log_spaced=8,  # extra log-spaced early checkpoints in (0, every_steps); 0 disables
             keep=0,  # 0 keeps every checkpoint (the fits need them all); K keeps the newest K
             async_save=True,  # write in a background thread while training continues
+            state_steps="all",  # checkpoints with the whole training state (optimizer, data
+            # position: resume, cooldown branches): "all", or a comma list (with the last step and a
+            # stop's save); the others are eval-only (parameters and metadata, what eval reads)
         )
     )
     # Device mesh ('data', 'fsdp', 'tensor') [+ 'seq' when seq > 1]; -1 = all remaining devices.

@@ -2,8 +2,9 @@
 
 Each training checkpoint holds the items
   params      pure dict of float32 arrays (the model's nnx.Param state)
-  opt_state   optax state (absent in checkpoints written by `save_model`, e.g. by the converters)
-  data        data-iterator state (JSON) for an exact resume
+  opt_state   optax state (absent in checkpoints written by `save_model`, e.g. by the converters,
+              and in eval-only checkpoints)
+  data        data-iterator state (JSON) for an exact resume (absent where opt_state is)
   metadata    JSON: step, tokens, flops (paper C = accounting.paper_flops_per_token * tokens),
               flops_exact, n_params (non-embedding), arch, run, config (the full ConfigDict)
 
@@ -19,6 +20,10 @@ restore verifies this process's share (restore(..., share=...)) and the processe
 verdict; a checkpoint that fails verification or restore is moved to DIR/checkpoints_corrupt/<step>
 with one warning line, and the previous one is used (load_model with an explicit step raises
 instead).
+checkpoint.state_steps names the steps whose checkpoints hold the whole training state (default
+"all"); the trainer's other checkpoints are eval-only: params and metadata with `eval_only: true`,
+about half the write for a small model's 2 x |params| optimizer state. A resume starts from the
+newest checkpoint with the state (restore(..., resumable=True)); eval reads any.
 Metadata also holds `fingerprint` (linscale_jax.run.identity) and, for training checkpoints, the
 step's `loss` and `running_loss` (linscale_jax.train.divergence).
 """
@@ -76,6 +81,33 @@ def save_steps(ckpt_cfg, total_steps: int) -> set[int]:
         steps |= {int(round(s)) for s in np.geomspace(1, every, n + 1)[:-1]}
     steps.add(total_steps)
     return {s for s in steps if 0 < s <= total_steps}
+
+
+def state_steps(ckpt_cfg, total_steps: int) -> set[int] | None:
+    """The checkpoint steps that hold the whole training state: None for every one
+    (checkpoint.state_steps="all"), else the listed steps and the last (the others are eval-only).
+    Eval-only checkpoints need keep=0: Orbax's retention could otherwise delete the last state."""
+    spec = str(ckpt_cfg.get("state_steps", "all")).strip()
+    if spec == "all":
+        return None
+    try:
+        steps = {int(x) for x in spec.split(",") if x.strip()}
+    except ValueError:
+        raise ValueError(f"checkpoint.state_steps={spec!r} must be 'all' or a comma list of steps, "
+                         "e.g. --config.checkpoint.state_steps=1536,3072") from None
+    if int(ckpt_cfg.get("keep", 0)) > 0:
+        raise ValueError(f"checkpoint.state_steps={spec!r} with checkpoint.keep={ckpt_cfg.keep}: the "
+                         "retention could delete the last checkpoint a resume needs; pass "
+                         "--config.checkpoint.keep=0 or --config.checkpoint.state_steps=all")
+    return steps | {int(total_steps)}
+
+
+EVAL_ONLY = "eval_only"  # metadata key of a trainer checkpoint without the training state
+
+
+def holds_state(meta: dict | None) -> bool:
+    """Whether a checkpoint with this metadata can start a resume (not an eval-only one)."""
+    return meta is not None and not meta.get(EVAL_ONLY, False)
 
 
 def manager(workdir, ckpt_cfg=None, read_only: bool = False) -> ocp.CheckpointManager:
@@ -182,7 +214,8 @@ def save(mngr, step: int, params, metadata: dict, opt_state=None, data_state=Non
     mngr.save(int(step), args=ocp.args.Composite(**items), force=True)
 
 
-def restore(mngr, workdir, abstract_params, abstract_opt_state=None, step=None, shared=False):
+def restore(mngr, workdir, abstract_params, abstract_opt_state=None, step=None, shared=False,
+            resumable: bool = False):
     """Restore the newest readable checkpoint (or `step`) -> dict or None when there is none.
 
     Keys: step, params, opt_state (None when absent), data (None when absent), metadata. With
@@ -190,17 +223,20 @@ def restore(mngr, workdir, abstract_params, abstract_opt_state=None, step=None, 
     signal stops the command after the restore, never inside it (linscale_jax.run.signals).
     shared=True: every process restores its shards of the same arrays (the trainer); each verifies
     the checksums of its share and all agree. False: this process reads every array and verifies
-    every file (eval, load_model).
+    every file (eval, load_model). resumable=True (the trainer): eval-only checkpoints are passed
+    over (the newest with the training state is restored).
     """
     with signals.postponed():  # a restore cut short would read as a damaged checkpoint
-        return _restore(mngr, workdir, abstract_params, abstract_opt_state, step, shared)
+        return _restore(mngr, workdir, abstract_params, abstract_opt_state, step, shared, resumable)
 
 
-def _restore(mngr, workdir, abstract_params, abstract_opt_state, step, shared):
+def _restore(mngr, workdir, abstract_params, abstract_opt_state, step, shared, resumable):
     from linscale_jax.parallel import distributed
 
     share = (jax.process_index(), jax.process_count()) if shared else None
     steps = [step] if step is not None else list_steps(workdir)[::-1]
+    if resumable and step is None:
+        steps = [s for s in steps if holds_state(_read_metadata(ckpt_dir(workdir) / str(s)))]
     for s in steps:
         step_dir = ckpt_dir(workdir) / str(s)
         problem = checksums.verify(step_dir, share)
@@ -333,5 +369,5 @@ def save_model(workdir, model, config, step: int = 0, metadata: dict | None = No
     return ckpt_dir(workdir) / str(step)
 
 
-__all__ = ["as_path", "target_shardings", "list_steps", "load_metadata", "load_model", "save_model", "save_steps", "manager",
+__all__ = ["as_path", "holds_state", "state_steps", "EVAL_ONLY", "target_shardings", "list_steps", "load_metadata", "load_model", "save_model", "save_steps", "manager",
            "restore", "save", "make_metadata", "config_from_metadata"]

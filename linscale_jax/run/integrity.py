@@ -14,7 +14,9 @@ again, so a refused command leaves the workdir byte-identical):
   4. refuse --resume_step=N when N is not a usable checkpoint (0 starts over)
   5. compare the config with the checkpoint to resume (linscale_jax.run.identity)
   6. move unusable step dirs to checkpoints_corrupt/ (one line each) and, with --resume_step=N, the
-     later checkpoints to checkpoints_discarded/<time>/
+     later checkpoints to checkpoints_discarded/<time>/; without it, a resume starts from the newest
+     checkpoint with the training state, and the eval-only ones after it (checkpoint.state_steps;
+     the resumed run writes them again, bit for bit) go to checkpoints_discarded/<time>/ as well
 In multi-process runs process 0 locks and repairs; every process checks; all wait for process 0.
 """
 
@@ -78,6 +80,9 @@ def _check(config, workdir: epath.Path, init_from, resume_step, allow_change):
         target = resume_step
     elif resume_step == 0:
         target = None
+    elif target is not None and not ckpt.holds_state(ckpt.load_metadata(workdir, target)):
+        held = [s for s in usable if s < target and ckpt.holds_state(ckpt.load_metadata(workdir, s))]
+        target = held[-1] if held else None  # the eval-only ones after it are moved aside (_repair)
     meta, accepted = None, {}
     if target is not None:
         meta = ckpt.load_metadata(workdir, target)
@@ -88,16 +93,17 @@ def _check(config, workdir: epath.Path, init_from, resume_step, allow_change):
 
 def _repair(workdir: epath.Path, plan, target, resume_step) -> None:
     checksums.apply(workdir, plan)
-    if resume_step is None:
-        return
     later = sorted(s for s in checksums.step_dirs(workdir) if target is None or s > target)
-    if not later:
+    if not later or (resume_step is None and target == plan.good):
         return
     dst = epath.Path(workdir) / contract.CHECKPOINTS_DISCARDED / time.strftime("%Y%m%d-%H%M%S")
     dst.mkdir(parents=True, exist_ok=True)
     for s in later:
         (ckpt.ckpt_dir(workdir) / str(s)).rename(dst / str(s))
-    print(f"--resume_step={resume_step}: moved checkpoints {later} to {dst}.", flush=True)
+    why = (f"--resume_step={resume_step}" if resume_step is not None else
+           f"resuming from {'step ' + str(target) if target else 'the start'}, the newest checkpoint "
+           "with the training state (the later ones are eval-only)")
+    print(f"{why}: moved checkpoints {later} to {dst}.", flush=True)
 
 
 @contextlib.contextmanager

@@ -20,7 +20,9 @@ background thread (linscale_jax.train.overlap), the per-step metrics stay on the
 arrays until a log, eval or checkpoint step fetches them all at once, and preemption is decided by
 JAX's preemption sync service (linscale_jax.train.preemption), a host-side call, at block edges.
 Checkpoint checksums are hashed per process in a background thread
-(linscale_jax.run.checksums.Recorder).
+(linscale_jax.run.checksums.Recorder). Checkpoints outside checkpoint.state_steps are eval-only
+(parameters and metadata; linscale_jax.run.checkpoint.state_steps); a resume starts from the newest
+one with the training state.
 """
 
 from __future__ import annotations
@@ -110,6 +112,7 @@ def train(config, workdir, init_from: str | None = None, devices=None,
     and moves later ones aside (0: start over). A signal (linscale_jax.run.signals) during the step
     loop saves a checkpoint and returns with `stopped` set; one before it raises Stopped."""
     check_model(config)  # every model option, against train.seq_len, before the workdir is touched
+    ckpt.state_steps(config.checkpoint, int(config.train.steps))  # a bad state_steps, likewise
     try:
         with integrity.guard(config, workdir, init_from, resume_step, allow_config_change) as g:
             return _train(config, workdir, init_from, devices, g)
@@ -144,7 +147,7 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
     rest = fns.rest()
 
     mngr = ckpt.manager(workdir, config.checkpoint)
-    restored = ckpt.restore(mngr, workdir, abs_params, abs_opt, shared=True)
+    restored = ckpt.restore(mngr, workdir, abs_params, abs_opt, shared=True, resumable=True)
     data_state, step = None, 0
     if restored is not None:
         step, params, data_state = restored["step"], restored["params"], restored["data"]
@@ -194,6 +197,7 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
     peak = metrics_lib.peak_flops_per_device(config) * mesh.size
     schedule = jax.jit(optim.make_schedule(config.optim, total))  # a row's lr: one dispatch
     save_at = ckpt.save_steps(config.checkpoint, total)
+    state_at = ckpt.state_steps(config.checkpoint, total)  # None: every checkpoint is resumable
     log_every = max(int(tr.log_every), 1)
     profiled = metrics_lib.parse_profile_steps(tr.get("profile_steps", ""))
     k = blocks.block_steps(config)  # blocks end at every step that logs, evaluates or saves
@@ -303,8 +307,12 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
                     logger.flush()
                     extra = dict(guard.metadata, **monitor.health_metadata(step, losses.get(step)),
                                  **stop.metadata(step, row if reached else None))
+                    full = state_at is None or step in state_at or preempted or reached
+                    if not full:  # eval-only: what eval reads (checkpoint.state_steps)
+                        extra[ckpt.EVAL_ONLY] = True
                     ckpt.save(mngr, step, params, ckpt.make_metadata(config, step, extra),
-                              opt_state=opt_state, data_state=batches.state(step))
+                              opt_state=opt_state if full else None,
+                              data_state=batches.state(step) if full else None)
                     unrecorded.append(step)
                     saving.started(step)
                 if reached:

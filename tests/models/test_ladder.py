@@ -66,11 +66,12 @@ def test_ladder_size_keeps_structure(name):
 
 
 def test_ladder_widths_and_paper_rule():
-    assert [sizes.LADDER[n][1] for n in sizes.LADDER] == [16, 16, 32, 32, 48, 48, 64, 80, 96, 128, 32, 48, 64, 80,
-                                                          80, 64, 80, 96, 128, 192, 256, 384, 512]
-    # the one-shape families (laws: a ladder of one depth, or of one aspect ratio d/l = 16)
+    assert [sizes.LADDER[n][1] for n in sizes.LADDER] == [16, 16, 32, 32, 48, 48, 64, 80, 96, 128, 160, 192, 32, 48,
+                                                          64, 80, 80, 64, 80, 96, 128, 192, 256, 384, 512]
+    # the one-shape families (laws: a ladder of one depth, or of one aspect ratio d/l = 16); the depth-2 one
+    # reaches 2x the width of d96l2, so a prediction beyond a d32l2-d96l2 ladder has a rung above N_opt
     assert [n for n in sizes.LADDER if n.endswith("l2")] == ["d16l2", "d32l2", "d48l2", "d64l2", "d80l2", "d96l2",
-                                                             "d128l2"]
+                                                             "d128l2", "d160l2", "d192l2"]
     assert [n for n in sizes.LADDER if n.endswith("l3")] == ["d32l3", "d48l3", "d64l3", "d80l3"]
     assert [sizes.paper_ffn_dim(d, 8) for d in (32, 48, 64, 96)] == [88, 128, 176, 256]
     assert [sizes.paper_ffn_dim(d) for d in (512, 768, 1024)] == [1536, 2048, 2816]

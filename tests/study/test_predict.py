@@ -127,8 +127,12 @@ def test_join_writes_the_table_and_the_report(planned):
     pred = {g["name"]: g["predicted"] for g in fc["archs"]["llama"]["rungs"]}
     for i, r in enumerate(runs):
         _fake_results(r, pred[r.name] + (0.01 if i == 1 else 0.2))
+    branch = Path(runs[1].workdir) / files.COOLDOWNS / str(runs[1].steps) / "eval"  # its cooldown branch, beside
+    branch.mkdir(parents=True)
+    (branch / "results.jsonl").write_text(json.dumps(dict(task="val_loss", step=runs[1].steps + 9, val_loss=1.2345)))
     ctx = Ctx()
     joined = experiment.join(study, runs, P, ctx)
+    assert [r["cooldown"] for r in joined["rows"]] == [None, 1.2345, None]
     path = experiment.report(study, P, joined, ctx)
     with open(Path(P) / "prediction.csv") as f:
         got = list(csv.reader(f))
@@ -140,6 +144,7 @@ def test_join_writes_the_table_and_the_report(planned):
     text = Path(path).read_text()
     assert "not judged: 1 arch(s) measured, the target counts 3 of 4 (1 of 1 met so far)" in text
     assert "The learning-rate rule is extrapolated" in text and "**wins**" in text and "## Cost" in text
+    assert re.search(r"\| llama \| \w+ \(N_opt\) \|.* \| 1\.2345 \|$", text, re.M)
     assert (Path(P) / "prediction.png").stat().st_size > 0
     assert any("[predict] llama: N_opt" in x for x in ctx.lines)
 
@@ -164,6 +169,16 @@ def test_the_verdicts():
     assert v["summary"]["overall"] == "met: 3 of 4 archs" and v["archs"]["a3"]["within"] is False
     v = outcome.judge(*_case([0.01, -0.02, 0.01, 0.01], [True, True, False, False]), sd, 0.05, 0.03)
     assert v["summary"]["overall"] == "not met: 2 of 4 archs" and v["archs"]["a2"]["inside"] is False
+    fc, rows = _case([0.0, 0.1, 0.0, 0.0], [True] * 4)
+    for r in rows:
+        r["actual"] = None if r["arch"] in ("a2", "a3") else r["actual"]
+    assert outcome.judge(fc, rows, sd, 0.05, 0.03)["summary"]["overall"].startswith("not judged: 2 arch(s) measured")
+    rows = [dict(r, actual=None) if r["arch"] == "a3" else r for r in _case([0.0, 0.1, 0.1, 0.0], [True] * 4)[1]]
+    assert outcome.judge(fc, rows, sd, 0.05, 0.03)["summary"]["overall"] == (
+        "not met: 1 of 3 measured archs, so at most 2 of 4 (the target counts 3)")  # one arch left cannot save it
+    rows = [dict(r, actual=None) if r["arch"] == "a3" else r for r in _case([0.0] * 4, [True] * 4)[1]]
+    assert outcome.judge(fc, rows, sd, 0.05, 0.03)["summary"]["overall"] == (
+        "met: 3 of 3 measured archs, whatever the other 1 give")
     v = outcome.judge(*_case([0.0], [True], wins_gap=(-0.2, 0.2)), sd, 0.05, 0.03)
     assert v["archs"]["a0"]["wins"]["verdict"] == "loses" and v["archs"]["a0"]["wins"]["lowest_actual"] == "s0"
     v = outcome.judge(*_case([0.0], [True], wins_gap=(0.001, -0.001)), sd, 0.05, 0.03)
@@ -186,6 +201,22 @@ def test_a_ladder_that_cannot_predict_is_one_line(ladder, tmp_path, change, mess
     assert "\n" not in str(e.value)
 
 
+def test_a_ladder_planned_without_the_state_steps_is_the_same_runs(ladder, tmp_path):
+    """plan.txt written before checkpoint.state_steps existed (or with other state steps) still
+    names the ladder's runs; a changed rate does not."""
+    import shutil
+
+    old = tmp_path / "old"
+    shutil.copytree(ladder[0], old)
+    plan = (old / files.STUDY_PLAN).read_text()
+    assert "--config.checkpoint.state_steps=" in plan
+    (old / files.STUDY_PLAN).write_text(re.sub(r" --config\.checkpoint\.state_steps=\S+", "", plan))
+    assert open_ladder(predict_study(str(old))).workdir == str(old)
+    (old / files.STUDY_PLAN).write_text(plan.replace("--config.optim.lr=", "--config.optim.lr=1", 1))
+    with pytest.raises(PredictError, match="its plan.txt differs at"):
+        open_ladder(predict_study(str(old)))
+
+
 @pytest.mark.parametrize("what, message", [
     ("arch", "gdn is not an arch of the ladder"),
     ("sizes", f"{SHORT} has 2 size(s)"),
@@ -205,3 +236,44 @@ def test_a_prediction_that_cannot_be_made_is_one_line(ladder, lad, what, message
     with pytest.raises(PredictError, match=re.escape(message)) as e:
         calls[what]()
     assert "\n" not in str(e.value)
+
+
+def test_an_arch_added_later_is_appended_and_the_others_read_back(ladder, lad, planned, tmp_path):
+    from linscale_jax.study.predict import forecast
+
+    study, P, _ = planned
+    stored = json.loads((Path(P) / "predictions.json").read_text())
+    (tmp_path / "predictions.json").write_text(json.dumps(dict(stored, archs=dict(stored["archs"], llama="kept"))))
+    fc = forecast.forecast(predict_study(ladder[0], archs="tnl,llama"), lad, str(tmp_path))
+    assert list(fc["archs"]) == ["tnl", "llama"] and fc["archs"]["llama"] == "kept"  # read back, not made again
+    on_disk = json.loads((tmp_path / "predictions.json").read_text())
+    assert on_disk["settings"]["archs"] == ["llama", "tnl"] and on_disk["archs"]["llama"] == "kept"
+    alone = forecast.predict_arch(predict_study(ladder[0], archs="tnl"), lad, "tnl", fc["compute"])
+    assert json.loads(json.dumps(alone)) == on_disk["archs"]["tnl"]  # alone or added: the same prediction
+    fc = forecast.forecast(predict_study(ladder[0], archs="tnl", bootstrap=21), lad, str(tmp_path))
+    assert list(fc["archs"]) == ["tnl"] and fc["settings"]["archs"] == ["tnl"]  # other settings: made again
+
+
+def test_rungs_chosen_train_alone_and_the_join_reads_every_rung(ladder, planned, tmp_path):
+    study, P, runs = planned
+    (tmp_path / "predictions.json").write_text((Path(P) / "predictions.json").read_text())
+    s = predict_study(ladder[0], rungs="optimum")
+    mine = experiment.plan(s, str(tmp_path))
+    assert [r.name for r in mine] == [runs[1].name]
+    fc = json.loads((tmp_path / "predictions.json").read_text())
+    pred = {g["name"]: g["predicted"] for g in fc["archs"]["llama"]["rungs"]}
+    below = experiment.runs_of(s, open_ladder(s), fc, str(tmp_path))[0]
+    for r in (mine[0], below):  # a neighbour trained by an earlier invocation is read too
+        _fake_results(r, pred[r.name])
+    joined = experiment.join(s, mine, str(tmp_path), Ctx())
+    assert [r["actual"] is not None for r in joined["rows"]] == [True, True, False]
+    w = joined["verdicts"]["archs"]["llama"]
+    assert w["met"] and w["wins"]["verdict"] == "not measured"
+    from linscale_jax.study.predict import report
+
+    text = "\n".join(report.lines(joined))
+    verdict = w["wins"]["by_neighbour"][below.size]["verdict"]
+    assert f"vs {runs[2].size}: not measured" in text and f"vs {below.size}: {verdict.replace('_', ' ')} (" in text
+    assert [r.name for r in experiment.plan(predict_study(ladder[0], rungs=below.name), str(tmp_path))] == [below.name]
+    with pytest.raises(PredictError, match=re.escape("study.rungs names llama-d1, not a rung of this prediction")):
+        experiment.plan(predict_study(ladder[0], rungs=f"{below.name},llama-d1"), str(tmp_path))

@@ -113,3 +113,43 @@ def test_sigkill_then_same_command_logs_same_losses(reference, tmp_path):
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert "Resuming from" in rerun.stdout
     assert logged_losses(workdir) == reference
+
+
+def test_eval_only_checkpoints_resume_from_the_last_state(reference, tmp_path, capsys):
+    """checkpoint.state_steps=2,4: checkpoints 1, 3, 5 hold params alone (eval reads them); a run
+    that lost its last checkpoint (a kill after step 5's save) resumes from step 4, the newest
+    with the optimizer and data position, moves 5 aside and writes it again bit for bit."""
+    c = config()
+    c.checkpoint.update(every_steps=1, state_steps="2,4", async_save=False)
+    workdir = tmp_path / "run"
+    trainer.train(c, workdir)
+    held = {s: (workdir / "checkpoints" / str(s) / "opt_state").is_dir() for s in range(1, 7)}
+    assert held == {1: False, 2: True, 3: False, 4: True, 5: False, 6: True}
+    assert ckpt.load_metadata(workdir, 5)[ckpt.EVAL_ONLY] and ckpt.holds_state(ckpt.load_metadata(workdir, 6))
+    model5 = ckpt.load_model(workdir, 5)[0]  # eval's reader takes an eval-only checkpoint
+    shutil.rmtree(workdir / "checkpoints" / "6")
+    capsys.readouterr()
+    trainer.train(c, workdir)
+    out = capsys.readouterr().out
+    assert "the newest checkpoint with the training state" in out and "(step 4" in out
+    moved = list((workdir / "checkpoints_discarded").iterdir())
+    assert [p.name for p in moved[0].iterdir()] == ["5"]
+    assert ckpt.list_steps(workdir) == [1, 2, 3, 4, 5, 6]
+    assert logged_losses(workdir) == reference
+    again = ckpt.load_model(workdir, 5)[0]
+    import jax
+    from flax import nnx
+    assert all(bool((a == b).all()) for a, b in zip(jax.tree.leaves(nnx.state(model5, nnx.Param)),
+                                                    jax.tree.leaves(nnx.state(again, nnx.Param))))
+
+
+def test_state_steps_refused_with_retention():
+    c = config()
+    c.checkpoint.update(state_steps="3", keep=2)
+    with pytest.raises(ValueError, match="checkpoint.keep=0"):
+        ckpt.state_steps(c.checkpoint, STEPS)
+    c.checkpoint.update(state_steps="3,x", keep=0)
+    with pytest.raises(ValueError, match="comma list"):
+        ckpt.state_steps(c.checkpoint, STEPS)
+    c.checkpoint.state_steps = "3"
+    assert ckpt.state_steps(c.checkpoint, STEPS) == {3, 6}

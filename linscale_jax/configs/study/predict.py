@@ -5,10 +5,14 @@ on each side trained at that compute under the ladder's protocol, predicted agai
     python -m linscale_jax.study --config=configs/study/predict.py --workdir=P --config.ladder_from=DIR
     python -m linscale_jax.study --config=predict --workdir=P --config.ladder_from=DIR --config.archs=llama
     python -m linscale_jax.study --config=predict --workdir=P --config.ladder_from=DIR --dry_run  # the prediction, no training
+    python -m linscale_jax.study --config=predict --workdir=P --config.ladder_from=DIR --config.rungs=optimum  # N_opt alone
+    python -m linscale_jax.study --config=predict --workdir=P --config.ladder_from=DIR --join_only  # report what is trained
 
 Writes P/predictions.json (before anything trains), P/prediction.csv, P/prediction.png and
 P/report.md. Cost: three runs per arch, each about compute_factor times the ladder's largest run
-(docs/study.md, "A prediction beyond the ladder").
+(docs/study.md, "A prediction beyond the ladder"). An arch added later (--config.archs) is predicted
+and appended; the archs predicted before are read back. rungs=optimum trains N_opt alone: its loss is
+checked, whether it wins is not measured; --config.rungs=<arch>-<size>,... trains those alone.
 """
 
 import ml_collections
@@ -21,6 +25,8 @@ def get_config():
         ladder_preset="cpu",  # the preset (packaged name or file) that ran DIR: the rungs train under it
         archs="",  # "": every arch of the ladder; or a comma list of them
         compute_factor=4.0,  # C = this × the ladder's largest run (Table-1 FLOPs)
+        rungs="all",  # which rungs train: all (N_opt and a neighbour on each side), optimum (N_opt alone) or a
+        # comma list of rung names (<arch>-<size>, as --dry_run lists them)
         rule="extrapolate",  # a rung outside the learning-rate rule's sizes: extrapolate its laws, or as_given (refuse)
         bootstrap=200,  # refits of the law on draws: the intervals
         seed=0,

@@ -1,6 +1,7 @@
 """The prediction beyond a ladder as an experiment (kind "predict", study.experiments).
 
     runs = plan(study, P)               # the ladder opened, the prediction made (P/predictions.json), 3 runs per arch
+                                        # (study.rungs: all, optimum = N_opt alone, or a list)
     process_run(study, run, log, final) # one rung trained under the ladder's protocol, its loss point measured
     joined = join(study, runs, P, ctx)  # P/prediction.csv, P/prediction.png, the verdicts
     report(study, P, joined, ctx)       # P/report.md
@@ -14,10 +15,11 @@ from __future__ import annotations
 
 import os
 
+from linscale_jax.contract import split_list
 from linscale_jax.study import files
 from linscale_jax.study.predict import forecast as fc_lib
 from linscale_jax.study.predict import outcome, protocol
-from linscale_jax.study.predict.ladder import open_ladder
+from linscale_jax.study.predict.ladder import PredictError, open_ladder
 
 PREDICTION_CSV = "prediction.csv"
 PREDICTION_PNG = "prediction.png"
@@ -36,8 +38,24 @@ def runs_of(study, lad, fc: dict, workdir: str) -> list:
 
 
 def plan(study, workdir: str) -> list:
+    """The rungs to train (study.rungs): all (every arch's three), optimum (every arch's N_opt alone: its
+    loss is checked, whether it wins is not measured) or a comma list of rung names (<arch>-<size>);
+    the join reads every rung trained in P, by this invocation or an earlier one."""
     lad = open_ladder(study)
-    return runs_of(study, lad, fc_lib.forecast(study, lad, workdir), workdir)
+    fc = fc_lib.forecast(study, lad, workdir)
+    runs = runs_of(study, lad, fc, workdir)
+    which = str(study.get("rungs", "all") or "all")
+    if which == "all":
+        return runs
+    if which == "optimum":
+        opt = {g["name"] for p in fc["archs"].values() for g in p["rungs"] if g["predicted_optimum"]}
+        return [r for r in runs if r.name in opt]
+    want = split_list(which, "study.rungs")
+    unknown = [n for n in want if n not in {r.name for r in runs}]
+    if unknown:
+        raise PredictError(f"study.rungs names {', '.join(unknown)}, not a rung of this prediction (its rungs: "
+                           f"{', '.join(r.name for r in runs)}); pass all, optimum or some of those")
+    return [r for r in runs if r.name in want]
 
 
 def ladder_study(study):
@@ -69,11 +87,13 @@ def cost(runs) -> dict:
 
 
 def join(study, runs, workdir: str, ctx) -> dict:
-    """P/prediction.csv and P/prediction.png from the prediction and whatever rungs are measured."""
+    """P/prediction.csv and P/prediction.png from the prediction and whatever rungs are measured in P,
+    trained by this invocation or an earlier one (`runs`, this invocation's, are not consulted)."""
     from linscale_jax.study.predict import figure
 
     lad = open_ladder(study)
     fc = fc_lib.forecast(study, lad, workdir)
+    runs = runs_of(study, lad, fc, workdir)
     rows = outcome.rows_of(fc, runs, lad.estimator)
     outcome.write_csv(rows, os.path.join(workdir, PREDICTION_CSV))
     verdicts = outcome.judge(fc, rows, lad.seed_sd(), lad.margin(), float(study.target), int(study.seed))

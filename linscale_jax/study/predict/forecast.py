@@ -1,7 +1,7 @@
 """The prediction, made and written before anything trains: per arch, N_opt at a compute beyond the
 ladder and the law's loss for it and its two neighbours, with 95% intervals.
 
-    fc = forecast(study, lad, P)     # P/predictions.json (reused while study's settings hold)
+    fc = forecast(study, lad, P)     # P/predictions.json (each arch's reused while study's settings hold)
     fc["archs"][arch]["rungs"]       # three rows: the neighbour below, N_opt, the neighbour above
 
 The compute C is study.compute_factor × the ladder's largest run (Table-1 FLOPs, the fit tables'
@@ -29,10 +29,15 @@ PREDICTIONS_JSON = "predictions.json"
 
 
 def settings(study, lad) -> dict:
-    """What a prediction depends on: a stored one is reused while these hold."""
+    """What a prediction depends on: a stored arch's is reused while these hold (archs aside: the archs
+    predicted so far)."""
     return dict(ladder_from=os.path.abspath(lad.workdir), ladder_preset=str(study.ladder_preset),
                 compute_factor=float(study.compute_factor), bootstrap=int(study.bootstrap), seed=int(study.seed),
                 rule=str(study.rule), archs=archs_of(study, lad))
+
+
+def _same(a: dict, b: dict) -> bool:
+    return {k: v for k, v in a.items() if k != "archs"} == {k: v for k, v in b.items() if k != "archs"}
 
 
 def archs_of(study, lad) -> list[str]:
@@ -99,22 +104,30 @@ def predict_arch(study, lad, arch: str, c: float) -> dict:
 
 
 def forecast(study, lad, workdir: str) -> dict:
-    """P/predictions.json (module docstring), made once per settings."""
+    """P/predictions.json (module docstring) for study's archs: an arch predicted before under the same
+    settings is read back, never made again (the record written before its rungs trained); an arch
+    added later is predicted (its draws are seeded per arch, so alone or together gives the same) and
+    appended to the file."""
     path = os.path.join(workdir, PREDICTIONS_JSON)
     want = settings(study, lad)
+    out = None
     if os.path.exists(path):
         old = _load_json(path, "delete it to make the prediction again (it is the record written "
                          "before the rungs trained)")
-        if old.get("settings") == want:
-            return old
-    c = compute(study, lad)
-    big = lad.largest
-    out = dict(settings=want, compute=c, ladder=dict(workdir=lad.workdir, estimator=lad.estimator, count=lad.count,
-                                                      largest=dict(name=big.name, flops=float(big.flops)),
-                                                      seed_sd=lad.seed_sd().json(), margin=lad.margin()),
-               archs={a: predict_arch(study, lad, a, c) for a in want["archs"]})
-    os.makedirs(workdir, exist_ok=True)
-    with open(path + ".tmp", "w") as f:
-        json.dump(out, f, indent=2)
-    os.replace(path + ".tmp", path)
-    return out
+        if _same(old.get("settings", {}), want):
+            out = old
+    if out is None:
+        big = lad.largest
+        out = dict(settings=dict(want, archs=[]), compute=compute(study, lad),
+                   ladder=dict(workdir=lad.workdir, estimator=lad.estimator, count=lad.count,
+                               largest=dict(name=big.name, flops=float(big.flops)), seed_sd=lad.seed_sd().json(),
+                               margin=lad.margin()), archs={})
+    new = [a for a in want["archs"] if a not in out["archs"]]
+    if new:
+        out["archs"].update({a: predict_arch(study, lad, a, out["compute"]) for a in new})
+        out["settings"]["archs"] = list(out["archs"])
+        os.makedirs(workdir, exist_ok=True)
+        with open(path + ".tmp", "w") as f:
+            json.dump(out, f, indent=2)
+        os.replace(path + ".tmp", path)
+    return dict(out, archs={a: out["archs"][a] for a in want["archs"]})

@@ -35,15 +35,22 @@ class PredictError(UserError, ValueError):
     """A ladder or a prediction that cannot be made; str(e) names the problem and the fix."""
 
 
+# Flags that change where a run writes or which checkpoints keep the optimizer state, not what it
+# computes: a ladder planned before or after a change of these trained the same runs.
+NOT_THE_RUN = ("workdir", "config.checkpoint.state_steps")
+
+
 def _commands(text: str) -> dict:
-    """{run name: its train command without --workdir} from a plan listing (scaling.plan.dry_run_text)."""
+    """{run name: its train command without the NOT_THE_RUN flags} from a plan listing
+    (scaling.plan.dry_run_text)."""
     out, name = {}, None
+    drop = re.compile(r"\s*--(?:%s)=\S+" % "|".join(re.escape(f) for f in NOT_THE_RUN))
     for line in text.splitlines():
         m = re.match(r"\[\s*\d+\]\s+(\S+)", line)
         if m:
             name = m.group(1)
         elif line.strip().startswith("python -m") and name:
-            out[name] = re.sub(r"--workdir=\S+", "", line.strip())
+            out[name] = drop.sub("", line.strip())
     return out
 
 

@@ -1,13 +1,15 @@
 """Predicted against actual: each rung's measured loss, P/prediction.csv and the verdicts per arch.
 
-    rows = rows_of(fc, runs, estimator)        # one row per rung: COLUMNS, actual None until measured
+    rows = rows_of(fc, runs, estimator)        # one row per rung: COLUMNS (+ size, cooldown), None until measured
     write_csv(rows, P/prediction.csv)
     v = judge(fc, rows, target=0.03)           # {arch: {...}, "summary": {...}}
 
 actual: the rung's loss under the laws' estimator at its loss point (protocol.point_tokens): the
 val_loss of its last checkpoint, the same of its cooldown branch off that checkpoint, or the
-averaged weights' (val_loss_avg). Per arch, on N_opt's row: error = actual − predicted, `within`
-(|error| ≤ target), `inside` (actual inside the 95% interval for an observed run) and `met` (both).
+averaged weights' (val_loss_avg); beside it, under another estimator, the cooldown branch's loss
+(`cooldown`: what the rung reaches with its rate decayed, not judged). Per arch, on N_opt's row:
+error = actual − predicted, `within` (|error| ≤ target), `inside` (actual inside the 95% interval for
+an observed run) and `met` (both).
 Whether N_opt wins: N_opt's actual against each neighbour's, a difference of two single runs whose
 sd is √2 times the ladder's seed sd (drawn from its uncertainty, fit.bootstrap.SeedSd.draws), judged
 by scaling.verdicts.outcome with the ladder's margin: better (N_opt lower), worse, equivalent,
@@ -44,7 +46,8 @@ def actual_loss(run, estimator: str) -> float | None:
 
 
 def rows_of(fc: dict, runs, estimator: str) -> list[dict]:
-    """COLUMNS per rung of fc (forecast.forecast), actual from its run (None: not measured yet)."""
+    """COLUMNS per rung of fc (forecast.forecast), actual from its run (None: not measured yet), and its
+    size and cooldown branch's loss (None under the cooldown estimator, or not measured)."""
     by_name = {r.name: r for r in runs}
     out = []
     for arch, p in fc["archs"].items():
@@ -53,7 +56,8 @@ def rows_of(fc: dict, runs, estimator: str) -> list[dict]:
             out.append(dict(arch=arch, size=g["size"], n_params=g["n_params"], tokens=g["tokens"], flops=g["flops"],
                             predicted=g["predicted"], ci_low=g["ci_low"], ci_high=g["ci_high"],
                             actual=None if run is None else actual_loss(run, estimator),
-                            predicted_optimum=g["predicted_optimum"]))
+                            predicted_optimum=g["predicted_optimum"],
+                            cooldown=None if run is None or estimator == "cooldown" else actual_loss(run, "cooldown")))
     return out
 
 
@@ -122,11 +126,17 @@ def judge(fc: dict, rows: list[dict], seed_sd, margin: float, target: float, see
                          met=bool(within and inside), wins=_wins(opt, others, seed_sd, margin, rng))
     judged = [v for v in out.values() if v["met"] is not None]
     met = sum(v["met"] for v in judged)
-    if len(judged) < OF_ARCHS:
-        overall = (f"not judged: {len(judged)} arch(s) measured, the target counts {TARGET_ARCHS} of {OF_ARCHS}"
-                   + (f" ({met} of {len(judged)} met so far)" if judged else ""))
-    else:
+    left = OF_ARCHS - len(judged)  # archs not measured: each could still meet it
+    if left <= 0:
         ok = met >= TARGET_ARCHS * len(judged) / OF_ARCHS
         overall = f"{'met' if ok else 'not met'}: {met} of {len(judged)} archs"
+    elif met >= TARGET_ARCHS:
+        overall = f"met: {met} of {len(judged)} measured archs, whatever the other {left} give"
+    elif met + left < TARGET_ARCHS:
+        overall = (f"not met: {met} of {len(judged)} measured archs, so at most {met + left} of {OF_ARCHS} "
+                   f"(the target counts {TARGET_ARCHS})")
+    else:
+        overall = (f"not judged: {len(judged)} arch(s) measured, the target counts {TARGET_ARCHS} of {OF_ARCHS}"
+                   + (f" ({met} of {len(judged)} met so far)" if judged else ""))
     return dict(archs=out, summary=dict(measured=len(judged), met=met, overall=overall, target=target,
                                         margin=margin))

@@ -23,12 +23,15 @@ def _yes(x) -> str:
 
 
 def _wins(w: dict) -> str:
-    if w["verdict"] == "not measured":
-        return "not measured"
     parts = []
     for size, v in w["by_neighbour"].items():
+        if v["diff"] is None:
+            parts.append(f"vs {size}: not measured")
+            continue
         iv = "" if v.get("ci_low") is None else f" [{v['ci_low']:+.3f}, {v['ci_high']:+.3f}]"
         parts.append(f"vs {size}: {v['verdict'].replace('_', ' ')} ({v['diff']:+.3f}{iv})")
+    if w["verdict"] == "not measured":
+        return f"not measured ({'; '.join(parts)})"
     return f"**{w['verdict']}** ({'; '.join(parts)}; lowest measured: {w['lowest_actual']})"
 
 
@@ -81,16 +84,20 @@ def lines(joined: dict) -> list[str]:
           f"equivalent (the 90% interval inside ±{s['margin']:g} nats, the ladder's margin) or not resolved. "
           "N_opt wins when it is better than both neighbours.", "",
           "## Every rung", "", "| arch | size | N | tokens | FLOPs | steps | batch | lr | predicted [95%] | actual | "
-          "actual − predicted |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+          "actual − predicted | cooldown branch |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for a, p in fc["archs"].items():
         for g in p["rungs"]:
-            act = next((x["actual"] for x in joined["rows"] if x["arch"] == a and x["size"] == g["size"]), None)
+            row = next((x for x in joined["rows"] if x["arch"] == a and x["size"] == g["size"]), {})
+            act = row.get("actual")
             err = "—" if act is None else f"{act - g['predicted']:+.4f}"
             L.append(f"| {a} | {g['size']}{' (N_opt)' if g['predicted_optimum'] else ''} | {g['n_params']:.4g} | "
                      f"{g['tokens']:.4g} | {g['flops']:.4g} | {g['steps']} | {g['batch_size']} | {g['lr']:.4g} | "
-                     f"{g['predicted']:.4f} {_ci(g['ci_low'], g['ci_high'])} | {_f(act)} | {err} |")
-    L += ["", "Tokens and FLOPs are the loss point's (for cooldown, the end of the branch). Table: `prediction.csv`; "
-          "figure: `prediction.png`.", "", "## The laws", "",
+                     f"{g['predicted']:.4f} {_ci(g['ci_low'], g['ci_high'])} | {_f(act)} | {err} | "
+                     f"{_f(row.get('cooldown'))} |")
+    L += ["", "Tokens and FLOPs are the loss point's (for cooldown, the end of the branch). The cooldown branch: the "
+          "rung's loss after its rate decays over the cooldown's share of steps off its last checkpoint, another "
+          "estimator than the laws' (not judged; — under the cooldown estimator, where it is the actual). Table: "
+          "`prediction.csv`; figure: `prediction.png`.", "", "## The laws", "",
           "| arch | sizes fitted | E | A | α | B | β | at a bound | failed refits |", "|---|---|---|---|---|---|---|---|---|"]
     for a, p in fc["archs"].items():
         w = p["law"]
