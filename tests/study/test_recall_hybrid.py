@@ -43,6 +43,27 @@ def test_hybrid_gdn_and_state_labels_build_at_the_study_depth(tmp_path):
     assert {r.steps for r in runs.values()} == {3000}  # equal steps: the control's too
 
 
+def test_study_model_changes_reach_every_label_and_the_label_wins(tmp_path):
+    """< 3 s. study.model_changes changes every label's model (a hybrid's too), a label's own change
+    of the same field wins, a bad field is refused naming it, and the report's protocol says so."""
+    from linscale_jax.study.recall import report
+
+    study = _study(archs="llama,tnl+hybrid=3:1,llama+init_std=0.01", seeds="0",
+                   model_changes="init_std=0.04+embed_scale=sqrt_d")
+    runs = {r.arch: r.config.model for r in train.build_runs(study, str(tmp_path))}
+    assert runs["llama"].init_std == runs["tnl+hybrid=3:1"].init_std == 0.04
+    assert {m.embed_scale for m in runs.values()} == {"sqrt_d"}
+    assert runs["tnl+hybrid=3:1"].layers == "tnl*3,llama"
+    assert runs["llama+init_std=0.01"].init_std == 0.01
+    assert report.model_phrase(study) == "(every label with init_std=0.04+embed_scale=sqrt_d) "
+    assert report.model_phrase(_study(model_changes="")) == ""
+    from configs.study.hybrid_recall_sweep import get_config as sweep  # the preset's, its sweep's too
+
+    assert _study().model_changes == sweep().model_changes == "embed_scale=sqrt_d"
+    with pytest.raises(ValueError, match="no_such_field"):
+        train.build_runs(_study(archs="llama", seeds="0", model_changes="no_such_field=1"), str(tmp_path))
+
+
 def test_a_label_deeper_than_the_study_is_refused_in_one_line(tmp_path):
     """< 1 s."""
     with pytest.raises(ValueError) as err:

@@ -1,5 +1,6 @@
 """The hybrid recall preset's learning-rate sweep (configs/study/hybrid_recall.py): one seed, the
-preset's 3,000 steps, at d64e16 and 4 layers; gdn and each 3:1 hybrid at 1e-3 and 3e-3 (around the
+preset's 3,000 steps, at d64e16 and 4 layers, every label's embedding scaled by sqrt(d) as in the
+preset; gdn and each 3:1 hybrid at 1e-3 and 3e-3 (around the
 two-layer recall sweep's winners: 1e-3 for llama and tnl, 3e-3 for cosFormer2 and every
 short-convolution variant), llama and tnl at their two-layer rate 1e-3 alone (llama learnt to recall
 at no other rate of five there; tnl stayed at the copy level at every rate). The rate kept per

@@ -22,6 +22,7 @@ def get_config():
         shapes="d16e4,d32e8,d64e16",  # (d_model, head dim), 4 heads: state h·e² per layer ×4 per step
         baseline_shapes="d64e16",  # the positive control (llama-d64e16 at 4 pairs)
         n_layers=2,
+        model_changes="",  # every label's model: a variant's changes, e.g. "init_std=0.04" (the label's own win)
         n_pairs="4",
         n_keys=64,
         n_values=64,

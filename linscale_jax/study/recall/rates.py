@@ -23,7 +23,7 @@ import sys
 
 # the sweep fields a rate depends on (recorded in the file's settings)
 SETTINGS = ("n_layers", "n_pairs", "n_keys", "n_values", "placement", "power_a", "seq_len", "batch_size",
-            "max_steps", "baseline_max_steps", "sweep_steps", "warmup_steps", "schedule", "weight_decay", "eval_every", "val_sequences",
+            "max_steps", "baseline_max_steps", "sweep_steps", "model_changes", "warmup_steps", "schedule", "weight_decay", "eval_every", "val_sequences",
             "stop_accuracy", "seeds")
 
 
@@ -86,7 +86,7 @@ def record(runs: list, results: dict, chosen: dict, study, at=lambda label: None
                for a, d in final.items()},
         test={a: {lr: {p: mean(v) for p, v in t.items()} for lr, t in d.items()} for a, d in test.items()},
         status={a: {lr: "/".join(sorted(set(v))) for lr, v in d.items()} for a, d in status.items()},
-        settings={k: str(study[k]) for k in SETTINGS},
+        settings={k: str(study.get(k, "")) for k in SETTINGS},
         command=" ".join(["python", "-m", "linscale_jax.study"] + sys.argv[1:]),
         machine=f"{os.cpu_count()} CPU cores ({platform.machine()}, {platform.processor() or 'cpu'}), "
                 f"jax {jax.__version__} on {jax.default_backend()}",

@@ -131,6 +131,12 @@ def summary(csv_path: str) -> list[str]:
     return [f"**Summary ({title}): {verdict.replace('**', '')}.**", "", *lines, ""]
 
 
+def model_phrase(study) -> str:
+    """'(every label with init_std=0.04) ' for study.model_changes, '' without."""
+    text = str(study.get("model_changes", "") or "").strip()
+    return f"(every label with {text}) " if text else ""
+
+
 def report_section(rows: list[dict], study, rates: dict | None, csv_path: str | None = None) -> str:
     """The report's recall section: its answer (summary, from the recall.csv at csv_path), the
     protocol, the plot, the cell table, the control, the sweep."""
@@ -138,7 +144,7 @@ def report_section(rows: list[dict], study, rates: dict | None, csv_path: str | 
     n_pairs = split_list(study.n_pairs, "study.n_pairs")
     lines = [SECTION, "", *(summary(csv_path) if csv_path else []),
              f"Multi-query associative recall (Arora et al. 2023, Zoology): {study.n_layers}-layer models "
-             f"trained on MQAR sequences of {study.seq_len} tokens with {{{study.n_pairs}}} key-value "
+             f"{model_phrase(study)}trained on MQAR sequences of {study.seq_len} tokens with {{{study.n_pairs}}} key-value "
              f"pairs (distinct keys and values, {study.n_keys} keys, {study.n_values} values, "
              f"{study.placement} query placement), through the trainer's AdamW step ({study.schedule} "
              f"schedule, {study.warmup_steps} warmup steps, weight decay {study.weight_decay}), batch "

@@ -86,8 +86,8 @@ def learning_rates(study, label: str) -> list[float]:
 
 
 def model_config(study, label: str, d: int, e: int):
-    """The model of `label` at shape d<d>e<e> with study.n_layers layers (the label's changes win over
-    the shape's fields, e.g. tnl+n_heads=2); a hybrid label whose layer period is deeper than
+    """The model of `label` at shape d<d>e<e> with study.n_layers layers, study.model_changes applied
+    to every label, the label's own changes winning over both (e.g. tnl+n_heads=2); a hybrid label whose layer period is deeper than
     study.n_layers is refused."""
     from linscale_jax.data import mqar
     from linscale_jax.models import ModelConfig, sizes
@@ -99,13 +99,20 @@ def model_config(study, label: str, d: int, e: int):
                 ffn_dim=sizes.paper_ffn_dim(d, 8),
                 vocab_size=mqar.vocab_size(int(study.n_keys), int(study.n_values)),
                 max_seq_len=int(study.seq_len))
-    changes = v.model_changes()
+    changes = merge(study_model_changes(study, v.arch), v.model_changes())
     period = layer_period(changes.get("layers", ""))
     if period > int(study.n_layers):
         raise ValueError(f"recall label {label!r} stacks layers {changes['layers']!r}, a period of {period} "
                          f"layers, deeper than study.n_layers={study.n_layers}; give --config.n_layers={period} "
                          "(or more) or drop the label from study.archs")
     return ModelConfig(**merge(base, changes))
+
+
+def study_model_changes(study, arch: str) -> dict:
+    """The model changes study.model_changes makes to every label (a variant's text without its arch,
+    e.g. 'init_std=0.04' or 'init_std=0.04+embed_scale=sqrt_d'; '' none), typed for `arch`."""
+    text = str(study.get("model_changes", "") or "").strip()
+    return Variant.parse(f"{arch}+{text}").model_changes() if text else {}
 
 
 def layer_period(pattern: str) -> int:
