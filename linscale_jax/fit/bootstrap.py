@@ -241,7 +241,7 @@ def draw_curves(curves: dict, sigma: dict, n: int, rng: np.random.Generator, blo
 
     sigma: {key: [n] seed-sd draws}. Keys share the residual block positions of size i (paired);
     seed offsets are independent per key and size. trends: {key: [(trend [k], residuals [k]) per
-    size]} in place of each Curve.trend() (e.g. a fitted law plus the size's mean offset)."""
+    size]} in place of each Curve.trend() (e.g. a fitted law, fit.holdout.law_draws)."""
     sizes = max(len(c) for c in curves.values())
     idx = {}
     for i in range(sizes):

@@ -7,9 +7,10 @@
 
 Approach 3 (`L(N, D) = E + A/N^alpha + B/D^beta`, bounded) is fitted to every size but the held-out
 ones (`held_out_sizes`: the largest, the two largest from 5 sizes on) and predicts each held-out
-checkpoint. The 95% interval is for the observed value: refits on draws with the sizes fixed
-(fit.bootstrap.draw_curves) plus the held-out run's own noise (the drawn seed sd over the root of
-its replicates, and the fitted sizes' residual sd). More than 10% failed refits: no interval
+checkpoint. The 95% interval is for the observed value: refits on draws of the point law with the
+sizes fixed (fit.bootstrap.draw_curves; a parametric bootstrap, each refit also started with E off
+its bound) plus the held-out run's own noise (the drawn seed sd over the root of its replicates,
+and the fitted sizes' residual sd). More than 10% failed refits: no interval
 (`failed` says how many). `lack_of_fit` is the F statistic of the laws' per-size mean residuals
 against the seed sd. Method: docs/study.md "Held-out prediction" and "Estimators and verdicts".
 """
@@ -90,6 +91,8 @@ def _table(arch: str, curves: list[bs.Curve], loss: list[np.ndarray] | None = No
 
 
 def _fit(t: Table, k: float, init=None) -> approach3.Result:
+    if float(t.loss.min()) <= np.exp(E_LOG_MIN):
+        raise FitError(f"{t.arch[0]}: a loss below {np.exp(E_LOG_MIN):.2g} nats; no law to fit")
     return approach3.fit(t, flops_per_param_token=k, init=init, bounds=bounds(float(t.loss.min())))
 
 
@@ -145,17 +148,27 @@ class LawDraws:
         return tuple(np.percentile(x, [tail, 100 - tail], axis=0))
 
 
+def refit_starts(theta: np.ndarray, curves: list[bs.Curve]) -> np.ndarray:
+    """[2, 5] starts of a refit: the point fit's theta, and the same with E at half the curves' lowest
+    loss. With E on its lower bound the gradient in ln E is ~E/L, so a refit started there alone
+    stays there: every refit would be a two-parameter power law and the interval too narrow."""
+    inner = np.array(theta, float)
+    inner[2] = np.log(0.5 * min(float(c.mean.min()) for c in curves))
+    return np.stack([np.asarray(theta, float), inner])
+
+
 def law_draws(curves: list[bs.Curve], arch: str, rng: np.random.Generator, *, n_boot: int, seed_sd: bs.SeedSd,
               flops_per_param_token: float = FLOPS_PER_PARAM_TOKEN) -> LawDraws:
     """Approach 3 (bounded) on `curves` (one arch's sizes, replicate means), and `n_boot` refits on
-    draws of them (fit.bootstrap.draw_curves with each size's law plus its mean offset as the trend,
-    the residuals around it in blocks, a seed offset whose sd is drawn from seed_sd)."""
+    draws of them: a parametric bootstrap (fit.bootstrap.draw_curves with the point law as every
+    size's trend, the residuals around the size's mean offset in blocks, a seed offset whose sd is
+    drawn from seed_sd), each refit from refit_starts."""
     point = _fit(_table(arch, curves), flops_per_param_token)
-    trends = []  # per fitted size: the law plus the size's mean offset, and the residuals around it
+    trends = []  # per fitted size: the law, and the residuals around the law plus the size's mean offset
     for c in curves:
         law = point.predict(c.n_params, c.tokens)
         u = c.mean - law
-        trends.append((law + u.mean(), (u - u.mean()) * np.sqrt(len(u) / max(len(u) - 1, 1))))
+        trends.append((law, (u - u.mean()) * np.sqrt(len(u) / max(len(u) - 1, 1))))
     resid_sd = float(np.sqrt(np.mean(np.concatenate([c.mean - point.predict(c.n_params, c.tokens)
                                                       for c in curves]) ** 2)))
     ckpt_sd, rho = bs.ar1([r for _, r in trends])
@@ -165,9 +178,10 @@ def law_draws(curves: list[bs.Curve], arch: str, rng: np.random.Generator, *, n_
         draws = bs.draw_curves({arch: curves}, {arch: sigma}, n_boot, rng,
                                bs.block_length(rho, max(len(c.flops) for c in curves)), {arch: trends})[arch]
         ok, th = [], []
+        starts = refit_starts(point.theta, curves)
         for b in range(n_boot):
             try:
-                r = _fit(_table(arch, curves, [d[b] for d in draws]), flops_per_param_token, init=point.theta)
+                r = _fit(_table(arch, curves, [d[b] for d in draws]), flops_per_param_token, init=starts)
             except FitError:
                 continue
             if np.all(np.isfinite(r.theta)):

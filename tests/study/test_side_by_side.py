@@ -43,3 +43,36 @@ def test_disagreeing_replicates(tmp_path):
 def test_unfinished_study_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="not a finished study"):
         side_by_side.render([_study(tmp_path / "a"), str(tmp_path / "empty")])
+
+
+def _found(rows: dict, sd: float, df: int) -> dict:
+    """findings.json entries reproduce reads: finding 2's rows {arch: {estimator: (diff, lo, hi, verdict)}}."""
+    from linscale_jax.fit import power
+
+    model = power.Model(v0=1e-4, c=1.0, sd=sd, df=df, margin=0.05).json()
+    archs = {a: {"by_estimator": {e: dict(diff=d, ci_low=lo, ci_high=hi, verdict=v, mde=0.05, power_model=model)
+                                  for e, (d, lo, hi, v) in by.items()}} for a, by in rows.items()}
+    return dict(findings=dict(equal_compute=dict(verdict="reproduced", archs=archs)),
+                by_estimator={"val_loss": {"seed_sd_pooled": {"sd": sd, "df": df}}})
+
+
+def test_finding_two_of_a_second_seed_against_the_first(tmp_path):
+    from linscale_jax.study.scaling import reproduce
+
+    first = _found({"tnl": {"val_loss": (-0.02, -0.05, 0.01, "equivalent"), "cooldown": (0.1, 0.06, 0.14, "worse")},
+                    "hgrn2": {"val_loss": (0.0, -0.03, 0.03, "equivalent")}}, 0.016, 8)
+    second = _found({"tnl": {"val_loss": (0.02, -0.02, 0.06, "not_resolved"), "cooldown": (0.09, 0.05, 0.13, "worse")},
+                     "hgrn2": {"val_loss": (-0.01, -0.05, 0.03, "equivalent")}}, 0.03, 8)
+    rows = {(r["arch"], r["estimator"]): r for r in reproduce.finding2(first, second)}
+    assert set(rows) == {("tnl", "val_loss"), ("tnl", "cooldown"), ("hgrn2", "val_loss")}
+    assert [rows[k]["inside"] for k in sorted(rows)] == [True, True, False]  # hgrn2, tnl cooldown, tnl val_loss
+    assert rows["tnl", "val_loss"]["width_ratio"] == pytest.approx(0.08 / 0.06)
+    assert not rows["tnl", "val_loss"]["same_verdict"] and rows["tnl", "cooldown"]["same_verdict"]
+    assert rows["hgrn2", "val_loss"]["power_1"] > rows["hgrn2", "val_loss"]["power_2"]  # the larger sd: less power
+    s = reproduce.summary(list(rows.values()))
+    assert (s["inside"], s["same_verdict"], s["widths_within"]) == (2, 2, 3)
+    text = "\n".join(reproduce.section(first, second, ("seed 0", "seed 7")))
+    assert "val_loss: seed 0 0.0160 (8 df), seed 7 0.0300 (8 df)" in text
+    assert "| val_loss | tnl | -0.020 [-0.050, +0.010] | equivalent | +0.020 [-0.020, +0.060] | not_resolved | **no** |" in text
+    assert "**2 of 3** of seed 7's differences lie inside seed 0's 95 % intervals" in text
+    assert reproduce.section(first, _found({}, 0.03, 8), ("a", "b")) == []  # nothing judged in both

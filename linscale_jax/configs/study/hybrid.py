@@ -1,6 +1,6 @@
 """Hybrid stacks and Gated DeltaNet against softmax at equal compute: the main job's study
-(configs/study/cpu.py: byte corpus, 3,145,728 tokens a run, 12 checkpoints, one replicate seed of
-the smallest size) at the paper's protocol (configs/study/cpu_paper.py: lr 3e-3, batch 8 × 128,
+(configs/study/cpu.py: byte corpus, 3,145,728 tokens a run, 12 checkpoints, replicate seeds of
+the smallest size: one here) at the paper's protocol (configs/study/cpu_paper.py: lr 3e-3, batch 8 × 128,
 β2 0.95, 64 warmup steps for every run) on the ladder's four-layer rungs d16, d32, d48, for
 
     llama, tnl, gdn, tnl+hybrid=3:1, hgrn2+hybrid=3:1, cosformer2+hybrid=3:1, gdn+hybrid=3:1,
@@ -48,4 +48,5 @@ def get_config():
     c.archs = ("llama,tnl,gdn,tnl+hybrid=3:1,hgrn2+hybrid=3:1,cosformer2+hybrid=3:1,gdn+hybrid=3:1,"
                "tnl+n_heads=4,gdn+expand_v=1")  # the last two: the state-size axis
     c.sizes = "d16,d32,d48"  # the four-layer rungs: one 3:1 period each
+    c.replicates.seeds = 1  # one replicate of d16 per label (9 runs), not cpu_paper's two
     return c

@@ -7,7 +7,9 @@ Reads each study's findings.json, fit/fits.json, holdout.csv and fit/table.csv (
 study` writes) and prints one markdown document: the three findings' verdicts, the lowest loss at
 the largest common compute with its interval, each arch minus llama there, the L(C) exponents, the
 held-out predictions, final losses of every arch's largest size, and the checkpoint-to-checkpoint
-noise of the laws' loss and of the raw val_loss. A last line says whether the verdicts agree.
+noise of the laws' loss and of the raw val_loss; for two studies, finding 2 arch by arch
+(study.scaling.reproduce: the second's differences against the first's intervals, widths, MDE,
+power). A last line says whether the verdicts agree.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import os
 
 from linscale_jax import contract
 from linscale_jax.study import files, inputs
+from linscale_jax.study.scaling import reproduce
 
 def _load(workdir: str) -> dict:
     need = [files.study_path(workdir, files.FINDINGS_JSON),
@@ -110,6 +113,8 @@ def render(workdirs: list[str]) -> str:
                 ok = v and v.get("sd") is not None  # None: runs too short to measure
                 cells.append(f"{v['sd']:.4f} ({v['rise']:.0%})" if ok else "—")
         L.append(f"| {a} | " + " | ".join(cells) + " |")
+    if len(studies) == 2:  # finding 2 arch by arch: the second study against the first's intervals
+        L += ["", *reproduce.section(studies[0]["findings"], studies[1]["findings"], tuple(names))]
     same = all(len({_verdict(s["findings"]["findings"].get(k)) for s in studies}) == 1 for k in keys)
     best = {(s["findings"].get("common_compute") or {}).get("best") for s in studies}
     resolved = [(s["findings"].get("common_compute") or {}).get("resolved") for s in studies]
