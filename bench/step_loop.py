@@ -135,8 +135,11 @@ def _study_module(name: str):
 
 
 def bench_run(study, run, steps: int | None, burst: int, bursts: int, compiling: CompileClock,
-              program_log: ProgramLog, cooldowns: bool = False, seed: int | None = None) -> dict:
-    """One rung: the loop (train + checkpoint eval) and the step alone, side by side; with
+              program_log: ProgramLog, cooldowns: bool = False, seed: int | None = None,
+              eval_only: bool = False) -> dict:
+    """One rung: the loop (train + checkpoint eval) and the step alone, side by side (with
+    `eval_only`, the checkpoints outside the run's cooldown branch steps hold parameters only:
+    checkpoint.state_steps); with
     `cooldowns`, the study's cooldown branches of the run after them (trained and evaluated as
     runner.process_run does), timed apart."""
     import dataclasses
@@ -150,6 +153,9 @@ def bench_run(study, run, steps: int | None, burst: int, bursts: int, compiling:
         cfg.train.seed = int(seed)
     if steps:
         cfg.train.steps = int(steps)
+    if eval_only:
+        cooldown = _study_module("cooldown")
+        cfg.checkpoint.state_steps = ",".join(str(s) for s in cooldown.branch_steps(cfg, int(study.cooldown.points)))
     n = int(cfg.train.steps)
     clock = Clock()
     workdir = tempfile.mkdtemp(prefix=f"step_loop_{run.name}_")
@@ -226,6 +232,9 @@ def main():
     p.add_argument("--seed", type=int, default=None,
                    help="train.seed of every run (default: the preset's); a second invocation on the "
                         "same --compile_cache with another seed is a study's replicate seed")
+    p.add_argument("--eval_only_checkpoints", action="store_true",
+                   help="checkpoint.state_steps = each run's cooldown branch steps (the other "
+                        "checkpoints hold parameters only; the studies keep them all resumable)")
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
     as_worker(a.core)
@@ -262,7 +271,7 @@ def main():
     rows = []
     for run in runs:
         r = bench_run(study, run, a.steps or None, a.burst, a.bursts, compiling, program_log,
-                      a.cooldowns, a.seed)
+                      a.cooldowns, a.seed, a.eval_only_checkpoints)
         rows.append(r)
         if a.json:  # progress on stderr; the one JSON object at the end
             print(json.dumps(r), file=sys.stderr, flush=True)

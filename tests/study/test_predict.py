@@ -201,20 +201,21 @@ def test_a_ladder_that_cannot_predict_is_one_line(ladder, tmp_path, change, mess
     assert "\n" not in str(e.value)
 
 
-def test_a_ladder_planned_without_the_state_steps_is_the_same_runs(ladder, tmp_path):
-    """plan.txt written before checkpoint.state_steps existed (or with other state steps) still
-    names the ladder's runs; a changed rate does not."""
+def test_a_ladder_run_with_other_state_steps_is_the_same_runs(ladder, tmp_path):
+    """A ladder whose runs kept the optimizer state at other checkpoints
+    (--config.overrides.checkpoint.state_steps) trained the same runs; a changed rate did not."""
     import shutil
 
-    old = tmp_path / "old"
-    shutil.copytree(ladder[0], old)
-    plan = (old / files.STUDY_PLAN).read_text()
-    assert "--config.checkpoint.state_steps=" in plan
-    (old / files.STUDY_PLAN).write_text(re.sub(r" --config\.checkpoint\.state_steps=\S+", "", plan))
-    assert open_ladder(predict_study(str(old))).workdir == str(old)
-    (old / files.STUDY_PLAN).write_text(plan.replace("--config.optim.lr=", "--config.optim.lr=1", 1))
+    other = tmp_path / "other"
+    shutil.copytree(ladder[0], other)
+    plan = (other / files.STUDY_PLAN).read_text()
+    assert "--config.checkpoint.state_steps=" not in plan
+    (other / files.STUDY_PLAN).write_text(
+        plan.replace(" --config.optim.lr=", " --config.checkpoint.state_steps=512 --config.optim.lr="))
+    assert open_ladder(predict_study(str(other))).workdir == str(other)
+    (other / files.STUDY_PLAN).write_text(plan.replace("--config.optim.lr=", "--config.optim.lr=1", 1))
     with pytest.raises(PredictError, match="its plan.txt differs at"):
-        open_ladder(predict_study(str(old)))
+        open_ladder(predict_study(str(other)))
 
 
 @pytest.mark.parametrize("what, message", [

@@ -25,22 +25,6 @@ def test_save_schedule_dense_plus_log_spaced():
     assert ckpt.save_steps(c, 7) == {7}
 
 
-@pytest.mark.parametrize("name", ["cpu", "quick", "tune"])
-def test_a_study_keeps_the_state_where_its_cooldowns_branch(name):
-    """A study run's checkpoint.state_steps: its cooldown branch steps and the last; the other
-    checkpoints are eval-only (the studies' estimators read params alone)."""
-    from linscale_jax.study.presets import preset
-    from linscale_jax.study.scaling import cooldown, plan
-
-    study = preset(name)
-    for run in plan.build_plan(study, "/tmp/unused")[:3]:
-        c = run.config
-        held = ckpt.state_steps(c.checkpoint, int(c.train.steps))
-        branches = set(cooldown.branch_steps(c, int(study.cooldown.points)))
-        assert branches <= held and held == branches | {int(c.train.steps)}
-        assert held < ckpt.save_steps(c.checkpoint, int(c.train.steps))  # some eval-only
-
-
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     """A model with non-default weights written by save_model (what the converters do)."""

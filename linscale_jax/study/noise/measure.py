@@ -46,8 +46,7 @@ def run_config(study, arch: str, size: str, steps: int, every: int, seed: int):
     cfg.train.steps = int(steps)
     cfg.train.seed = int(seed)
     cfg.data.seed = int(seed)
-    cfg.checkpoint.update(every_steps=int(every), log_spaced=0, keep=0,
-                          state_steps="all")  # its cooldowns branch off the last checkpoints
+    cfg.checkpoint.update(every_steps=int(every), log_spaced=0, keep=0)
     cfg.name = f"{arch}-{size}-seed{seed}"
     return cfg
 

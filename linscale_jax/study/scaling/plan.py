@@ -148,23 +148,11 @@ def run_config(study, arch: str, size: str, seed: int = 0) -> ml_collections.Con
         raise ValueError(f"study.checkpoints={n_ckpt}: the envelope needs >= 2 checkpoints per run")
     cfg.checkpoint.every_steps = max(1, cfg.train.steps // n_ckpt)
     cfg.checkpoint.keep = 0
-    cfg.checkpoint.state_steps = state_steps(study, cfg)
     cfg.name = run_name(arch, size, seed)
     if seed:
         cfg.train.seed = int(cfg.train.seed) + seed
         cfg.data.seed = int(cfg.data.seed) + seed
     return cfg
-
-
-def state_steps(study, cfg) -> str:
-    """checkpoint.state_steps of a run: the steps its cooldown branches start from (the estimator
-    cooldown), whose checkpoints keep the optimizer and data position; the others are eval-only
-    (the last step keeps the state anyway, for a resume or a longer run)."""
-    from linscale_jax.study.scaling import cooldown
-
-    if "cooldown" not in [e.strip() for e in str(study.get("estimators", "")).split(",")]:
-        return ""
-    return ",".join(str(s) for s in cooldown.branch_steps(cfg, int(study.cooldown.points)))
 
 
 def command(study, cfg, workdir: str) -> str:
