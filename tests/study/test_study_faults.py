@@ -55,7 +55,7 @@ def _alive(pid: int) -> bool:
 @pytest.mark.slow  # a study trained twice over (killed, then resumed): about 2 min on 2 cores
 def test_a_second_study_is_refused_and_a_killed_driver_takes_its_workers_and_resumes(tmp_path):
     """A second study on a workdir in use: one line naming the first's pid and host, nothing
-    written, the first goes on. kill -9 of the first's driver: its pool workers end with it (none
+    written, the first goes on (its workers held meanwhile, so it cannot end first). kill -9 of the first's driver: its pool workers end with it (none
     goes on with the queue); the same command run at once takes over the dead study's lock, resumes
     the killed runs from their checkpoints and writes the table and report with every checkpoint."""
     preset, wd = write_preset(tmp_path, workers=2), tmp_path / "study"
@@ -66,6 +66,8 @@ def test_a_second_study_is_refused_and_a_killed_driver_takes_its_workers_and_res
         workers = [p.pid for p in psutil.Process(first.pid).children()
                    if "spawn_main" in " ".join(p.cmdline())]
         assert len(workers) == 2
+        for w in workers:  # held while the second study runs: a warm-cache study could finish meanwhile
+            psutil.Process(w).suspend()
         top = _top(wd)
         t0 = time.time()
         second = subprocess.run(study_cmd(preset, wd), cwd=ROOT, env=env(), capture_output=True, text=True,
@@ -78,6 +80,8 @@ def test_a_second_study_is_refused_and_a_killed_driver_takes_its_workers_and_res
         assert _top(wd) == top  # nothing written
         assert first.poll() is None and all(_alive(p) for p in workers)  # the first goes on
         seen = _checkpoints(wd)
+        for w in workers:
+            psutil.Process(w).resume()
         _wait(lambda: _checkpoints(wd) - seen, 600, "new checkpoint after the refusal")
     finally:
         first.kill()
