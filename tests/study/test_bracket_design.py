@@ -124,3 +124,20 @@ def test_a_lack_of_fit_against_an_assumed_seed_sd_renders_its_infinite_df():
     lof = dict(rms=0.005, sizes=5, df1=2, df2=None, F=0.0257, p=0.9746)
     assert _lof(dict(lack_of_fit=lof)) == "F 0.026 (2, ∞), p 0.97"
     assert _lof(dict(lack_of_fit=dict(lof, df2=8.0))) == "F 0.026 (2, 8), p 0.97"
+
+
+@pytest.mark.parametrize("text, message", [
+    (None, "cannot read"),
+    ('{"estimators": ["val_loss"], "design"', "is not valid JSON"),
+    ('{"estimators": ["val_loss"]}', "has no design"),
+])
+def test_a_study_without_readable_findings_is_one_line_naming_the_file(tmp_path, text, message):
+    from linscale_jax.study import files
+
+    path = files.study_path(str(tmp_path), files.FINDINGS_JSON)
+    if text is not None:
+        with open(path, "w") as f:
+            f.write(text)
+    with pytest.raises(Exception, match=message) as e:
+        bd.predict_study(str(tmp_path), [1e6, 1e6, 1e6])
+    assert "\n" not in str(e.value) and files.FINDINGS_JSON in str(e.value)

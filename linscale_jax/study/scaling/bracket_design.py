@@ -131,17 +131,16 @@ def predict_study(workdir: str, tokens: list, *, checkpoints: int = 12, draws: i
     FLOPs per token and its first step (fit table, design.fit_min_step; the tokens of that step at
     the smallest batch). tokens: each size's budget, ascending N (the study's sizes in order, as
     study.tokens_by_size would give them)."""
-    import json
-    import os
-
     from linscale_jax.fit.table import load
     from linscale_jax.study import files
+    from linscale_jax.study.inputs import read_json
 
     path = files.study_path(workdir, files.FINDINGS_JSON)
-    if not os.path.exists(path):
-        raise FitError(f"{path} does not exist; pass the workdir of a finished scaling study")
-    with open(path, encoding="utf-8") as fh:
-        found = json.load(fh)
+    fix = "pass the workdir of a finished scaling study (its join writes findings.json last)"
+    found = read_json(path, fix)
+    missing = [k for k in ("estimators", "design") if not found.get(k)]
+    if missing:
+        raise FitError(f"{path} has no {' or '.join(missing)}; {fix}")
     est = found["estimators"][0]
     d = found["design"]
     per_step = float(d["seq_len"]) * float(str(d["batch"]).split("..")[0])
