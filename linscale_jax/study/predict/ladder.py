@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import os
 import re
 
@@ -135,11 +134,14 @@ class Ladder:
 
 
 def _load_json(path: str, what: str) -> dict:
+    """The JSON object in `path` (study.inputs.read_json: one line naming the file when it is
+    missing, truncated, not an object or holds NaN), as a PredictError."""
+    from linscale_jax.study.inputs import InputError, read_json
+
     try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError) as e:
-        raise PredictError(f"{path} cannot be read ({e}); {what}") from None
+        return read_json(path, what)
+    except InputError as e:
+        raise PredictError(str(e)) from None
 
 
 def open_ladder(study) -> Ladder:
