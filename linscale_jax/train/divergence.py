@@ -1,15 +1,17 @@
 """Divergence: stop on a non-finite or exploding loss and name a checkpoint that is really good.
 
-    mon = Monitor(start_step)
+    mon = Monitor(start_step, math.log(vocab_size))
     mon.observe(step, loss, params_finite)  # a reason once diverged: the loop raises DivergenceError
     mon.health_metadata(step)               # {loss, running_loss}: stored in checkpoint metadata
 
 A loss is *exploding* when it exceeds FACTOR x the running loss (the median of the last WINDOW
-finite, non-exploding losses) on PERSIST steps in a row; a non-finite loss or non-finite parameters
-stop at once. One batch above FACTOR x is not a divergence: near a loss of zero a batch's mean over
-few target tokens is dominated by its rare wrong answers (a model at 98% MQAR accuracy, median
-batch loss 0.04, puts about one batch in 75 above 3x the median and recovers at the next step), so
-a single step's excursion marks its checkpoint as not good but lets training go on. The row logged
+finite, non-exploding losses). The run stops as diverged on a non-finite loss or non-finite
+parameters, on an exploding loss above `uniform` (ln V, a uniform guess over the vocabulary: the
+model has lost what it learnt), or on exploding losses PERSIST steps in a row or on the run's last
+steps (`at_end`). A lone step above FACTOR x but below ln V is not a divergence: near a loss of zero
+a batch's mean over few target tokens is dominated by its rare wrong answers (a model at 98% MQAR
+accuracy, median batch loss 0.04, puts about one batch in 75 above 3x the median and recovers at
+the next step), so it marks its checkpoint as not good and training goes on. The row logged
 at step s holds the loss of update s, i.e. the loss of the parameters after step s-1; so
 checkpoint s is good when the loss computed on its parameters (the loss of step s+1) is finite and
 within FACTOR of the running loss, and its parameters are finite. Checkpoints saved before this process started are judged by the loss and running loss stored in
@@ -42,8 +44,8 @@ class DivergenceError(UserError, FloatingPointError):
 
 
 class Monitor:
-    def __init__(self, start_step: int):
-        self.start = start_step
+    def __init__(self, start_step: int, uniform: float):
+        self.start, self.uniform = start_step, uniform  # ln V: a uniform guess's loss
         self.recent: list[float] = []
         self.healthy_after: dict[int, bool] = {}  # step s -> params after s gave a healthy loss
         self.params_ok: dict[int, bool] = {}
@@ -60,10 +62,10 @@ class Monitor:
         reason = None
         if not math.isfinite(loss):
             reason = f"loss is {loss}"
+        elif exploding and loss > self.uniform:
+            reason = self._exploded(run, f"and past ln V = {self.uniform:.4g}, a uniform guess's loss")
         elif len(self.above) >= PERSIST:
-            reason = (f"loss exploded past {FACTOR:g} x the running loss {run:.4g} on {PERSIST} steps in a "
-                      f"row (steps {self.above[0][0]}..{step}: "
-                      f"{', '.join(f'{v:.4g}' for _, v in self.above)})")
+            reason = self._exploded(run, f"on {PERSIST} steps in a row")
         elif not params_finite:
             reason = f"parameters became non-finite (loss {loss:.4g})"
         self.healthy_after[step - 1] = math.isfinite(loss) and not exploding
@@ -71,6 +73,15 @@ class Monitor:
         if reason is None and not exploding:
             self.recent = (self.recent + [loss])[-WINDOW:]
         return reason
+
+    def _exploded(self, run: float, where: str) -> str:
+        return (f"loss exploded past {FACTOR:g} x the running loss {run:.4g} {where} (steps "
+                f"{self.above[0][0]}..{self.above[-1][0]}: {', '.join(f'{v:.4g}' for _, v in self.above)})")
+
+    def at_end(self) -> str | None:
+        """The reason when the run's last steps are exploding (fewer than PERSIST of them, none after
+        to recover in): the run ends diverged, as it did when one step above FACTOR x stopped it."""
+        return self._exploded(self.running(), "on the run's last steps") if self.above else None
 
     def health_metadata(self, step: int, loss: float | None) -> dict:
         run = self.running()
