@@ -79,8 +79,8 @@ class Monitor:
                 f"{self.above[0][0]}..{self.above[-1][0]}: {', '.join(f'{v:.4g}' for _, v in self.above)})")
 
     def at_end(self) -> str | None:
-        """The reason when the run's last steps are exploding (fewer than PERSIST of them, none after
-        to recover in): the run ends diverged, as it did when one step above FACTOR x stopped it."""
+        """The reason when the run's last steps are exploding (fewer than PERSIST of them, with no step
+        after them to recover in): the run ends diverged; None otherwise."""
         return self._exploded(self.running(), "on the run's last steps") if self.above else None
 
     def health_metadata(self, step: int, loss: float | None) -> dict:
