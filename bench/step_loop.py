@@ -30,7 +30,8 @@ on one core it is taken from the step):
   dispatch    the Python calls that launch the steps (jit dispatch)
   metrics     metric rows: device->host fetches (after the step finished), rows written, progress
   checkpoint  checkpoint writes, their waits and checksum hashing
-  eval        checkpoint evaluation (loading, scoring) beyond its compilation
+  eval        checkpoint evaluation beyond its compilation: the trainer's scoring of its checkpoints
+              (dispatch and wait) and eval's loading and scoring of the rest
   other       the rest: start-up (locks, records, restore), the loop's own bookkeeping, the load
 (the instruments: bench/loop_parts.py)
 Wall seconds are those of a shared machine: the header prints the load average; ratios are

@@ -68,13 +68,15 @@ def _data_key(config, n: int) -> str:
                        n, jax.process_index(), jax.process_count(), stamps])
 
 
-_VAL_SETS: dict = {}  # _data_key -> (device batches, bytes), the few newest
+_VAL_SETS: dict = {}  # _data_key -> (host batches, bytes), the few newest
 
 
 def _validation_set(key: str, config, vocab, n: int) -> tuple[list[tuple], int]:
-    """This process's validation batches as device arrays (inputs, targets, segment_ids, weights),
-    and the UTF-8 bytes of their scored targets. Cached by `key` (_data_key): the checkpoints of a
-    run share one validation set, so it is read, packed and measured once per process."""
+    """This process's validation batches as host arrays (inputs, targets, segment_ids, weights: put
+    on the device by each call of the loss program, so that they hold no device arrays between
+    checkpoints: the trainer's memory row walks the live arrays at every log step), and the UTF-8
+    bytes of their scored targets. Cached by `key` (_data_key): the checkpoints of a run share one
+    validation set, so it is read, packed and measured once per process."""
     if key not in _VAL_SETS:
         _VAL_SETS[key] = _read_validation_set(config, vocab, n)
         for old in list(_VAL_SETS)[:-4]:
@@ -90,7 +92,7 @@ def _read_validation_set(config, vocab, n: int) -> tuple[list[tuple], int]:
         raise ValueError("data.eval_batches returned no validation batches; check config.data "
                          "(val_fraction > 0 and a corpus with enough documents)")
     mine = batches[jax.process_index()::jax.process_count()]
-    arrays = [tuple(jnp.asarray(b[k]) for k in ("inputs", "targets", "segment_ids", "weights")) for b in mine]
+    arrays = [tuple(np.asarray(b[k]) for k in ("inputs", "targets", "segment_ids", "weights")) for b in mine]
     return arrays, sum(target_bytes(b, vocab) for b in mine)
 
 
