@@ -28,12 +28,10 @@ class Clock:
         with self.lock:
             self.s[part] += seconds
 
-    def wrap(self, owner, name: str, part: str, clock=time.thread_time, settle=None, finish=None,
-             minus=None):
+    def wrap(self, owner, name: str, part: str, clock=time.thread_time, settle=None, minus=None):
         """owner.name timed into `part` by `clock` (default: the calling thread's CPU time).
-        settle(*args) runs first, untimed (a wait for the devices); finish(self_or_first_arg)
-        runs after, timed (a wait for what the call dispatched); minus() is a counter whose rise
-        during the call is taken off (compilation, a part of its own)."""
+        settle(*args) runs first, untimed (a wait for the devices); minus() is a counter whose
+        rise during the call is taken off (compilation, a part of its own)."""
         orig = getattr(owner, name)
 
         def timed(*args, **kw):
@@ -41,10 +39,7 @@ class Clock:
                 settle(*args)
             t, m = clock(), minus() if minus else 0.0
             try:
-                out = orig(*args, **kw)
-                if finish is not None:
-                    finish(*args)
-                return out
+                return orig(*args, **kw)
             finally:
                 self.add(part, clock() - t - ((minus() - m) if minus else 0.0))
 
@@ -56,8 +51,8 @@ def instrumented(clock: Clock, compiling=None):
     """The trainer's and eval's parts timed into `clock` (see the module docstring): the calling
     thread's CPU time, or the process's for calls made while the devices are idle (checkpoint
     writes, whose library works on threads of its own). The trainer's checkpoint scoring
-    (eval.checkpoint_scores) counts as eval: its dispatch timed with the devices idle before and
-    its programs waited for after, less the compilation inside (`compiling`: a CompileClock)."""
+    (eval.checkpoint_scores) counts as eval, timed with the devices idle before, less the
+    compilation inside (`compiling`: a CompileClock)."""
     import types
 
     import jax
@@ -96,13 +91,9 @@ def instrumented(clock: Clock, compiling=None):
         def idle(obj, step, params, meta):
             jax.block_until_ready(params)
 
-        def scored(obj, step, params, meta):
-            if step in obj.pending:
-                jax.block_until_ready(obj.pending[step][0].sums)
-
         patches += [
-            clock.wrap(scores.CheckpointScores, "dispatch", "eval", clock=process, settle=idle,
-                       finish=scored, minus=minus),
+            clock.wrap(scores.CheckpointScores, "score", "eval", clock=process, settle=idle,
+                       minus=minus),
             clock.wrap(scores.CheckpointScores, "write", "eval", clock=process),
         ]
     compiled = programs._compiled

@@ -2,14 +2,15 @@
 
     scores = CheckpointScores(config, workdir, val_batches)   # None or 0: off
     trainer.train(config, workdir, scores=scores)   # the trainer calls, at each checkpoint:
-    scores.dispatch(step, params, metadata)   # at the save: the loss program dispatched, not read
+    scores.score(step, params, metadata)      # at the save: the figures, held
     scores.write(steps)                       # once those checkpoints are finalised: their rows
 
 The row of step s is the `val_loss` row that `eval.runner.evaluate(workdir, tasks=("val_loss",),
 ctx_kwargs=dict(val_batches=val_batches))` writes to DIR/eval/results.jsonl after restoring the
 checkpoint, bit for bit: the model is built as load_model builds it (checkpoint.model_of_params: the
 same graph, state and placement), its parameters are the values the checkpoint stores, and the
-scoring is eval's own (eval.val_loss.dispatch / metrics: the same program, batches and sums). Eval
+scoring is eval's own (eval.val_loss.dispatch / metrics: the same program, batches and sums), read
+at once (no device arrays stay live until the write: the trainer's memory row walks them). Eval
 then finds the row done and restores nothing. A row is written only after its checkpoint is
 finalised (a failed or killed write leaves no row), a step already in the results (a resume that
 writes it again) is not scored twice, and a torn last line of a killed run is dropped first
@@ -44,9 +45,9 @@ class CheckpointScores:
         self.done = {int(r["step"]) for r in runner.read_results(self.workdir, repair=True)
                      if r.get("task") == "val_loss"}
 
-    def dispatch(self, step: int, params, metadata: dict) -> None:
+    def score(self, step: int, params, metadata: dict) -> None:
         """Score checkpoint `step` (its `params`, a pure dict of arrays, and the metadata it is
-        saved with): the loss program dispatched on the devices, read by `write`."""
+        saved with); `write` writes the row."""
         if not self.on:
             return
         if self.done is None:
@@ -59,23 +60,21 @@ class CheckpointScores:
         t0 = time.perf_counter()
         config = ckpt.config_from_metadata(metadata)  # the config eval reads back from the checkpoint
         model = ckpt.model_of_params(config, params)
-        self.pending[step] = (val_loss.dispatch(model, config, self.vocab, self.n), metadata,
-                              time.perf_counter() - t0)
+        figures = val_loss.metrics(val_loss.dispatch(model, config, self.vocab, self.n))
+        self.pending[step] = (figures, metadata, time.perf_counter() - t0)
 
     def write(self, steps) -> None:
-        """The rows of the finalised checkpoints `steps` scored by `dispatch`, appended to
+        """The rows of the finalised checkpoints `steps` scored by `score`, appended to
         DIR/eval/results.jsonl (and to the run's W&B run where train.wandb is set)."""
-        from linscale_jax.eval import runner, val_loss
+        from linscale_jax.eval import runner
         from linscale_jax.train import tracking
 
         rows = []
         for step in steps:
             if step not in self.pending:
                 continue
-            scoring, meta, seconds = self.pending.pop(step)
-            t0 = time.perf_counter()
-            metrics = val_loss.metrics(scoring)
-            row = runner.make_row("val_loss", meta, seconds + time.perf_counter() - t0, metrics)
+            figures, meta, seconds = self.pending.pop(step)
+            row = runner.make_row("val_loss", meta, seconds, figures)
             runner.append_row(self.workdir, row)
             self.done.add(step)
             rows.append(row)

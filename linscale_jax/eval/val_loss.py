@@ -2,7 +2,7 @@
 
     m = validation_loss(model, config, vocab, num_batches=None)
       -> {"val_loss", "val_ppl", "val_bpb", "val_tokens", "val_bytes"}
-    m = metrics(dispatch(model, config, vocab, num_batches))   # the same, dispatched now, read later
+    m = metrics(dispatch(model, config, vocab, num_batches))   # the same, without the memo
     m = averaged_validation_loss(model, config, vocab, workdir, step)   # + "avg_steps", "avg_from"
 
 Batches come from data.eval_batches(config, split="validation") — the run's task, tokenisation,
@@ -108,8 +108,8 @@ class Scoring(NamedTuple):
 
 def dispatch(model, config, vocab, num_batches: int | None = None) -> Scoring:
     """The loss program of `model` on the validation batches, dispatched back to back and not
-    waited for (validation_loss = metrics(dispatch(...)); the trainer scores a checkpoint's
-    parameters this way before its next step donates them)."""
+    waited for: validation_loss = metrics(dispatch(...)) without its memo of the last model scored
+    (eval.checkpoint_scores scores the trainer's parameters this way: the next step donates them)."""
     n = int(num_batches or config.train.get("eval_batches", 4) or 4)
     graphdef, params = nnx.split(model)
     arrays, nbytes = _validation_set(_data_key(config, n), config, vocab, n)

@@ -114,7 +114,7 @@ def train(config, workdir, init_from: str | None = None, devices=None,
     changes the run is refused unless allow_config_change; resume_step=N resumes from checkpoint N
     and moves later ones aside (0: start over). A signal (linscale_jax.run.signals) during the step
     loop saves a checkpoint and returns with `stopped` set; one before it raises Stopped.
-    scores: an object whose dispatch(step, params, metadata) the loop calls at each checkpoint's
+    scores: an object whose score(step, params, metadata) the loop calls at each checkpoint's
     save (the parameters before the next block donates them) and write(steps) once those
     checkpoints are finalised (linscale_jax.eval.checkpoint_scores: each checkpoint's val_loss row
     scored from the parameters in memory, eval's row bit for bit)."""
@@ -323,7 +323,7 @@ def _train(config, workdir, init_from, devices, guard, scores=None) -> dict:
                     ckpt.save(mngr, step, params, meta, opt_state=opt_state if full else None,
                               data_state=batches.state(step) if full else None)
                     if scores is not None:  # before the next block donates params
-                        scores.dispatch(step, params, meta)
+                        scores.score(step, params, meta)
                     unrecorded.append(step)
                     saving.started(step)
                 if reached:

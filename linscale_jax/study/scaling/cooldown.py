@@ -100,7 +100,7 @@ def cooldown(config, run_workdir: str, step: int, fraction: float, out_dir: str,
     scores = CheckpointScores(config, out_dir, val_batches)
     try:
         ckpt.save(mngr, final, params, meta)
-        scores.dispatch(final, params, meta)
+        scores.score(final, params, meta)
         mngr.wait_until_finished()
     finally:
         mngr.close()
