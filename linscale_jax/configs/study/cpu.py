@@ -24,8 +24,9 @@ from linscale_jax.study.presets import study_defaults
 
 def get_config():
     c = study_defaults("scaling")
-    c.sizes = "d16l2,d16,d32l2,d32,d48"  # the envelope brackets the optimum here (docs/results.md)
-    c.tokens = 3072 * 8 * 128.0  # every size, whatever its batch
+    c.sizes = "d32l2,d48l2,d64l2,d80l2,d96l2"  # one shape: depth 2, head dim 16, 2..6 heads
+    c.tokens = 3072 * 8 * 128.0  # the budget of a size tokens_by_size leaves out
+    c.tokens_by_size = "d32l2=6291456,d48l2=2856960,d64l2=1572864,d80l2=1013760,d96l2=712704"  # ~1/N
     c.checkpoints = 12
     c.workers = 2  # two runs at once, one per core (study.workers)
     c.overrides.optim.update(lr=3e-3, warmup_steps=64, schedule="constant", rule="tuned")
@@ -34,7 +35,7 @@ def get_config():
     c.eval.final_runs = "largest"  # NIAH + probe at chance below the largest size
     c.estimators = "val_loss,cooldown"  # the paper's estimator (the laws, plots), and cooldowns beside it
     c.cooldown.update(points=3, fraction=0.1, shape="1-sqrt")  # the last checkpoint, 1/2, 1/4
-    c.replicates.update(sizes="smallest", seeds=2)  # the seed sd per arch, measured in the study (8 df pooled)
+    c.replicates.update(sizes="d48l2,d96l2", seeds=1)  # the seed sd per arch, measured in the study (8 df pooled)
     c.noise.seed_sd = 0.05  # nats: assumed only for an arch without replicates
     c.fit.include_clamped = True
     return c
