@@ -1,17 +1,19 @@
 r"""The main job: the paper's scaling study (Shen et al. 2024) in miniature, 4 archs x 5 sizes on 2 CPU cores.
 
-llama, tnl, hgrn2 and cosformer2 at d16l2 d16 d32l2 d32 d48 of configs/ladder.py (non-embedding N
-6.7e3 .. 1.2e5; below d32 one head or two layers, head dim 16), each on 3,145,728 byte tokens of
-the embedded corpus with 12 checkpoints and two replicate seeds of d16l2 per arch (28 runs: the
-pooled seed sd rests on 8 df, so two studies' intervals agree in width within 1.5x in about two
-thirds of pairs, against half with one seed; docs/results.md "Loss estimators, verdicts and
-calibration"). Learning rate, batch and AdamW β2 per arch and size from the tuned rule
-(optim.rule=tuned: linscale_jax/train/tuned_rule.json, fitted by configs/study/tune.py): batch 4 x
-128 (6,144 steps),
-peak lr 8.5e-3 at d16l2 to 2.1e-3 at d48, β2 0.999, constant after a warmup of N tokens. Losses
-under val_loss and cooldown; laws, envelope bracketing, held-out check and the paper's findings
-in DIR/report.md. configs/study/cpu_paper.py trains the same runs at one rate (the paper's
-protocol); passing its workdir judges every finding under both protocols.
+llama, tnl, hgrn2 and cosformer2 on a ladder of one shape, d32l2 d48l2 d64l2 d80l2 d96l2 of
+configs/ladder.py (depth 2, head dim 16, 2 to 6 heads; non-embedding N 2.5e4 .. 2.3e5), each size
+on its own budget of byte tokens of the embedded corpus, about inversely proportional to N so every
+rung ends near one compute and the envelope brackets the optimum (study.tokens_by_size: 6.29M
+tokens at d32l2 down to 0.71M at d96l2; docs/results.md "Laws on a ladder of one shape"), with 12
+checkpoints and one replicate seed of d48l2 and of d96l2 per arch (28 runs: the pooled seed sd
+rests on 8 df from two rungs 4x apart in N). Learning rate, batch and AdamW β2 per arch and size
+from the tuned rule (optim.rule=tuned: linscale_jax/train/tuned_rule.json, fitted by
+configs/study/tune.py up to N 1.18e5 and applied up to d96l2's 2.3e5): batch 4 x 128 (12,288
+steps at d32l2 to 1,392 at d96l2), peak lr 4.4e-3 at d32l2 to 1.4e-3 at d96l2, β2 0.999, constant
+after a warmup of N tokens. Losses under val_loss and cooldown; laws, envelope bracketing,
+held-out check, backtest and the paper's findings in DIR/report.md. configs/study/cpu_paper.py
+trains the same runs at one rate (the paper's protocol); passing its workdir judges every finding
+under both protocols.
 
 Run it, which takes about 20 minutes on 2 idle cores (figures: docs/results.md "The main job"):
 
