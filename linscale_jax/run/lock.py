@@ -38,6 +38,7 @@ from linscale_jax.errors import Refusal
 LOCK_NAME = contract.LOCK
 HEARTBEAT_S = 30.0
 STALE_S = 300.0
+RELEASE_WAIT_S = 10.0  # a dead holder's flock outlives its pid while its other threads end
 
 
 class WorkdirLockedError(Refusal, RuntimeError):
@@ -73,6 +74,27 @@ def _remote(workdir) -> bool:
     return "://" in str(workdir)
 
 
+def _flock(f, mode: int, workdir, name: str = LOCK_NAME) -> None:
+    """fcntl.flock(f, mode | LOCK_NB); raises BlockingIOError while the lock is held. A holder on
+    this host whose pid is already gone or a zombie is still ending: the kernel drops its flock only
+    when the last of its threads has exited, which can lag the pid by a moment (a thread
+    group leader killed with SIGKILL shows as a zombie while its other threads still unwind). Such
+    a lock is retried for up to RELEASE_WAIT_S before it counts as held."""
+    deadline = time.time() + RELEASE_WAIT_S
+    while True:
+        try:
+            fcntl.flock(f, mode | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            h = read_holder(workdir, name) or {}
+            pid = h.get("pid")
+            ending = (h.get("host") == socket.gethostname() and isinstance(pid, int) and pid > 0
+                      and not pid_alive(pid))
+            if not ending or time.time() >= deadline:
+                raise
+            time.sleep(0.1)
+
+
 def check_free(workdir) -> None:
     """Raise WorkdirLockedError if a live trainer holds `workdir` (reads only)."""
     path = epath.Path(workdir) / LOCK_NAME
@@ -85,7 +107,7 @@ def check_free(workdir) -> None:
         return
     try:
         with open(path, "rb") as f:
-            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            _flock(f, fcntl.LOCK_SH, workdir)
             fcntl.flock(f, fcntl.LOCK_UN)
     except BlockingIOError:
         raise _refusal(workdir, h or {}) from None
@@ -107,7 +129,7 @@ def hold(workdir, enabled: bool = True, name: str = LOCK_NAME, refusal=_refusal)
     fd = None if _remote(workdir) else os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         if fd is not None:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _flock(fd, fcntl.LOCK_EX, workdir, name)
     except BlockingIOError:
         os.close(fd)
         raise refusal(workdir, read_holder(workdir, name) or {}) from None

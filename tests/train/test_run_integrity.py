@@ -155,6 +155,35 @@ def test_stale_lock_file_of_a_dead_pid_is_taken_over(run, capsys):
     assert f"stale lock of pid {dead.pid}" in capsys.readouterr().out
 
 
+
+_ENDING_HOLDER = r"""
+import fcntl, json, os, socket, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+fcntl.flock(fd, fcntl.LOCK_EX)
+os.write(fd, json.dumps(dict(host=socket.gethostname(), pid=os.getpid(), started="x",
+                             heartbeat=time.time())).encode())
+if os.fork() == 0:  # the child keeps the flock (one open file) for a moment after the pid is gone
+    time.sleep(float(sys.argv[2]))
+os._exit(0)
+"""
+
+
+def test_a_dead_holders_flock_that_lingers_is_waited_for_then_taken_over(tmp_path, monkeypatch, capsys):
+    """The kernel drops a killed trainer's flock when its last thread has exited, a moment after its
+    pid is gone (a zombie leader): check_free and hold wait RELEASE_WAIT_S for that, no longer."""
+    subprocess.run([sys.executable, "-c", _ENDING_HOLDER, str(tmp_path / workdir_lock.LOCK_NAME), "2"],
+                   check=True)
+    dead = workdir_lock.read_holder(tmp_path)["pid"]
+    monkeypatch.setattr(workdir_lock, "RELEASE_WAIT_S", 0.2)
+    with pytest.raises(workdir_lock.WorkdirLockedError, match=f"pid {dead} "):
+        workdir_lock.check_free(tmp_path)  # still held after 0.2 s
+    monkeypatch.setattr(workdir_lock, "RELEASE_WAIT_S", 30.0)
+    workdir_lock.check_free(tmp_path)
+    with workdir_lock.hold(tmp_path) as me:
+        assert me["pid"] == os.getpid()
+    assert f"stale lock of pid {dead}" in capsys.readouterr().out
+
+
 # ------------------------------------------------------------------ 3. verified checkpoints
 
 
