@@ -28,28 +28,31 @@ class Clock:
         with self.lock:
             self.s[part] += seconds
 
-    def wrap(self, owner, name: str, part: str, clock=time.thread_time, settle=None):
+    def wrap(self, owner, name: str, part: str, clock=time.thread_time, settle=None, minus=None):
         """owner.name timed into `part` by `clock` (default: the calling thread's CPU time).
-        settle(*args) runs first, untimed (a wait for the devices)."""
+        settle(*args) runs first, untimed (a wait for the devices); minus() is a counter whose
+        rise during the call is taken off (compilation, a part of its own)."""
         orig = getattr(owner, name)
 
         def timed(*args, **kw):
             if settle is not None:
                 settle(*args)
-            t = clock()
+            t, m = clock(), minus() if minus else 0.0
             try:
                 return orig(*args, **kw)
             finally:
-                self.add(part, clock() - t)
+                self.add(part, clock() - t - ((minus() - m) if minus else 0.0))
 
         return owner, name, orig, timed
 
 
 @contextlib.contextmanager
-def instrumented(clock: Clock):
+def instrumented(clock: Clock, compiling=None):
     """The trainer's and eval's parts timed into `clock` (see the module docstring): the calling
     thread's CPU time, or the process's for calls made while the devices are idle (checkpoint
-    writes, whose library works on threads of its own)."""
+    writes, whose library works on threads of its own). The trainer's checkpoint scoring
+    (eval.checkpoint_scores) counts as eval, timed with the devices idle before, less the
+    compilation inside (`compiling`: a CompileClock)."""
     import types
 
     import jax
@@ -78,6 +81,21 @@ def instrumented(clock: Clock):
         clock.wrap(async_save.Pending, "wait", "checkpoint", clock=process),
         clock.wrap(checksums, "record", "checkpoint"),
     ]
+    try:
+        from linscale_jax.eval import checkpoint_scores as scores
+    except ImportError:  # a checkout before the trainer scored its checkpoints
+        scores = None
+    if scores is not None:
+        minus = (lambda: compiling.seconds) if compiling is not None else None
+
+        def idle(obj, step, params, meta):
+            jax.block_until_ready(params)
+
+        patches += [
+            clock.wrap(scores.CheckpointScores, "score", "eval", clock=process, settle=idle,
+                       minus=minus),
+            clock.wrap(scores.CheckpointScores, "write", "eval", clock=process),
+        ]
     compiled = programs._compiled
 
     def dispatch_timed(key):

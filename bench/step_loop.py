@@ -3,6 +3,7 @@
     python bench/step_loop.py [--config=cpu] [--archs=llama,tnl,hgrn2,cosformer2]
                               [--sizes=d16l2,d16,d32l2,d32,d48] [--steps=N] [--core=0] [--json]
                               [--compile_cache=fresh|shared|DIR] [--seed=N] [--cooldowns]
+                              [--checkpoint_eval=trainer|restore|both]
 
 Each rung's run config is the preset's own (study.plan.build_plan: model, the tuned rule's lr,
 batch and beta2, log and checkpoint cadence, eval batches); --steps shortens a run to N steps and
@@ -10,8 +11,13 @@ keeps every cadence (default: the preset's steps). The process runs as a study w
 one core (--core), single-threaded XLA (study.backends.SINGLE_THREAD), the workers' malloc
 settings, huge pages, the persistent compilation cache. Per rung, in one process:
 
-  loop   trainer.train(config, workdir), then eval.runner.evaluate of every checkpoint with the
-         study's eval context (val_loss): runner.process_run's training and checkpoint evaluation
+  loop   trainer.train(config, workdir, scores=CheckpointScores(...)), then eval.runner.evaluate of every
+         checkpoint with the study's eval context (val_loss): runner.process_run's training and
+         checkpoint evaluation (the trainer scores each checkpoint's val_loss from its parameters
+         in memory, so eval finds the rows done). --checkpoint_eval=restore: the trainer scores
+         nothing and eval restores and scores each checkpoint; =both: one loop of each (trainer
+         first at the 1st, 3rd, ... rung, restore first at the others), each from fresh in-process caches (programs, models, validation sets; the
+         persistent compilation cache kept), beside one step alone: a row per loop
   step   the same compiled train step alone (trainer.compiled), dispatched back to back on one
          device batch; bursts before and after the loop, median per step
 
@@ -24,12 +30,13 @@ on one core it is taken from the step):
   dispatch    the Python calls that launch the steps (jit dispatch)
   metrics     metric rows: device->host fetches (after the step finished), rows written, progress
   checkpoint  checkpoint writes, their waits and checksum hashing
-  eval        checkpoint evaluation (loading, scoring) beyond its compilation
+  eval        checkpoint evaluation beyond its compilation: the trainer's scoring of its checkpoints
+              (dispatch and wait) and eval's loading and scoring of the rest
   other       the rest: start-up (locks, records, restore), the loop's own bookkeeping, the load
 (the instruments: bench/loop_parts.py)
 Wall seconds are those of a shared machine: the header prints the load average; ratios are
 measured side by side in one process.
---json prints one object {"rows": [{"arch", "size", "steps", "loop_tokens_per_sec",
+--json prints one object {"rows": [{"arch", "size", "checkpoint_eval", "steps", "loop_tokens_per_sec",
 "step_tokens_per_sec", "ratio", "parts": {part: seconds}, "programs": [{"name", "lower",
 "compile", "cache_hit"}]}], "load": [1, 5, 15 min]}: `programs` lists every program the run's loop,
 eval and cooldowns compiled, in order (wall seconds of lowering and of XLA's compilation or the
@@ -134,20 +141,75 @@ def _study_module(name: str):
         return importlib.import_module(f"linscale_jax.study.{name}")
 
 
-def bench_run(study, run, steps: int | None, burst: int, bursts: int, compiling: CompileClock,
-              program_log: ProgramLog, cooldowns: bool = False, seed: int | None = None,
-              eval_only: bool = False) -> dict:
-    """One rung: the loop (train + checkpoint eval) and the step alone, side by side (with
-    `eval_only`, the checkpoints outside the run's cooldown branch steps hold parameters only:
-    checkpoint.state_steps); with
-    `cooldowns`, the study's cooldown branches of the run after them (trained and evaluated as
-    runner.process_run does), timed apart."""
+def fresh_process_caches() -> None:
+    """The in-process caches of programs, models and validation sets emptied (the persistent
+    compilation cache kept): the next loop starts as a worker's first run of its shape."""
+    import jax
+
+    from linscale_jax.eval import val_loss
+    from linscale_jax.run import checkpoint as ckpt
+    from linscale_jax.train import loop as trainer
+
+    jax.clear_caches()
+    trainer.clear_caches()
+    for f in (val_loss.nll_fn, getattr(ckpt, "_model_parts", None), getattr(ckpt, "_rest_arrays", None)):
+        if f is not None:
+            f.cache_clear()
+    val_loss._VAL_SETS.clear()
+    val_loss._LAST.clear()
+
+
+def one_loop(study, run, cfg, compiling: CompileClock, program_log: ProgramLog, in_trainer: bool,
+             cooldowns: bool) -> dict:
+    """The loop of one run (train + checkpoint eval) in a scratch workdir: its CPU and wall
+    seconds, parts and programs. in_trainer: the trainer scores each checkpoint's val_loss from
+    its parameters in memory (train(..., scores=...), as the study's runner trains); else eval
+    restores every checkpoint and scores it."""
     import dataclasses
 
     from linscale_jax.eval.runner import evaluate
     from linscale_jax.train import loop as trainer
+    try:
+        from linscale_jax.eval.checkpoint_scores import CheckpointScores
+    except ImportError:  # a checkout before the trainer scored its checkpoints: restore only
+        CheckpointScores, in_trainer = None, False
 
     runner = _study_module("runner")
+    ctx = runner.eval_context(study, run)
+    clock = Clock()
+    workdir = tempfile.mkdtemp(prefix=f"step_loop_{run.name}_")
+    run = dataclasses.replace(run, workdir=workdir)
+    cool = {}
+    try:
+        c0, p0, w0 = compiling.seconds, time.process_time(), time.perf_counter()
+        i0 = len(program_log.rows)
+        with instrumented(clock, compiling), quiet():
+            scores = CheckpointScores(cfg, workdir, ctx["val_batches"]) if in_trainer else None
+            trainer.train(cfg, workdir, scores=scores)
+            c1, p1 = compiling.seconds, time.process_time()
+            evaluate(workdir, "all", runner.loss_tasks(study), ctx_kwargs=ctx, log=lambda m: None)
+        c2, p2, w2 = compiling.seconds, time.process_time(), time.perf_counter()
+        if cooldowns and "cooldown" in runner.estimators(study):
+            with quiet():
+                runner.run_cooldowns(study, run, ctx, log=lambda m: None)
+            cool = dict(cooldown_cpu_s=round(time.process_time() - p2, 2),
+                        cooldown_compile_s=round(compiling.seconds - c2, 2))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    parts = dict(clock.s, compile=c2 - c0, eval=clock.s["eval"] + max((p2 - p1) - (c2 - c1), 0.0))
+    return dict(cpu=p2 - p0, wall=w2 - w0, train_cpu=p1 - p0, parts=parts, cool=cool,
+                programs=program_log.since(i0))  # the loop's, eval's and cooldowns' programs
+
+
+def bench_run(study, run, steps: int | None, burst: int, bursts: int, compiling: CompileClock,
+              program_log: ProgramLog, cooldowns: bool = False, seed: int | None = None,
+              eval_only: bool = False, modes=("trainer",)) -> list[dict]:
+    """One rung: its loop once per mode of `modes` ("trainer": each checkpoint's val_loss scored
+    by the trainer from the parameters in memory, as the study trains; "restore": eval restores
+    and scores each checkpoint), each from fresh in-process caches, then the step alone once,
+    shared by the rows (with `eval_only`, the checkpoints outside the run's cooldown branch steps
+    hold parameters only: checkpoint.state_steps); with `cooldowns`, the study's cooldown branches
+    of the run after them (trained and evaluated as runner.process_run does), timed apart."""
     cfg = run.config
     if seed is not None:
         cfg.train.seed = int(seed)
@@ -157,41 +219,27 @@ def bench_run(study, run, steps: int | None, burst: int, bursts: int, compiling:
         cooldown = _study_module("cooldown")
         cfg.checkpoint.state_steps = ",".join(str(s) for s in cooldown.branch_steps(cfg, int(study.cooldown.points)))
     n = int(cfg.train.steps)
-    clock = Clock()
-    workdir = tempfile.mkdtemp(prefix=f"step_loop_{run.name}_")
-    run = dataclasses.replace(run, workdir=workdir)
-    cool = {}
-    try:
-        c0, p0, w0 = compiling.seconds, time.process_time(), time.perf_counter()
-        i0 = len(program_log.rows)
-        with instrumented(clock), quiet():
-            trainer.train(cfg, workdir)
-            c1, p1 = compiling.seconds, time.process_time()
-            evaluate(workdir, "all", runner.loss_tasks(study),
-                     ctx_kwargs=runner.eval_context(study, run), log=lambda m: None)
-        c2, p2, w2 = compiling.seconds, time.process_time(), time.perf_counter()
-        if cooldowns and "cooldown" in runner.estimators(study):
-            with quiet():
-                runner.run_cooldowns(study, run, runner.eval_context(study, run), log=lambda m: None)
-            cool = dict(cooldown_cpu_s=round(time.process_time() - p2, 2),
-                        cooldown_compile_s=round(compiling.seconds - c2, 2))
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    compiled = program_log.since(i0)  # the loop's, eval's and cooldowns' programs
-    step = step_alone(cfg, burst, bursts)  # after the loop: the loop pays the compilation
-    loop_s, loop_wall = p2 - p0, w2 - w0
-    parts = dict(clock.s, step=(step["cpu"] - step["dispatch"]) * n, compile=c2 - c0,
-                 eval=max((p2 - p1) - (c2 - c1), 0.0))
-    parts["other"] = loop_s - sum(v for k, v in parts.items() if k != "other")
+    loops = []
+    for mode in modes:
+        fresh_process_caches()
+        loops.append((mode, one_loop(study, run, cfg, compiling, program_log, mode == "trainer", cooldowns)))
+    step = step_alone(cfg, burst, bursts)  # after the loops: the loops pay the compilation
     tokens = n * int(cfg.train.batch_size) * int(cfg.train.seq_len)
-    return dict(arch=run.arch, size=run.size, steps=n, loop_tokens_per_sec=round(tokens / loop_s, 1),
-                step_tokens_per_sec=round(tokens / (step["cpu"] * n), 1),
-                ratio=round(step["cpu"] * n / loop_s, 3),
-                ratio_wall=round(step["wall"] * n / loop_wall, 3),
-                loop_cpu_s=round(loop_s, 2), loop_wall_s=round(loop_wall, 2),
-                train_cpu_s=round(p1 - p0, 2), **cool,
-                step_ms=round(step["cpu"] * 1e3, 3),
-                parts={k: round(v, 2) for k, v in parts.items()}, programs=compiled)
+    rows = []
+    for mode, lp in loops:
+        parts = dict(lp["parts"], step=(step["cpu"] - step["dispatch"]) * n)
+        parts["other"] = lp["cpu"] - sum(v for k, v in parts.items() if k != "other")
+        parts = {k: parts[k] for k in PARTS}
+        rows.append(dict(arch=run.arch, size=run.size, steps=n, checkpoint_eval=mode,
+                         loop_tokens_per_sec=round(tokens / lp["cpu"], 1),
+                         step_tokens_per_sec=round(tokens / (step["cpu"] * n), 1),
+                         ratio=round(step["cpu"] * n / lp["cpu"], 3),
+                         ratio_wall=round(step["wall"] * n / lp["wall"], 3),
+                         loop_cpu_s=round(lp["cpu"], 2), loop_wall_s=round(lp["wall"], 2),
+                         train_cpu_s=round(lp["train_cpu"], 2), **lp["cool"],
+                         step_ms=round(step["cpu"] * 1e3, 3),
+                         parts={k: round(v, 2) for k, v in parts.items()}, programs=lp["programs"]))
+    return rows
 
 
 def warm_up(config) -> None:
@@ -235,6 +283,10 @@ def main():
     p.add_argument("--eval_only_checkpoints", action="store_true",
                    help="checkpoint.state_steps = each run's cooldown branch steps (the other "
                         "checkpoints hold parameters only; the studies keep them all resumable)")
+    p.add_argument("--checkpoint_eval", default="trainer", choices=("trainer", "restore", "both"),
+                   help="who scores each checkpoint's val_loss: the trainer from the parameters in "
+                        "memory (as the study trains), eval after restoring it, or both, one loop "
+                        "each from fresh in-process caches (their order alternating by rung), sharing the step alone")
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
     as_worker(a.core)
@@ -265,19 +317,21 @@ def main():
               f"compilation cache {cache}; load average {load} on {os.cpu_count()} cores",
               flush=True)
         extra = " cooldowns CPU s |" if a.cooldowns else ""
-        print("| arch | size | steps | loop tok/s | step tok/s | ratio | " +
+        print("| arch | size | checkpoint eval | steps | loop tok/s | step tok/s | ratio | " +
               " | ".join(f"{k} s" for k in PARTS) + " |" + extra)
-        print("|---|---|---|---|---|---|" + "---|" * (len(PARTS) + bool(extra)), flush=True)
+        print("|---|---|---|---|---|---|---|" + "---|" * (len(PARTS) + bool(extra)), flush=True)
     rows = []
-    for run in runs:
-        r = bench_run(study, run, a.steps or None, a.burst, a.bursts, compiling, program_log,
-                      a.cooldowns, a.seed, a.eval_only_checkpoints)
-        rows.append(r)
-        if a.json:  # progress on stderr; the one JSON object at the end
-            print(json.dumps(r), file=sys.stderr, flush=True)
-        else:
-            print(f"| {r['arch']} | {r['size']} | {r['steps']} | {r['loop_tokens_per_sec']:,.0f} | "
-                  f"{r['step_tokens_per_sec']:,.0f} | {r['ratio']:.2f} | " +
+    modes = ("trainer", "restore") if a.checkpoint_eval == "both" else (a.checkpoint_eval,)
+    for i, run in enumerate(runs):  # with both: trainer first at even rungs, restore at odd ones
+        order = modes[::-1] if i % 2 else modes
+        for r in bench_run(study, run, a.steps or None, a.burst, a.bursts, compiling, program_log,
+                           a.cooldowns, a.seed, a.eval_only_checkpoints, order):
+            rows.append(r)
+            if a.json:  # progress on stderr; the one JSON object at the end
+                print(json.dumps(r), file=sys.stderr, flush=True)
+                continue
+            print(f"| {r['arch']} | {r['size']} | {r['checkpoint_eval']} | {r['steps']} | "
+                  f"{r['loop_tokens_per_sec']:,.0f} | {r['step_tokens_per_sec']:,.0f} | {r['ratio']:.2f} | " +
                   " | ".join(f"{r['parts'][k]:.2f}" for k in PARTS) + " |" +
                   (f" {r.get('cooldown_cpu_s', float('nan')):.2f} |" if a.cooldowns else ""), flush=True)
     if scratch_cache:

@@ -75,6 +75,17 @@ def read_results(workdir: str, repair: bool = False, out: str | None = None) -> 
     return rows
 
 
+def make_row(task: str, meta: dict, seconds: float, metrics: dict) -> dict:
+    """One results row: the task, the checkpoint metadata's table columns, the seconds, the metrics."""
+    return {"task": task, **{k: meta.get(k) for k in ROW_KEYS}, "eval_seconds": round(seconds, 3), **metrics}
+
+
+def append_row(workdir: str, row: dict, out: str | None = None) -> None:
+    """`row` appended to DIR/eval/results.jsonl (OUT/results.jsonl), one line, flushed."""
+    with open(results_path(workdir, out), "a", encoding="utf-8") as f:
+        f.write(json.dumps(row) + "\n")
+
+
 def parse_tasks(tasks) -> list[str]:
     names = contract.split_list(tasks)
     bad = [t for t in names if t not in TASKS]
@@ -194,11 +205,9 @@ def evaluate(workdir: str, steps="all", tasks=("val_loss",), ctx_kwargs: dict | 
             ctx.progress = _cell_progress(log, f"  step {step} {task}")
         t0 = time.time()
         metrics = TASKS[task](run, ctx)
-        row = {"task": task, **{k: meta.get(k) for k in ROW_KEYS}, "eval_seconds": round(time.time() - t0, 3),
-               **metrics}
+        row = make_row(task, meta, time.time() - t0, metrics)
         if primary:
-            with open(results_path(workdir, out), "a", encoding="utf-8") as f:
-                f.write(json.dumps(row) + "\n")
+            append_row(workdir, row, out)
         rows.append(row)
         elapsed = time.time() - t_start
         eta = elapsed / i * (len(todo) - i)

@@ -2,6 +2,7 @@
 
     m = validation_loss(model, config, vocab, num_batches=None)
       -> {"val_loss", "val_ppl", "val_bpb", "val_tokens", "val_bytes"}
+    m = metrics(dispatch(model, config, vocab, num_batches))   # the same, without the memo
     m = averaged_validation_loss(model, config, vocab, workdir, step)   # + "avg_steps", "avg_from"
 
 Batches come from data.eval_batches(config, split="validation") — the run's task, tokenisation,
@@ -21,6 +22,7 @@ import json
 import math
 import os
 from functools import partial
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -66,13 +68,15 @@ def _data_key(config, n: int) -> str:
                        n, jax.process_index(), jax.process_count(), stamps])
 
 
-_VAL_SETS: dict = {}  # _data_key -> (device batches, bytes), the few newest
+_VAL_SETS: dict = {}  # _data_key -> (host batches, bytes), the few newest
 
 
 def _validation_set(key: str, config, vocab, n: int) -> tuple[list[tuple], int]:
-    """This process's validation batches as device arrays (inputs, targets, segment_ids, weights),
-    and the UTF-8 bytes of their scored targets. Cached by `key` (_data_key): the checkpoints of a
-    run share one validation set, so it is read, packed and measured once per process."""
+    """This process's validation batches as host arrays (inputs, targets, segment_ids, weights: put
+    on the device by each call of the loss program, so that they hold no device arrays between
+    checkpoints: the trainer's memory row walks the live arrays at every log step), and the UTF-8
+    bytes of their scored targets. Cached by `key` (_data_key): the checkpoints of a run share one
+    validation set, so it is read, packed and measured once per process."""
     if key not in _VAL_SETS:
         _VAL_SETS[key] = _read_validation_set(config, vocab, n)
         for old in list(_VAL_SETS)[:-4]:
@@ -88,24 +92,34 @@ def _read_validation_set(config, vocab, n: int) -> tuple[list[tuple], int]:
         raise ValueError("data.eval_batches returned no validation batches; check config.data "
                          "(val_fraction > 0 and a corpus with enough documents)")
     mine = batches[jax.process_index()::jax.process_count()]
-    arrays = [tuple(jnp.asarray(b[k]) for k in ("inputs", "targets", "segment_ids", "weights")) for b in mine]
+    arrays = [tuple(np.asarray(b[k]) for k in ("inputs", "targets", "segment_ids", "weights")) for b in mine]
     return arrays, sum(target_bytes(b, vocab) for b in mine)
 
 
 _LAST: list = []  # [(data key, graphdef, state leaves, metrics)] of the last model scored
 
 
-def validation_loss(model, config, vocab, num_batches: int | None = None) -> dict:
+class Scoring(NamedTuple):
+    """A model's validation sums dispatched on the devices, not yet read (`dispatch`, `metrics`)."""
+
+    sums: list  # [(nll sum, weight sum)] per batch: float32 device scalars
+    nbytes: int  # the UTF-8 bytes of the scored targets
+
+
+def dispatch(model, config, vocab, num_batches: int | None = None) -> Scoring:
+    """The loss program of `model` on the validation batches, dispatched back to back and not
+    waited for: validation_loss = metrics(dispatch(...)) without its memo of the last model scored
+    (eval.checkpoint_scores scores the trainer's parameters this way: the next step donates them)."""
     n = int(num_batches or config.train.get("eval_batches", 4) or 4)
-    key = _data_key(config, n)
     graphdef, params = nnx.split(model)
-    leaves = jax.tree.leaves(params)
-    if _LAST and _LAST[0][:2] == (key, graphdef) and len(_LAST[0][2]) == len(leaves) \
-            and all(a is b for a, b in zip(_LAST[0][2], leaves)):
-        return dict(_LAST[0][3])  # the same (immutable) arrays on the same batches: scored already
-    arrays, nbytes = _validation_set(key, config, vocab, n)
+    arrays, nbytes = _validation_set(_data_key(config, n), config, vocab, n)
     step = nll_fn(graphdef)
-    sums = [step(params, *b) for b in arrays]  # dispatched back to back, read once
+    return Scoring([step(params, *b) for b in arrays], nbytes)
+
+
+def metrics(scoring: Scoring) -> dict:
+    """The figures of a dispatched scoring (read once: the one device->host transfer)."""
+    sums, nbytes = scoring.sums, scoring.nbytes
     nll = sum(float(s) for s, _ in sums)
     tokens = sum(float(w) for _, w in sums)
     if jax.process_count() > 1:
@@ -119,10 +133,21 @@ def validation_loss(model, config, vocab, num_batches: int | None = None) -> dic
     loss = nll / tokens
     if not math.isfinite(loss):
         raise FloatingPointError(f"validation loss is {loss}; the checkpoint has non-finite weights")
-    metrics = {"val_loss": loss, "val_ppl": math.exp(loss), "val_bpb": nll / (math.log(2) * max(nbytes, 1)),
-               "val_tokens": int(tokens), "val_bytes": nbytes}
-    _LAST[:] = [(key, graphdef, leaves, metrics)]
-    return dict(metrics)
+    return {"val_loss": loss, "val_ppl": math.exp(loss), "val_bpb": nll / (math.log(2) * max(nbytes, 1)),
+            "val_tokens": int(tokens), "val_bytes": nbytes}
+
+
+def validation_loss(model, config, vocab, num_batches: int | None = None) -> dict:
+    n = int(num_batches or config.train.get("eval_batches", 4) or 4)
+    key = _data_key(config, n)
+    graphdef, params = nnx.split(model)
+    leaves = jax.tree.leaves(params)
+    if _LAST and _LAST[0][:2] == (key, graphdef) and len(_LAST[0][2]) == len(leaves) \
+            and all(a is b for a, b in zip(_LAST[0][2], leaves)):
+        return dict(_LAST[0][3])  # the same (immutable) arrays on the same batches: scored already
+    out = metrics(dispatch(model, config, vocab, n))
+    _LAST[:] = [(key, graphdef, leaves, out)]
+    return dict(out)
 
 
 AVG_FRACTION = 0.25  # val_loss_avg: average the checkpoints of the last quarter of the steps so far

@@ -328,8 +328,6 @@ def load_model(workdir, step: int | None = None, devices=None):
 
     The params land replicated on `devices` (see target_shardings: one device by default), whatever
     mesh and process count wrote the checkpoint."""
-    from linscale_jax.models import ModelConfig
-
     workdir, step = resolve(workdir, step)
     if not as_path(workdir).is_dir():
         raise FileNotFoundError(f"workdir {workdir} does not exist.")
@@ -343,8 +341,7 @@ def load_model(workdir, step: int | None = None, devices=None):
     elif step not in steps:
         raise FileNotFoundError(f"no complete checkpoint at step {step}; complete steps: {steps}")
     config = config_from_metadata(load_metadata(workdir, step))
-    cfg = ModelConfig.from_config(config.model)
-    seed = int(config.train.get("seed", 0)) if "train" in config else 0
+    cfg, seed = _model_key(config)
     parts = _model_parts(cfg, seed)
     mngr = manager(workdir, read_only=True)
     try:
@@ -353,6 +350,25 @@ def load_model(workdir, step: int | None = None, devices=None):
         mngr.close()
     model = nnx.merge(parts.graphdef, r["params"], _rest_state(cfg, seed))
     return model, config, r["metadata"]
+
+
+def _model_key(config):
+    """(ModelConfig, seed) of a checkpoint's config: what its model's structure and state follow."""
+    from linscale_jax.models import ModelConfig
+
+    seed = int(config.train.get("seed", 0)) if "train" in config else 0
+    return ModelConfig.from_config(config.model), seed
+
+
+def model_of_params(config, params, devices=None):
+    """The model load_model builds for a checkpoint of `config` holding `params` (a pure dict of
+    arrays, e.g. the trainer's in memory: copied to load_model's placement, target_shardings), in
+    one process: the same graph, state and parameter values as the restored checkpoint's."""
+    cfg, seed = _model_key(config)
+    parts = _model_parts(cfg, seed)
+    placed = jax.device_put(params, jax.tree.map(lambda a: a.sharding,
+                                                 target_shardings(parts.abstract_params, devices)))
+    return nnx.merge(parts.graphdef, placed, _rest_state(cfg, seed))
 
 
 def save_model(workdir, model, config, step: int = 0, metadata: dict | None = None) -> epath.Path:
@@ -369,5 +385,5 @@ def save_model(workdir, model, config, step: int = 0, metadata: dict | None = No
     return ckpt_dir(workdir) / str(step)
 
 
-__all__ = ["as_path", "holds_state", "state_steps", "EVAL_ONLY", "target_shardings", "list_steps", "load_metadata", "load_model", "save_model", "save_steps", "manager",
+__all__ = ["as_path", "holds_state", "state_steps", "EVAL_ONLY", "target_shardings", "list_steps", "load_metadata", "load_model", "model_of_params", "save_model", "save_steps", "manager",
            "restore", "save", "make_metadata", "config_from_metadata"]

@@ -22,7 +22,9 @@ JAX's preemption sync service (linscale_jax.train.preemption), a host-side call,
 Checkpoint checksums are hashed per process in a background thread
 (linscale_jax.run.checksums.Recorder). Checkpoints outside checkpoint.state_steps are eval-only
 (parameters and metadata; linscale_jax.run.checkpoint.state_steps); a resume starts from the newest
-one with the training state.
+one with the training state. train(..., scores=CheckpointScores(...)) scores each checkpoint's
+val_loss from the parameters in memory and writes its eval row once the checkpoint is finalised
+(linscale_jax.eval.checkpoint_scores), so eval restores nothing for it.
 """
 
 from __future__ import annotations
@@ -104,24 +106,29 @@ def _say(msg: str) -> None:
 
 
 def train(config, workdir, init_from: str | None = None, devices=None,
-          resume_step: int | None = None, allow_config_change: bool = False) -> dict:
+          resume_step: int | None = None, allow_config_change: bool = False,
+          scores=None) -> dict:
     """Train (or resume) the run in `workdir`; returns {step, losses: {step: loss}, stopped}.
 
     The workdir is locked, checked and repaired first (linscale_jax.run.integrity): a config that
     changes the run is refused unless allow_config_change; resume_step=N resumes from checkpoint N
     and moves later ones aside (0: start over). A signal (linscale_jax.run.signals) during the step
-    loop saves a checkpoint and returns with `stopped` set; one before it raises Stopped."""
+    loop saves a checkpoint and returns with `stopped` set; one before it raises Stopped.
+    scores: an object whose score(step, params, metadata) the loop calls at each checkpoint's
+    save (the parameters before the next block donates them) and write(steps) once those
+    checkpoints are finalised (linscale_jax.eval.checkpoint_scores: each checkpoint's val_loss row
+    scored from the parameters in memory, eval's row bit for bit)."""
     check_model(config)  # every model option, against train.seq_len, before the workdir is touched
     ckpt.state_steps(config.checkpoint, int(config.train.steps))  # a bad state_steps, likewise
     try:
         with integrity.guard(config, workdir, init_from, resume_step, allow_config_change) as g:
-            return _train(config, workdir, init_from, devices, g)
+            return _train(config, workdir, init_from, devices, g, scores)
     except signals.Interrupted as e:  # before the step loop: nothing to save
         raise Stopped(f"{e}: stopped before the first step, nothing to save; re-run the same "
                       "command to continue.") from None
 
 
-def _train(config, workdir, init_from, devices, guard) -> dict:
+def _train(config, workdir, init_from, devices, guard, scores=None) -> dict:
     from linscale_jax import data
     from linscale_jax.models import accounting
 
@@ -260,6 +267,8 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
         saving.wait(step)  # names the checkpoint whose write failed
         for s in unrecorded:
             recorder.submit(ckpt.ckpt_dir(workdir) / str(s))
+        if scores is not None:  # their rows, now that the checkpoints are finalised
+            scores.write(unrecorded)
         unrecorded.clear()
 
     with Preemption() as preemption:  # from here a signal is a stop at the next block's end
@@ -310,9 +319,11 @@ def _train(config, workdir, init_from, devices, guard) -> dict:
                     full = state_at is None or step in state_at or preempted or reached
                     if not full:  # eval-only: what eval reads (checkpoint.state_steps)
                         extra[ckpt.EVAL_ONLY] = True
-                    ckpt.save(mngr, step, params, ckpt.make_metadata(config, step, extra),
-                              opt_state=opt_state if full else None,
+                    meta = ckpt.make_metadata(config, step, extra)
+                    ckpt.save(mngr, step, params, meta, opt_state=opt_state if full else None,
                               data_state=batches.state(step) if full else None)
+                    if scores is not None:  # before the next block donates params
+                        scores.score(step, params, meta)
                     unrecorded.append(step)
                     saving.started(step)
                 if reached:

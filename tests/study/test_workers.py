@@ -194,6 +194,7 @@ def test_a_finished_run_whose_config_changed_is_refused_with_the_trainers_line(t
     from linscale_jax.models import ModelConfig, build_model
     from linscale_jax.run import checkpoint as ckpt
     from linscale_jax.run.identity import RunIdentityError
+    from linscale_jax.study import presets
     from linscale_jax.train import loop as trainer
     from linscale_jax.study.scaling import runner
 
@@ -205,7 +206,8 @@ def test_a_finished_run_whose_config_changed_is_refused_with_the_trainers_line(t
     with pytest.raises(RunIdentityError) as train_refused:  # what `python -m linscale_jax.train` says
         trainer.train(run.config, run.workdir)
     assert "optim.lr 0.01 -> 0.003" in str(train_refused.value)
-    out = workers.run_parallel({}, [run], {run.name: False}, 1, runner.process_run, log=lambda m: None)
+    study = presets.preset("quick")  # process_run reads its eval settings before training
+    out = workers.run_parallel(study, [run], {run.name: False}, 1, runner.process_run, log=lambda m: None)
     assert out["stopped"] == [] and out["signal"] is None
     assert out["failed"] == {run.name: f"{train_refused.value} (log: {run.workdir}/study.log)"}
     assert out["errors"] == {run.name: RunIdentityError}  # the class travels back, not a message prefix

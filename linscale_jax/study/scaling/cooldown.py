@@ -58,15 +58,17 @@ def branch_steps(config, points: int) -> list[int]:
 
 
 def cooldown(config, run_workdir: str, step: int, fraction: float, out_dir: str,
-             shape: str = "1-sqrt") -> str:
+             shape: str = "1-sqrt", val_batches: int | None = None) -> str:
     """Train the cooldown branch of `run_workdir`'s checkpoint `step` into `out_dir` (see module);
-    a branch already saved there is kept."""
+    a branch already saved there is kept. val_batches=N: the branch checkpoint's val_loss row
+    scored from the parameters in memory (eval.checkpoint_scores), as the trainer does."""
     import jax
 
     from linscale_jax import data
     from linscale_jax.run import checkpoint as ckpt
     from linscale_jax.run import checksums
     from linscale_jax.train import loop as trainer
+    from linscale_jax.eval.checkpoint_scores import CheckpointScores
 
     if str(config.optim.schedule) != "constant" or step < int(config.optim.warmup_steps):
         raise ValueError(f"cooldowns branch off a constant rate after the warmup; got optim.schedule="
@@ -95,11 +97,14 @@ def cooldown(config, run_workdir: str, step: int, fraction: float, out_dir: str,
     meta = ckpt.make_metadata(config, final, dict(cooldown_from=int(step), cooldown_steps=k,
                                                   cooldown_shape=shape))
     mngr = ckpt.manager(out_dir)
+    scores = CheckpointScores(config, out_dir, val_batches)
     try:
         ckpt.save(mngr, final, params, meta)
+        scores.score(final, params, meta)
         mngr.wait_until_finished()
     finally:
         mngr.close()
+    scores.write([final])  # once the checkpoint is finalised
     if jax.process_index() == 0:
         checksums.record(ckpt.ckpt_dir(out_dir) / str(final))
     return out_dir

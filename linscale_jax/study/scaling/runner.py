@@ -127,7 +127,8 @@ def run_cooldowns(study, run, ctx, log=_print) -> None:
     c = study.cooldown
     for step in cooldown.branch_steps(run.config, int(c.points)):
         out = os.path.join(run.workdir, files.COOLDOWNS, str(step))
-        cooldown.cooldown(run.config, run.workdir, step, float(c.fraction), out, shape=str(c.shape))
+        cooldown.cooldown(run.config, run.workdir, step, float(c.fraction), out, shape=str(c.shape),
+                          val_batches=ctx["val_batches"])  # its val_loss row scored in memory
         evaluate(out, "all", ("val_loss",), ctx_kwargs=ctx, log=log)
 
 
@@ -153,13 +154,16 @@ def process_run(study, run, log=_print, final: bool = True) -> None:
     eval, and the compile share of each) to <run>/timing.jsonl. A run whose checkpoints hold
     another config is refused, finished or not, with the trainer's line (identity.RunIdentityError;
     an application error on every backend: never retried)."""
+    from linscale_jax.eval.checkpoint_scores import CheckpointScores
     from linscale_jax.eval.runner import evaluate
     from linscale_jax.train import loop as trainer
 
     c0, t0 = _compile_clock(), time.time()
+    ctx = eval_context(study, run)
     trained_here = not trained(run)
-    if trained_here:
-        summary = trainer.train(run.config, run.workdir)
+    if trained_here:  # each checkpoint's val_loss row scored by the trainer (eval restores none)
+        summary = trainer.train(run.config, run.workdir,
+                                scores=CheckpointScores(run.config, run.workdir, ctx["val_batches"]))
         if summary.get("stopped"):
             raise Stopped(f"[study] stopped by {summary['stopped']}: {run.name} saved its checkpoint at "
                           f"step {summary['step']}; re-run the same command to resume.")
@@ -167,7 +171,6 @@ def process_run(study, run, log=_print, final: bool = True) -> None:
         check_config(run)
         log(f"[study] {run.name}: trained already ({run.steps} steps), skipping training")
     c1, t1 = _compile_clock(), time.time()
-    ctx = eval_context(study, run)
     evaluate(run.workdir, "all", loss_tasks(study), ctx_kwargs=ctx, log=log)
     if final:
         evaluate(run.workdir, "last", final_tasks(study, run), ctx_kwargs=ctx, log=log)
