@@ -132,8 +132,7 @@ def _e(r: dict) -> str:
     if prof and prof["not_rejected"] is None and all(p is not None for p in prof["p"]):
         return out + "; every E rejected"
     if prof and prof["not_rejected"] is not None:
-        lo, hi = prof["not_rejected"]
-        return out + (f"; identified: [{lo:.2g}, {hi:.2g}]" if prof["identified"] else f"; **not identified**: any E ≤ {hi:.2g}")
+        return out + "; " + e_text(r).replace("not identified", "**not identified**")
     return out
 
 
@@ -143,7 +142,9 @@ def e_text(r: dict) -> str | None:
     if not prof or prof["not_rejected"] is None:
         return None
     lo, hi = prof["not_rejected"]
-    return f"E identified [{lo:.2g}, {hi:.2g}]" if prof["identified"] else f"E not identified (any E <= {hi:.2g} fits)"
+    if not prof["identified"]:
+        return f"E not identified (any E <= {hi:.2g} fits)"
+    return f"E identified [{lo:.2g}, {hi:.2g}]" if hi > lo else f"only E = {lo:.2g} of the grid fits"
 
 
 def on_law(r: dict) -> bool:
