@@ -1,14 +1,20 @@
 """Divergence: stop on a non-finite or exploding loss and name a checkpoint that is really good.
 
-    mon = Monitor(start_step)
-    mon.observe(step, loss, params_finite)  # raises DivergenceError after the first bad step
+    mon = Monitor(start_step, math.log(vocab_size))
+    mon.observe(step, loss, params_finite)  # a reason once diverged: the loop raises DivergenceError
     mon.health_metadata(step)               # {loss, running_loss}: stored in checkpoint metadata
 
 A loss is *exploding* when it exceeds FACTOR x the running loss (the median of the last WINDOW
-finite, non-exploding losses). The row logged at step s holds the loss of update s, i.e. the loss
-of the parameters after step s-1; so checkpoint s is good when the loss computed on its parameters
-(the loss of step s+1) is finite and within FACTOR of the running loss, and its parameters are
-finite. Checkpoints saved before this process started are judged by the loss and running loss stored in
+finite, non-exploding losses). The run stops as diverged on a non-finite loss or non-finite
+parameters, on an exploding loss above `uniform` (ln V, a uniform guess over the vocabulary: the
+model has lost what it learnt), or on exploding losses PERSIST steps in a row or on the run's last
+steps (`at_end`). A lone step above FACTOR x but below ln V is not a divergence: near a loss of zero
+a batch's mean over few target tokens is dominated by its rare wrong answers (a model at 98% MQAR
+accuracy, median batch loss 0.04, puts about one batch in 75 above 3x the median and recovers at
+the next step), so it marks its checkpoint as not good and training goes on. The row logged
+at step s holds the loss of update s, i.e. the loss of the parameters after step s-1; so
+checkpoint s is good when the loss computed on its parameters (the loss of step s+1) is finite and
+within FACTOR of the running loss, and its parameters are finite. Checkpoints saved before this process started are judged by the loss and running loss stored in
 their metadata; one without a loss (params only, written by `checkpoint.save_model`) is a starting
 point and counts as good. The trainer waits for pending async saves, then names the newest good checkpoint
 and the exact command that resumes from it (`--resume_step=N`) with a lower learning rate;
@@ -24,6 +30,7 @@ from linscale_jax.errors import UserError
 
 FACTOR = 3.0
 WINDOW = 20
+PERSIST = 3  # steps in a row above FACTOR x the running loss that make a divergence
 LR_CUT = 10.0  # suggested lr: min(optim.lr, the good checkpoint's lr) / LR_CUT, at most LR_CAP
 LR_CAP = 1e-3  # above 1e-2 no AdamW LM here trains (presets use <= 3e-3): do not suggest 1e5
 
@@ -37,30 +44,44 @@ class DivergenceError(UserError, FloatingPointError):
 
 
 class Monitor:
-    def __init__(self, start_step: int):
-        self.start = start_step
+    def __init__(self, start_step: int, uniform: float):
+        self.start, self.uniform = start_step, uniform  # ln V: a uniform guess's loss
         self.recent: list[float] = []
         self.healthy_after: dict[int, bool] = {}  # step s -> params after s gave a healthy loss
         self.params_ok: dict[int, bool] = {}
+        self.above: list[tuple[int, float]] = []  # the current run of (step, loss) above FACTOR x
 
     def running(self) -> float | None:
         return statistics.median(self.recent) if self.recent else None
 
     def observe(self, step: int, loss: float, params_finite: bool) -> str | None:
-        """Record step `step`; returns a reason string when it is diverged (None: healthy)."""
+        """Record step `step`; returns a reason string when it is diverged (None: training goes on)."""
         run = self.running()
+        exploding = math.isfinite(loss) and run is not None and loss > FACTOR * run
+        self.above = self.above + [(step, loss)] if exploding else []
         reason = None
         if not math.isfinite(loss):
             reason = f"loss is {loss}"
-        elif run is not None and loss > FACTOR * run:
-            reason = f"loss {loss:.4g} exploded past {FACTOR:g} x the running loss {run:.4g}"
+        elif exploding and loss > self.uniform:
+            reason = self._exploded(run, f"and past ln V = {self.uniform:.4g}, a uniform guess's loss")
+        elif len(self.above) >= PERSIST:
+            reason = self._exploded(run, f"on {PERSIST} steps in a row")
         elif not params_finite:
             reason = f"parameters became non-finite (loss {loss:.4g})"
-        self.healthy_after[step - 1] = reason is None or reason.startswith("parameters")
+        self.healthy_after[step - 1] = math.isfinite(loss) and not exploding
         self.params_ok[step] = bool(params_finite)
-        if reason is None:
+        if reason is None and not exploding:
             self.recent = (self.recent + [loss])[-WINDOW:]
         return reason
+
+    def _exploded(self, run: float, where: str) -> str:
+        return (f"loss exploded past {FACTOR:g} x the running loss {run:.4g} {where} (steps "
+                f"{self.above[0][0]}..{self.above[-1][0]}: {', '.join(f'{v:.4g}' for _, v in self.above)})")
+
+    def at_end(self) -> str | None:
+        """The reason when the run's last steps are exploding (fewer than PERSIST of them, with no step
+        after them to recover in): the run ends diverged; None otherwise."""
+        return self._exploded(self.running(), "on the run's last steps") if self.above else None
 
     def health_metadata(self, step: int, loss: float | None) -> dict:
         run = self.running()

@@ -219,7 +219,7 @@ def _train(config, workdir, init_from, devices, guard, scores=None) -> dict:
     profile = metrics_lib.Profile(tr.get("profile_steps", ""), workdir)
     recorder = checksums.Recorder(jax.process_index(), jax.process_count())
     losses, pending, stopped, unrecorded = {}, [], None, []
-    monitor = divergence.Monitor(step)
+    monitor = divergence.Monitor(step, float(np.log(int(config.model.vocab_size))))
     saving = async_save.Pending(mngr, workdir)  # a failed background write stops the step it fails
     feed, batch0 = None, None
 
@@ -334,6 +334,10 @@ def _train(config, workdir, init_from, devices, guard, scores=None) -> dict:
                     _say(f"{stopped}: saved checkpoint at step {step}; re-run the same command to "
                          "resume.")
                     break
+            else:  # the last step: a loss still exploding there has no step left to recover in
+                if monitor.at_end():
+                    raise divergence.diverged(monitor, step, monitor.at_end(), float(row["grad_norm"]),
+                                              workdir, mngr, float(config.optim.lr))
         finally:
             if feed is not None:
                 feed.close()

@@ -40,7 +40,7 @@ def test_hybrid_gdn_and_state_labels_build_at_the_study_depth(tmp_path):
     assert runs["gdn+hybrid=3:1"].state_floats == round((3 * gdn + kv) / 4)
     assert runs["gdn+expand_v=1"].state_floats < gdn and runs["gdn+expand_v=1"].variant == "expand_v=1"
     assert runs["tnl+n_heads=1"].config.model.n_heads == 1 and runs["tnl+n_heads=1"].state_floats == 16 * 16
-    assert {r.steps for r in runs.values()} == {3000}  # equal steps: the control's too
+    assert {r.steps for r in runs.values()} == {4000}  # equal steps: the control's too
 
 
 def test_study_model_changes_reach_every_label_and_the_label_wins(tmp_path):
