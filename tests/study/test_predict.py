@@ -121,6 +121,20 @@ def test_the_rungs_bracket_the_optimum_at_4x_the_ladder(ladder, lad, planned):
     assert experiment.plan(study, P)[1].name == runs[1].name  # made once: the stored prediction is reused
 
 
+
+def test_a_rung_trains_the_predictions_budget_not_the_ladders_budget_of_its_size(lad):
+    """A ladder with a budget per size (study.tokens_by_size, as the main job's) predicts at one
+    compute: a rung of a size the ladder budgeted trains the prediction's tokens all the same."""
+    import dataclasses
+
+    from linscale_jax.study.predict import protocol
+
+    study = lad.study.copy_and_resolve_references()
+    study.tokens_by_size = "d32=123456"
+    cfg, _ = protocol.rung_config(dataclasses.replace(lad, study=study), "llama", "d32", 2.0e6, "extrapolate")
+    step = cfg.train.batch_size * cfg.train.seq_len
+    assert 2.0e6 <= cfg.train.steps * step < 2.0e6 + step
+
 def _fake_results(run, loss: float):
     ev = Path(run.workdir) / "eval"
     ev.mkdir(parents=True, exist_ok=True)
