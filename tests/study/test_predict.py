@@ -1,6 +1,7 @@
-"""The predict kind on a finished ladder with planted losses (the main job's plan, no training): the
-rungs and their budgets at 4x the ladder's largest compute, the learning-rate rule extrapolated or
-refused, prediction.csv with its flags, the verdicts and the report's lines, and the refusals."""
+"""The predict kind on a finished ladder with planted losses (the main job's protocol on a mixed
+ladder, no training): the rungs and their budgets at 4x the ladder's largest compute, the
+learning-rate rule extrapolated or refused, prediction.csv with its flags, the verdicts and the
+report's lines, and the refusals."""
 
 import csv
 import json
@@ -30,20 +31,36 @@ def preset(name: str):
     return load(name)
 
 
+# The ladder these tests predict from: the main job's protocol on a mixed ladder (depth 2 and 4) whose
+# largest size has depth 4, so the family of rungs is the four-layer one.
+MIXED = """from linscale_jax.study.presets import preset
+
+
+def get_config():
+    c = preset("cpu")
+    c.sizes = "d16l2,d16,d32l2,d32,d48"
+    c.tokens_by_size = ""
+    c.replicates.update(sizes="smallest", seeds=2)
+    return c
+"""
+
+
 def predict_study(ladder: str, **changes):
     s = preset(str(ROOT / "configs" / "study" / "predict.py"))
-    s.update(dict(dict(ladder_from=ladder, archs="llama", bootstrap=20), **changes))
+    s.update(dict(dict(ladder_from=ladder, ladder_preset=str(Path(ladder) / "mixed.py"), archs="llama",
+                       bootstrap=20), **changes))
     return s
 
 
 @pytest.fixture(scope="module")
 def ladder(tmp_path_factory):
-    """A finished main job (configs/study/cpu.py's plan) whose laws' table holds the planted law plus
-    a seed offset and checkpoint noise; hgrn2 keeps two sizes."""
+    """A finished study of MIXED (DIR/mixed.py) whose laws' table holds the planted law plus a seed
+    offset and checkpoint noise; hgrn2 keeps two sizes."""
     from linscale_jax.study.scaling import plan, runner
 
     wd = tmp_path_factory.mktemp("ladder")
-    study = preset("cpu")
+    (wd / "mixed.py").write_text(MIXED)
+    study = preset(str(wd / "mixed.py"))
     runs = plan.build_plan(study, str(wd))
     runner.start(study, str(wd), runs)
     rng, rows = np.random.default_rng(0), []
@@ -103,6 +120,20 @@ def test_the_rungs_bracket_the_optimum_at_4x_the_ladder(ladder, lad, planned):
         assert g["ci_low"] < law(g["n_law"], g["tokens"]) < g["ci_high"]
     assert experiment.plan(study, P)[1].name == runs[1].name  # made once: the stored prediction is reused
 
+
+
+def test_a_rung_trains_the_predictions_budget_not_the_ladders_budget_of_its_size(lad):
+    """A ladder with a budget per size (study.tokens_by_size, as the main job's) predicts at one
+    compute: a rung of a size the ladder budgeted trains the prediction's tokens all the same."""
+    import dataclasses
+
+    from linscale_jax.study.predict import protocol
+
+    study = lad.study.copy_and_resolve_references()
+    study.tokens_by_size = "d32=123456"
+    cfg, _ = protocol.rung_config(dataclasses.replace(lad, study=study), "llama", "d32", 2.0e6, "extrapolate")
+    step = cfg.train.batch_size * cfg.train.seq_len
+    assert 2.0e6 <= cfg.train.steps * step < 2.0e6 + step
 
 def _fake_results(run, loss: float):
     ev = Path(run.workdir) / "eval"

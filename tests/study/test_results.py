@@ -102,7 +102,7 @@ def test_results_are_written_once_as_data(written):
         m = r["measured"]
         assert r["failed"] == 0 and r["mde"] > 0 and m["ci_low"] < m["diff"] < m["ci_high"]
     sd = on_disk["by_estimator"]["val_loss"]["seed_sd"]["llama"]
-    assert sd["df"] == 2 and sd["ci95"][0] < sd["sd"] < sd["ci95"][1]  # two replicate seeds of d16l2
+    assert sd["df"] == 2 and sd["ci95"][0] < sd["sd"] < sd["ci95"][1]  # a replicate seed of d48l2 and of d96l2
     assert on_disk["by_estimator"]["val_loss"]["seed_sd_pooled"]["df"] == 8
     with open(wd / "fit" / "bracketing.csv") as f:
         rows = list(csv.DictReader(f))
@@ -130,11 +130,15 @@ def test_results_are_written_once_as_data(written):
     # the law planted in this count; on_law asks all 5 sizes within 2 sds and p > 0.05, which an exact law
     # meets per arch only most of the time (this draw, 8 df: hgrn2 d32 at 4.7 sds, llama d16 at 2.1)
     assert sum(laws.on_law(by["non_embedding"]["val_loss"][a]) for a in OFFSET) >= 2
+    # E's profile for the laws' own fits only; the planted E (1 + the arch's offset) among the E not rejected
+    assert "e_profile" not in by["total"]["val_loss"]["llama"] and "e_profile" not in by["non_embedding"]["cooldown"]["llama"]
+    kept = {a: by["non_embedding"]["val_loss"][a]["e_profile"]["not_rejected"] for a in OFFSET}
+    assert sum(k is not None and k[0] <= 1 + OFFSET[a] <= k[1] for a, k in kept.items()) >= 3, kept
     fitted, back_line = laws.console_lines(on_disk)  # the study's last console lines
     assert fitted.startswith("[study] laws (val_loss, N without the embedding") and "llama p " in fitted
     assert all(f"{a} mean |error|" in back_line for a in OFFSET) and "fit/backtest.csv" in back_line
     counts = {r["name"]: r for r in on_disk["runs"]}
-    assert counts["llama-d32"]["total"] > counts["llama-d32"]["n_params"] > 0 and counts["llama-d32"]["paper"] > 0
+    assert counts["llama-d32l2"]["total"] > counts["llama-d32l2"]["n_params"] > 0 and counts["llama-d32l2"]["paper"] > 0
     assert len(on_disk["runs"]) == len(runs)
     from linscale_jax.models import ModelConfig, accounting
 
@@ -142,7 +146,7 @@ def test_results_are_written_once_as_data(written):
         mc, row = ModelConfig.from_config(r.config.model), counts[r.name]
         assert row["kv_bytes_per_token"] == accounting.kv_cache_bytes_per_token(mc) and \
             row["state_floats_per_layer"] == accounting.state_floats_per_layer(mc, int(r.config.train.seq_len))
-    assert counts["llama-d48"]["kv_bytes_per_token"] > 0 == counts["hgrn2-d48"]["kv_bytes_per_token"]
+    assert counts["llama-d96l2"]["kv_bytes_per_token"] > 0 == counts["hgrn2-d96l2"]["kv_bytes_per_token"]
 
 
 def test_report_renders_the_files_without_recomputing(written, monkeypatch):
@@ -155,7 +159,7 @@ def test_report_renders_the_files_without_recomputing(written, monkeypatch):
                    "Held-out prediction of the largest size", "Lowest loss at the largest common compute",
                    "lack of fit", "## Wall time", "worker process(es)", "## The laws size by size",
                    "N with the embedding and head", "## Backtest of the ladder",
-                   "## Memory at decode", "| tnl | d48 | 0 of 4 | 0 | 0 |"):
+                   "## Memory at decode", "| tnl | d96l2 | 0 of 2 | 0 | 0 |"):
         assert needle in text, needle
     assert "nan" not in text.lower()
 

@@ -114,14 +114,15 @@ def test_cpu_preset_runs_on_the_tuned_rule_and_its_paper_twin(tmp_path):
     from linscale_jax.study.scaling import plan
 
     doc = rule.load()
-    tuned = plan.build_plan(load_config("configs/study/cpu.py"), str(tmp_path))
+    study = load_config("configs/study/cpu.py")
+    tuned = plan.build_plan(study, str(tmp_path))
     paper = plan.build_plan(load_config("configs/study/cpu_paper.py"), str(tmp_path))
     assert {r.config.optim.lr for r in paper} == {3e-3}
     for r in tuned:
         s = rule.settings(doc, r.config.model.arch, r.n_params, 128, "byte")
         assert (r.config.optim.lr, r.config.train.batch_size, r.config.optim.b2,
                 r.config.optim.warmup_steps) == (s["lr"], s["batch_size"], s["b2"], s["warmup_steps"])
-        assert r.tokens == tuned[0].tokens  # one token budget, whatever the batch
+        assert r.tokens == plan.tokens_of(study, r.size)  # the size's budget, whatever the batch
     assert len({r.config.optim.lr for r in tuned}) > 1
 
 

@@ -1,19 +1,21 @@
 r"""The main job: the paper's scaling study (Shen et al. 2024) in miniature, 4 archs x 5 sizes on 2 CPU cores.
 
-llama, tnl, hgrn2 and cosformer2 at d16l2 d16 d32l2 d32 d48 of configs/ladder.py (non-embedding N
-6.7e3 .. 1.2e5; below d32 one head or two layers, head dim 16), each on 3,145,728 byte tokens of
-the embedded corpus with 12 checkpoints and two replicate seeds of d16l2 per arch (28 runs: the
-pooled seed sd rests on 8 df, so two studies' intervals agree in width within 1.5x in about two
-thirds of pairs, against half with one seed; docs/results.md "Loss estimators, verdicts and
-calibration"). Learning rate, batch and AdamW β2 per arch and size from the tuned rule
-(optim.rule=tuned: linscale_jax/train/tuned_rule.json, fitted by configs/study/tune.py): batch 4 x
-128 (6,144 steps),
-peak lr 8.5e-3 at d16l2 to 2.1e-3 at d48, β2 0.999, constant after a warmup of N tokens. Losses
-under val_loss and cooldown; laws, envelope bracketing, held-out check and the paper's findings
-in DIR/report.md. configs/study/cpu_paper.py trains the same runs at one rate (the paper's
-protocol); passing its workdir judges every finding under both protocols.
+llama, tnl, hgrn2 and cosformer2 on a ladder of one shape, d32l2 d48l2 d64l2 d80l2 d96l2 of
+configs/ladder.py (depth 2, head dim 16, 2 to 6 heads; non-embedding N 2.5e4 .. 2.3e5), each size
+on its own budget of byte tokens of the embedded corpus, about inversely proportional to N so every
+rung ends near one compute and the envelope brackets the optimum (study.tokens_by_size: 6.29M
+tokens at d32l2 down to 0.71M at d96l2; docs/results.md "Laws on a ladder of one shape"), with 12
+checkpoints and one replicate seed of d48l2 and of d96l2 per arch (28 runs: the pooled seed sd
+rests on 8 df from two rungs 4x apart in N). Learning rate, batch and AdamW β2 per arch and size
+from the tuned rule (optim.rule=tuned: linscale_jax/train/tuned_rule.json, fitted by
+configs/study/tune.py up to N 1.18e5 and applied up to d96l2's 2.3e5): batch 4 x 128 (12,288
+steps at d32l2 to 1,392 at d96l2), peak lr 4.4e-3 at d32l2 to 1.4e-3 at d96l2, β2 0.999, constant
+after a warmup of N tokens. Losses under val_loss and cooldown; laws, envelope bracketing,
+held-out check, backtest and the paper's findings in DIR/report.md. configs/study/cpu_paper.py
+trains the same runs at one rate (the paper's protocol); passing its workdir judges every finding
+under both protocols.
 
-Run it, which takes about 20 minutes on 2 idle cores (figures: docs/results.md "The main job"):
+Run it, which takes about 18 minutes on 2 idle cores (33 CPU-minutes; docs/results.md "The main job"):
 
 python -m linscale_jax.study --config=cpu --workdir=/tmp/study \
     --config.protocol_from=/tmp/study_paper
@@ -24,8 +26,9 @@ from linscale_jax.study.presets import study_defaults
 
 def get_config():
     c = study_defaults("scaling")
-    c.sizes = "d16l2,d16,d32l2,d32,d48"  # the envelope brackets the optimum here (docs/results.md)
-    c.tokens = 3072 * 8 * 128.0  # every size, whatever its batch
+    c.sizes = "d32l2,d48l2,d64l2,d80l2,d96l2"  # one shape: depth 2, head dim 16, 2..6 heads
+    c.tokens = 3072 * 8 * 128.0  # the budget of a size tokens_by_size leaves out
+    c.tokens_by_size = "d32l2=6291456,d48l2=2856960,d64l2=1572864,d80l2=1013760,d96l2=712704"  # ~1/N
     c.checkpoints = 12
     c.workers = 2  # two runs at once, one per core (study.workers)
     c.overrides.optim.update(lr=3e-3, warmup_steps=64, schedule="constant", rule="tuned")
@@ -34,7 +37,7 @@ def get_config():
     c.eval.final_runs = "largest"  # NIAH + probe at chance below the largest size
     c.estimators = "val_loss,cooldown"  # the paper's estimator (the laws, plots), and cooldowns beside it
     c.cooldown.update(points=3, fraction=0.1, shape="1-sqrt")  # the last checkpoint, 1/2, 1/4
-    c.replicates.update(sizes="smallest", seeds=2)  # the seed sd per arch, measured in the study (8 df pooled)
+    c.replicates.update(sizes="d48l2,d96l2", seeds=1)  # the seed sd per arch, measured in the study (8 df pooled)
     c.noise.seed_sd = 0.05  # nats: assumed only for an arch without replicates
     c.fit.include_clamped = True
     return c

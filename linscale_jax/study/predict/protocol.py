@@ -26,6 +26,7 @@ MODES = ("extrapolate", "as_given")
 def _ladder_with(lad, tokens: float):
     s = copy.deepcopy(lad.study)
     s.tokens = float(tokens)
+    s.tokens_by_size = ""  # every prediction run trains `tokens`, not the ladder's budget of its size
     return s
 
 

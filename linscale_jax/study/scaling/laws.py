@@ -2,7 +2,7 @@
 parameter counts, and the backtest of the ladder.
 
     found.update(write(study, tabs, per, seed_sd, counts, workdir))   # the hook in scaling.results
-    found["laws_by_size"] = by_size(tabs, per, counts)      # {count: {estimator: {arch: full_law}}}
+    found["laws_by_size"] = by_size(tabs, per, counts, count)   # {count: {estimator: {arch: full_law}}}
     found["backtest"] = backtest(table, seed_sd, counts, count, workdir, n_boot, seed)
     lines = report_section(found); lines = console_lines(found)   # scaling.report, scaling.runner
 
@@ -10,7 +10,8 @@ by_size fits approach 3 (fit.holdout.full_law: every size, replicate means, boun
 loss estimator and both parameter counts (`non_embedding`: the study's N, as the paper counts it;
 `total`: with the embedding and the head, as Pearce & Song 2024 and Porian et al. 2024 count it),
 giving each size's mean residual over the second half of its points, that residual in seed sds of
-its replicate mean, the lack of fit and E. backtest (fit.backtest) fits the k smallest sizes and predicts size k + 1
+its replicate mean, the lack of fit and E, and for the laws' own fits (the first estimator,
+`study.fit.count`) E's profile (fit.irreducible: is E identified, or only bounded from above?). backtest (fit.backtest) fits the k smallest sizes and predicts size k + 1
 for every k >= 3 under the laws' estimator and `study.fit.count`, and writes DIR/fit/backtest.csv.
 """
 
@@ -33,7 +34,7 @@ def write(study, tabs: dict, per: dict, seed_sd, counts: dict, workdir: str) -> 
     results.param_counts."""
     n_boot = max(int(study.fit.bootstrap), 20)
     first = next(iter(tabs))
-    return dict(laws_by_size=by_size(tabs, per, counts),
+    return dict(laws_by_size=by_size(tabs, per, counts, count_of(study)),
                 backtest=backtest(tabs[first], seed_sd, counts, count_of(study), workdir, n_boot, int(study.fit.seed)))
 
 
@@ -60,23 +61,29 @@ def _seed_sd(pool: dict):
     return SeedSd(pool["sd"], pool["df"] if pool["df"] is not None else np.inf, pool["source"])
 
 
-def by_size(tabs: dict, per: dict, counts: dict) -> dict:
+def by_size(tabs: dict, per: dict, counts: dict, count: str = "non_embedding") -> dict:
     """{count: {estimator: {arch: fit.holdout.full_law, or {"note"}}}} (module docstring); each
-    estimator's residuals are judged against its own pooled seed sd."""
-    from linscale_jax.fit import holdout
+    estimator's residuals are judged against its own pooled seed sd. The laws' own fits (the first
+    estimator, `count`) also get "e_profile" (fit.irreducible.profile: the E values their lack of
+    fit does not reject, and whether E is identified)."""
+    from linscale_jax.fit import bootstrap as bs
+    from linscale_jax.fit import holdout, irreducible
     from linscale_jax.fit.table import FitError
 
     out = {}
-    for count in COUNTS:
-        out[count] = {}
+    for c in COUNTS:
+        out[c] = {}
         for est, t in tabs.items():
             sd = _seed_sd(per[est]["seed_sd_pooled"])
-            out[count][est] = {}
+            out[c][est] = {}
             for a in t.archs:
                 try:
-                    out[count][est][a] = holdout.full_law(recounted(t.select(a), counts, count), sd)
+                    mine = recounted(t.select(a), counts, c)
+                    out[c][est][a] = holdout.full_law(mine, sd)
+                    if c == count and est == next(iter(tabs)):
+                        out[c][est][a]["e_profile"] = irreducible.profile(bs.curves_of(mine), sd)
                 except FitError as e:
-                    out[count][est][a] = dict(note=str(e))
+                    out[c][est][a] = dict(note=str(e))
     return out
 
 
@@ -118,8 +125,26 @@ def _lof(r: dict) -> str:
     return f"F {lof['F']:.2g} ({lof['df1']}, {df2}), p {lof['p']:.2g}"
 
 
-def _e(w: dict) -> str:
-    return f"{w['E']:.3g}" + (" (at its bound)" if "E" in (w.get("at_bound") or []) else "")
+def _e(r: dict) -> str:
+    w = r["law"]
+    out = f"{w['E']:.3g}" + (" (at its bound)" if "E" in (w.get("at_bound") or []) else "")
+    prof = r.get("e_profile")
+    if prof and prof["not_rejected"] is None and all(p is not None for p in prof["p"]):
+        return out + "; every E rejected"
+    if prof and prof["not_rejected"] is not None:
+        return out + "; " + e_text(r).replace("not identified", "**not identified**")
+    return out
+
+
+def e_text(r: dict) -> str | None:
+    """'not identified (any E <= 1.2 fits)', 'identified [0.6, 1.1]', or None without a profile."""
+    prof = r.get("e_profile")
+    if not prof or prof["not_rejected"] is None:
+        return None
+    lo, hi = prof["not_rejected"]
+    if not prof["identified"]:
+        return f"E not identified (any E <= {hi:.2g} fits)"
+    return f"E identified [{lo:.2g}, {hi:.2g}]" if hi > lo else f"only E = {lo:.2g} of the grid fits"
 
 
 def on_law(r: dict) -> bool:
@@ -143,7 +168,13 @@ def report_section(found) -> list[str]:
          "second half of its points and, in brackets, that residual in seed sds of the size's replicate mean "
          f"(s/√r, s the estimator's pooled seed sd); a size on the law lies within ±{Z_MAX:g}. Lack of fit: "
          "F = Σ r ū² / ((m − 3) s²) on (m − 3, ν) df; p > 0.05 is not rejected. E at its bound is an "
-         "irreducible loss the sizes do not pin down.", ""]
+         "irreducible loss the sizes do not pin down. For the laws' own fits E is also profiled "
+         "(fit.irreducible): the law refitted at each fixed E and its lack of fit tested (on m − 2 df); "
+         "the E values not rejected form a 95% confidence set. E is identified when that set excludes "
+         "E's lower bound (a law with no floor); otherwise the ladder bounds E from above only, and the "
+         "laws' E is not a measurement: L(N, D) is then a description over the ladder's range, and what "
+         "it says past that range (L(C), N_opt, a prediction beyond the ladder) depends on the E it "
+         "assumes.", ""]
     for est in ests:
         for count in COUNTS:
             archs = by.get(count, {}).get(est, {})
@@ -160,7 +191,7 @@ def report_section(found) -> list[str]:
                     continue
                 w = r["law"]
                 cells = [_z(s) for s in r["sizes"]] + ["—"] * (n_sizes - len(r["sizes"]))
-                L.append(f"| {a} | " + " | ".join(cells) + f" | {_lof(r)} | {_e(w)} | {w['alpha']:.3g}, {w['beta']:.3g} | "
+                L.append(f"| {a} | " + " | ".join(cells) + f" | {_lof(r)} | {_e(r)} | {w['alpha']:.3g}, {w['beta']:.3g} | "
                          f"{'yes' if on_law(r) else '**no**'} |")
             sizes = fitted[0]["sizes"]
             L += ["", "Sizes (N in this count): " + ", ".join(f"{i + 1}: {s['n_params']:.3g}" for i, s in enumerate(sizes)), ""]
@@ -205,7 +236,8 @@ def console_lines(found: dict) -> list[str]:
                 p = r["lack_of_fit"].get("p")
                 worst = max(abs(s["z"]) for s in r["sizes"]) if all(s.get("z") is not None for s in r["sizes"]) else None
                 cells.append(f"{a} p {'—' if p is None else format(p, '.2g')}, worst size "
-                             f"{'—' if worst is None else format(worst, '.1f')} sd")
+                             f"{'—' if worst is None else format(worst, '.1f')} sd"
+                             + (f", {e_text(r)}" if e_text(r) else ""))
             else:
                 cells.append(f"{a} not fitted")
         out.append(f"[study] laws ({est}, {COUNT_LABELS[count]}): " + "; ".join(cells))
