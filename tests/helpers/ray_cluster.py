@@ -141,6 +141,9 @@ def rows(path, drop=("eval_seconds",)):
 
 
 def eval_rows(run_workdir):
-    """A run's evaluation rows, timing aside."""
+    """A run's evaluation rows by task and step, timing aside. Their order in the file is not the
+    run's: the trainer writes a checkpoint's row once the checkpoint is final, so a checkpoint whose
+    attempt died first gets its row from the study's eval after the resume, behind later ones."""
     rows_ = [json.loads(x) for x in Path(run_workdir, contract.EVAL_RESULTS).read_text().splitlines()]
+    rows_.sort(key=lambda r: (r["task"], r["step"]))
     return [{k: v for k, v in r.items() if not k.endswith("seconds") and k != "workdir"} for r in rows_]
