@@ -25,8 +25,8 @@ axis" the loss per doubling of the state at equal compute for tnl's and gdn's fa
 Why these rungs and this protocol: a 3:1 pattern is one period of four layers, and the model refuses
 a pattern longer than its depth, so the two-layer rungs (d16l2, d32l2) cannot hold it
 (`:first` has the same period); and gdn at d48 (N = 1.52e5 non-embedding) lies above the range the
-tuned learning-rate rule was fitted and checked on (6.7e3 .. 1.18e5), which the rule refuses, so
-every run here takes the paper's protocol, one rate for all.
+tuned learning-rate rule was checked on for gdn (9.3e3 .. 6.9e4), which the rule refuses, so every
+run here takes the paper's protocol, one rate for all.
 
 Cost: 36 runs, 5.7e-7 PF-days of exact training compute (1.4 times the main job's); measured 71
 CPU-minutes (52 for the first 28 runs, 19 for the 8 state variants), about 36 minutes on 2 idle cores. Results and cost: docs/results.md, "Hybrid stacks
