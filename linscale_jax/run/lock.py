@@ -46,10 +46,12 @@ class WorkdirLockedError(Refusal, RuntimeError):
 
 
 def read_holder(workdir, name: str = LOCK_NAME) -> dict | None:
+    """The holder the lock file names; None where it is missing, unreadable or not a JSON object."""
     try:
-        return json.loads((epath.Path(workdir) / name).read_text())
+        h = json.loads((epath.Path(workdir) / name).read_text())
     except (OSError, ValueError):
         return None
+    return h if isinstance(h, dict) else None
 
 
 def _describe(h: dict) -> str:

@@ -182,6 +182,9 @@ def test_a_dead_holders_flock_that_lingers_is_waited_for_then_taken_over(tmp_pat
     with workdir_lock.hold(tmp_path) as me:
         assert me["pid"] == os.getpid()
     assert f"stale lock of pid {dead}" in capsys.readouterr().out
+    (tmp_path / workdir_lock.LOCK_NAME).write_text("[1, 2]")  # valid JSON, not a holder: no holder
+    assert workdir_lock.read_holder(tmp_path) is None
+    workdir_lock.check_free(tmp_path)
 
 
 # ------------------------------------------------------------------ 3. verified checkpoints
