@@ -16,8 +16,9 @@ process initialises nothing. A TPU VM is recognised offline (TPU_* / MEGASCALE_*
 /dev/accel*, TPU chips on the PCI bus); its hosts come from those variables or, on GCE, from the
 metadata server (2 s timeout; no answer means one host). With several CPU processes, collectives
 go through gloo, its transport pinned to 127.0.0.1 when the coordinator is on loopback
-(LINSCALE_GLOO_HOSTNAME / LINSCALE_GLOO_INTERFACE choose otherwise). jax.distributed also starts
-JAX's preemption sync service. Commands and behaviour: docs/training.md, "Running on several hosts".
+(LINSCALE_GLOO_HOSTNAME / LINSCALE_GLOO_INTERFACE choose otherwise), and their gloo connections
+are opened as the processes start (`connect_cpu_collectives`). jax.distributed also starts JAX's
+preemption sync service. Commands and behaviour: docs/training.md, "Running on several hosts".
 """
 
 from __future__ import annotations
@@ -201,7 +202,28 @@ def initialize(coordinator_address=None, num_processes=None, process_id=None,
     if _cpu_platform():
         _setup_cpu_collectives(args.get("coordinator_address"))
     jax.distributed.initialize(**args, **peers.initialize_kwargs(peer_timeout))
+    if _cpu_platform():
+        connect_cpu_collectives()
     return True
+
+
+def connect_cpu_collectives() -> None:
+    """Open the gloo connections of a run's first collectives now, while the processes are in step
+    (the CPU client's creation waits for every process): over all devices (a data-parallel step)
+    and over one device per process (multihost_utils' gathers, `barrier`). gloo gives a connection
+    30 s to find its peers, which a peer still compiling on a busy host misses; once connected, a
+    collective waits for its peers (one that died is bounded by peers.py). A collective over
+    another set of devices (a mesh axis across processes) still connects when it first runs."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    mesh = Mesh(np.asarray(jax.devices()), ("all",))
+    ones = jax.make_array_from_callback((jax.device_count(),), NamedSharding(mesh, PartitionSpec("all")),
+                                        lambda index: np.ones(1, np.int32))
+    total = jax.jit(lambda x: x.sum(), out_shardings=NamedSharding(mesh, PartitionSpec()))(ones)
+    if int(total) != jax.device_count():
+        raise RuntimeError(f"a sum of one per device over {jax.device_count()} devices gave "
+                           f"{int(total)}: the processes' CPU collectives disagree")
+    barrier("linscale_connect")
 
 
 def is_primary() -> bool:

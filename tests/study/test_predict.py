@@ -5,6 +5,7 @@ report's lines, and the refusals."""
 
 import csv
 import json
+import os
 import re
 from pathlib import Path
 
@@ -309,3 +310,39 @@ def test_rungs_chosen_train_alone_and_the_join_reads_every_rung(ladder, planned,
     assert [r.name for r in experiment.plan(predict_study(ladder[0], rungs=below.name), str(tmp_path))] == [below.name]
     with pytest.raises(PredictError, match=re.escape("study.rungs names llama-d1, not a rung of this prediction")):
         experiment.plan(predict_study(ladder[0], rungs=f"{below.name},llama-d1"), str(tmp_path))
+
+
+def test_another_estimator_of_the_ladder_predicts_from_its_own_table(ladder, lad, tmp_path):
+    """--config.estimator=cooldown: the laws of the ladder's cooldown table (here the planted law
+    0.1 nats lower) and that estimator's seed sd; an estimator the ladder did not run is one line."""
+    import shutil
+
+    from linscale_jax.study.predict import forecast
+
+    other = tmp_path / "other"
+    shutil.copytree(ladder[0], other)
+    with open(other / files.STUDY_FIT / "table.csv") as f:
+        rows = list(csv.DictReader(f))
+    with open(other / files.STUDY_FIT / files.fit_table_name("cooldown", False), "w", newline="") as f:
+        out = csv.DictWriter(f, fieldnames=list(rows[0]))
+        out.writeheader()
+        out.writerows(dict(r, loss=repr(float(r["loss"]) - 0.1)) for r in rows)
+    found = json.loads((other / files.FINDINGS_JSON).read_text())
+    found["by_estimator"]["cooldown"] = dict(seed_sd_pooled=dict(sd=0.003, df=4.0, source="pooled"))
+    (other / files.FINDINGS_JSON).write_text(json.dumps(found))
+
+    cool = open_ladder(predict_study(str(other), estimator="cooldown"))
+    assert (cool.estimator, os.path.basename(cool.table), cool.seed_sd().sd) == (
+        "cooldown", "table_cooldown.csv", 0.003)
+    assert open_ladder(predict_study(str(other))).table == str(other / files.STUDY_FIT / "table.csv")
+    levels = [np.mean(c.loss) for c in lad.curves("llama")], [np.mean(c.loss) for c in cool.curves("llama")]
+    np.testing.assert_allclose(np.subtract(*levels), 0.1, atol=1e-9)
+    at = 4 * lad.largest.flops
+    s = predict_study(str(other))
+    val, cooled = ([r["predicted"] for r in forecast.predict_arch(s, x, "llama", at)["rungs"] if r["predicted_optimum"]]
+                   for x in (lad, cool))
+    assert 0.1 < val[0] - cooled[0] < 0.2, (val, cooled)  # 0.1 lower, at the cooldown's longer loss point
+    with pytest.raises(PredictError, match=re.escape("--config.estimator=val_loss_avg is not an estimator of the "
+                                                     "ladder")) as e:
+        open_ladder(predict_study(str(other), estimator="val_loss_avg"))
+    assert "\n" not in str(e.value)

@@ -208,3 +208,33 @@ def test_eval_on_one_device_reads_the_two_process_checkpoints(tensor_across_proc
     (two,) = eval_rows(copy)
     assert two["val_tokens"] == rows[0]["val_tokens"] == 2 * 4 * 32
     np.testing.assert_allclose(two["val_loss"], rows[0]["val_loss"], rtol=1e-6)
+
+
+LATE_PEER = """
+import sys, time
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from linscale_jax.parallel import distributed
+
+port, process, late_s = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+distributed.initialize(f"127.0.0.1:{port}", 2, process)
+mesh = Mesh(np.asarray(jax.devices()), ("data",))  # the CPU client: every process waits for all
+if process == 0:
+    time.sleep(late_s)  # still loading or compiling on a busy host
+x = jax.make_array_from_callback((8,), NamedSharding(mesh, PartitionSpec("data")),
+                                 lambda index: np.ones(2, np.float32))
+print("sum", float(jax.jit(lambda a: a.sum())(x)), flush=True)
+distributed.barrier("after")
+"""
+
+
+def test_a_peer_late_to_the_first_step_is_waited_for():
+    """gloo gives a connection 30 s to find its peers: the processes connect as they start
+    (distributed.connect_cpu_collectives), so a step over all devices that one process reaches
+    35 s after the other still runs. Mostly waiting: about 40 s of wall time, little CPU."""
+    port = distributed.free_port()
+    procs = [subprocess.Popen([sys.executable, "-c", LATE_PEER, str(port), str(i), "35"], cwd=ROOT, env=env(2),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(2)]
+    for out in finish(procs):
+        assert "sum 8.0" in out, out[-3000:]

@@ -7,6 +7,7 @@ on each side trained at that compute under the ladder's protocol, predicted agai
     python -m linscale_jax.study --config=predict --workdir=P --config.ladder_from=DIR --dry_run  # the prediction, no training
     python -m linscale_jax.study --config=predict --workdir=P --config.ladder_from=DIR --config.rungs=optimum  # N_opt alone
     python -m linscale_jax.study --config=predict --workdir=P --config.ladder_from=DIR --join_only  # report what is trained
+    python -m linscale_jax.study --config=predict --workdir=P --config.ladder_from=DIR --config.estimator=cooldown
 
 Writes P/predictions.json (before anything trains), P/prediction.csv, P/prediction.png and
 P/report.md. Cost: three runs per arch, each about compute_factor times the ladder's largest run
@@ -23,6 +24,8 @@ def get_config():
         kind="predict",
         ladder_from="",  # DIR: the finished scaling study whose laws predict
         ladder_preset="cpu",  # the preset (packaged name or file) that ran DIR: the rungs train under it
+        estimator="",  # "": the ladder's laws' estimator (its first); or another of its estimators (e.g. cooldown):
+        # the laws of that estimator's fit table predict, and the rungs' actual loss is measured under it
         archs="",  # "": every arch of the ladder; or a comma list of them
         compute_factor=4.0,  # C = this × the ladder's largest run (Table-1 FLOPs)
         rungs="all",  # which rungs train: all (N_opt and a neighbour on each side), optimum (N_opt alone) or a

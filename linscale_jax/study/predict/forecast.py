@@ -32,7 +32,7 @@ def settings(study, lad) -> dict:
     """What a prediction depends on: a stored arch's is reused while these hold (archs aside: the archs
     predicted so far)."""
     return dict(ladder_from=os.path.abspath(lad.workdir), ladder_preset=str(study.ladder_preset),
-                compute_factor=float(study.compute_factor), bootstrap=int(study.bootstrap), seed=int(study.seed),
+                estimator=lad.estimator, compute_factor=float(study.compute_factor), bootstrap=int(study.bootstrap), seed=int(study.seed),
                 rule=str(study.rule), archs=archs_of(study, lad))
 
 

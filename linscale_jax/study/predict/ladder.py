@@ -3,11 +3,13 @@ the family of sizes of its shape.
 
     lad = open_ladder(study)             # study.ladder_from (DIR), study.ladder_preset; one line if unfit
     lad.runs, lad.estimator, lad.count   # the ladder's runs (scaling.plan.Run), the laws' estimator and count
+    lad.table                            # the fit table of that estimator (DIR/fit/table*.csv)
     curves, sd = lad.curves(arch), lad.seed_sd()    # one arch's replicate-mean curves, the pooled seed sd
     fam = lad.family(arch)               # [{"size", "n_params", "n_law", "flops_per_token", "layers", "d_model"}]
 
 DIR must hold a finished study: findings.json (written last by its join), plan.txt and the laws'
-fit table (fit/table.csv). The preset that ran it (study.ladder_preset, a packaged name or a file)
+fit table (fit/table.csv; with study.estimator, another of the ladder's estimators, that
+estimator's table, fit/table_<estimator>.csv). The preset that ran it (study.ladder_preset, a packaged name or a file)
 must plan the same runs: each run's train command in DIR/plan.txt is compared with the preset's (the
 workdir aside), so the prediction trains under the ladder's own protocol (model file, overrides,
 rule, batch, schedule, checkpoints, estimators, cooldown). The family of an arch: every size of
@@ -61,8 +63,9 @@ class Ladder:
     study: object  # the ladder's preset (ml_collections.ConfigDict)
     runs: list  # scaling.plan.Run of its plan
     findings: dict  # DIR/findings.json
-    estimator: str  # the laws' estimator: the first of the preset's estimators
+    estimator: str  # the laws' estimator: study.estimator, else the first of the preset's estimators
     count: str  # the laws' parameter count (study.fit.count)
+    table: str  # the estimator's fit table
 
     @property
     def archs(self) -> list[str]:
@@ -85,7 +88,7 @@ class Ladder:
         from linscale_jax.fit.table import load
         from linscale_jax.study.scaling.laws import recounted
 
-        path = files.study_path(self.workdir, files.STUDY_FIT, files.fit_table_name(self.estimator, True))
+        path = self.table
         table = load(path)
         if arch not in table.archs:
             raise PredictError(f"{arch} has no rows in {path}; predict one of {', '.join(table.archs)}")
@@ -177,10 +180,15 @@ def open_ladder(study) -> Ladder:
     if differ:
         raise PredictError(f"{wd} was not run by the preset {name!r}: its plan.txt differs at {differ[0]}; pass "
                            "--config.ladder_preset=<the preset, or a preset file, that ran it>")
-    est = str(plan_lib.estimators(lad)[0])
+    ests = [str(e) for e in plan_lib.estimators(lad)]
+    est = str(study.get("estimator", "") or ests[0])
+    if est not in ests:
+        raise PredictError(f"--config.estimator={est} is not an estimator of the ladder {wd} ({', '.join(ests)}); "
+                           f"pass one of them, or leave it empty for its laws' ({ests[0]})")
     if est not in (found.get("by_estimator") or {}):
         raise PredictError(f"{wd}/findings.json has no results under {est}, the laws' estimator; {rerun}")
-    fit_table = files.study_path(wd, files.STUDY_FIT, files.fit_table_name(est, True))
+    fit_table = files.study_path(wd, files.STUDY_FIT, files.fit_table_name(est, est == ests[0]))
     if not os.path.exists(fit_table):
         raise PredictError(f"{wd} has no fit table {fit_table}; {rerun}")
-    return Ladder(workdir=wd, study=lad, runs=runs, findings=found, estimator=est, count=laws.count_of(lad))
+    return Ladder(workdir=wd, study=lad, runs=runs, findings=found, estimator=est, count=laws.count_of(lad),
+                  table=fit_table)
