@@ -79,7 +79,15 @@ def test_tokens_by_size_gives_each_size_its_budget(tmp_path):
     assert "d32l2 1.57e+06, d48l2 3.15e+06" in tokens_line(d)
     study.tokens_by_size = ""
     assert results.design(study, plan.build_plan(study, str(tmp_path)))["tokens_by_size"] is None
-    for spec, msg in (("d16=100", r"names \['d16'\], not sizes of this study"),
+    study.tokens_by_size = "d16=100,d32l2=1572864"  # a size the study does not train: unused
+    study.replicates.update(sizes="d48l2,d96l2", seeds=1)  # as the main job's, narrowed to 2 sizes
+    assert [(r.size, r.tokens) for r in plan.build_plan(study, str(tmp_path))] == [
+        ("d32l2", 1572864), ("d48l2", 3145728), ("d48l2", 3145728)]
+    study.replicates.sizes = "d96x"
+    with pytest.raises(ValueError, match="replicates.sizes names 'd96x', not a size of ladder"):
+        plan.build_plan(study, str(tmp_path))
+    study.replicates.sizes = ""
+    for spec, msg in (("d16x=100", r"names 'd16x', not a size of ladder: unknown ladder size"),
                       ("d32l2:100", "is not size=tokens"), ("d32l2=0", "give it a positive budget")):
         study.tokens_by_size = spec
         with pytest.raises(ValueError, match=msg):

@@ -307,6 +307,9 @@ def test_rungs_chosen_train_alone_and_the_join_reads_every_rung(ladder, planned,
     text = "\n".join(report.lines(joined))
     verdict = w["wins"]["by_neighbour"][below.size]["verdict"]
     assert f"vs {runs[2].size}: not measured" in text and f"vs {below.size}: {verdict.replace('_', ' ')} (" in text
+    _fake_results(below, pred[below.name] - 0.5)  # a neighbour far below N_opt: N_opt loses, whatever the other
+    wins = experiment.join(s, mine, str(tmp_path), Ctx())["verdicts"]["archs"]["llama"]["wins"]
+    assert (wins["verdict"], wins["lowest_actual"]) == ("loses", below.size)
     assert [r.name for r in experiment.plan(predict_study(ladder[0], rungs=below.name), str(tmp_path))] == [below.name]
     with pytest.raises(PredictError, match=re.escape("study.rungs names llama-d1, not a rung of this prediction")):
         experiment.plan(predict_study(ladder[0], rungs=f"{below.name},llama-d1"), str(tmp_path))

@@ -91,19 +91,18 @@ def _wins(opt: dict, others: list[dict], seed_sd, margin: float, rng) -> dict:
         res = outcome(d + np.sqrt(2) * sig * rng.standard_normal(len(sig)), margin)
         by[o["size"]] = dict(res, diff=float(d))
     heads = [v["verdict"] for v in by.values()]
-    if "not measured" in heads:
+    if any(h == "worse" for h in heads):  # a neighbour measured lower beyond doubt: the others cannot undo it
+        verdict = "loses"
+    elif "not measured" in heads:
         verdict = "not measured"
     elif all(h == "better" for h in heads):
         verdict = "wins"
-    elif any(h == "worse" for h in heads):
-        verdict = "loses"
     elif all(h == "equivalent" for h in heads):
         verdict = "equivalent"
     else:
         verdict = "not resolved"
-    lowest = None
-    if all(r["actual"] is not None for r in [opt, *others]):
-        lowest = min([opt, *others], key=lambda r: r["actual"])["size"]
+    measured = [r for r in [opt, *others] if r["actual"] is not None]
+    lowest = min(measured, key=lambda r: r["actual"])["size"] if len(measured) >= 2 else None
     return dict(verdict=verdict, by_neighbour=by, lowest_actual=lowest)
 
 

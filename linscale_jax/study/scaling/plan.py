@@ -59,6 +59,18 @@ def run_name(arch: str, size: str, seed: int = 0) -> str:
     return f"{arch}-{size}" + (f"-seed{seed}" if seed else "")
 
 
+def check_size_names(study, names: set, field: str) -> None:
+    """Names in `field` (a per-size setting) that the study does not train are unused, so a
+    preset's --config.sizes can be narrowed alone; each must still be a size of the model file
+    (a typo stops the study, naming the sizes it knows)."""
+    arch = split_list(study.archs, "study.archs")[0]
+    for name in sorted(set(names) - set(split_list(study.sizes, "study.sizes"))):
+        try:
+            model_config(study, f"{arch}-{name}")
+        except ValueError as e:
+            raise ValueError(f"{field} names {name!r}, not a size of {study.model_file}: {e}") from None
+
+
 def replicate_seeds(study, size: str) -> list[int]:
     """The seeds a size is trained with: 0, plus 1..replicates.seeds when study.replicates.sizes
     names it ("smallest", "largest", a size, or a comma list of those)."""
@@ -69,10 +81,7 @@ def replicate_seeds(study, size: str) -> list[int]:
     named = set()
     for x in split_list(str(rep.sizes), "study.replicates.sizes"):
         named.add(sizes[0] if x == "smallest" else sizes[-1] if x == "largest" else x)
-    unknown = named - set(sizes)
-    if unknown:
-        raise ValueError(f"study.replicates.sizes names {sorted(unknown)}, not sizes of this study "
-                         f"({study.sizes}); use smallest, largest or one of them")
+    check_size_names(study, named, "study.replicates.sizes")
     return [0, *range(1, int(rep.seeds) + 1)] if size in named else [0]
 
 
@@ -92,10 +101,7 @@ def tokens_of(study, size: str) -> float:
                              "d32l2=12582912,d48l2=5767168") from None
         if not own[name.strip()] > 0:
             raise ValueError(f"study.tokens_by_size gives {name.strip()} {value} tokens; give it a positive budget")
-    unknown = set(own) - set(split_list(study.sizes, "study.sizes"))
-    if unknown:
-        raise ValueError(f"study.tokens_by_size names {sorted(unknown)}, not sizes of this study "
-                         f"({study.sizes}); name one of them")
+    check_size_names(study, set(own), "study.tokens_by_size")
     return own.get(size, float(study.tokens))
 
 
