@@ -3,6 +3,7 @@
     rows = backtest(table, seed_sd=SeedSd(...), k_min=3, n_boot=200, seed=0)   # one arch's table
     table_rows = summary(rows)       # per arch: rungs predicted, mean |error|, RMS error, coverage
     write_csv(rows, "DIR/fit/backtest.csv")
+    rows = backtest_tokens(table, factor=4, seed_sd=SeedSd(...))   # in tokens: each run's first quarter
 
 Each step is a held-out prediction (fit.holdout.predict) on the table cut to the k + 1 smallest
 sizes with the largest of them held out: approach 3 (bounded) on the k fitted rungs' replicate-mean
@@ -11,6 +12,12 @@ on draws with the sizes fixed, plus the predicted run's own seed offset and chec
 OLMo-core's model-ladder rollout and Bhagia et al. (2024) report, the two figures per step are the
 error (actual − predicted, nats) and whether the actual value lies inside the interval; a ladder
 whose law predicts has errors that do not grow with k and about 95% coverage.
+
+backtest_tokens is the same test along D instead of N: the law fitted on every size's checkpoints up
+to 1/factor of its run's tokens predicts each size's final checkpoint, `factor` times further. A
+prediction beyond the ladder at `factor` times its compute on the ladder's own sizes (study.predict)
+extrapolates in D by that factor, so this is its analogue inside the ladder, at fewer tokens per
+parameter.
 """
 
 from __future__ import annotations
@@ -58,6 +65,43 @@ def backtest(table: Table, *, seed_sd: bs.SeedSd | None = None, k_min: int = K_M
     return rows
 
 
+def backtest_tokens(table: Table, *, factor: float = 4.0, seed_sd: bs.SeedSd | None = None, n_boot: int = 200,
+                    seed: int = 0, flops_per_param_token: float = FLOPS_PER_PARAM_TOKEN) -> list[dict]:
+    """One arch: a row per size (module docstring) with the keys of backtest()'s rows, `rungs_fitted`
+    the number of sizes fitted (all) and `tokens_fitted` the size's last fitted checkpoint's tokens.
+    Needs, per size, a checkpoint at or below 1/factor of its final tokens, and at least 6 fitted
+    points in all (approach 3 has 5 parameters)."""
+    arch = str(table.arch[0])
+    if factor <= 1:
+        raise FitError(f"backtest_tokens factor={factor}: predicting past the fitted tokens needs factor > 1")
+    curves = bs.curves_of(table)
+    seed_sd = bs.seed_sd_of(curves) if seed_sd is None else seed_sd
+    cut = []
+    for c in curves:
+        m = int(np.sum(c.tokens <= c.tokens[-1] / factor * (1 + 1e-9)))
+        if m < 1:
+            raise FitError(f"{arch}: size N={c.n_params:.4g} has no checkpoint at or below 1/{factor:g} of its "
+                           f"{c.tokens[-1]:.4g} tokens; checkpoint the runs more often or lower the factor")
+        cut.append(bs.Curve(c.n_params, c.flops[:m], c.tokens[:m], c.loss[:, :m]))
+    if sum(len(c.tokens) for c in cut) < 6 or len(cut) < 2:
+        raise FitError(f"{arch}: {sum(len(c.tokens) for c in cut)} checkpoint(s) on {len(cut)} size(s) up to "
+                       f"1/{factor:g} of each run; approach 3 needs >= 6 on >= 2 sizes: lower the factor")
+    rng = np.random.default_rng(seed)
+    ld = holdout.law_draws(cut, arch, rng, n_boot=n_boot, seed_sd=seed_sd, flops_per_param_token=flops_per_param_token)
+    rows = []
+    for c, f in zip(curves, cut):
+        d = float(c.tokens[-1])
+        predicted = float(ld.point.predict(c.n_params, np.array([d]))[0])
+        ci = ld.interval(c.n_params, np.array([d]), rng, c.replicates)
+        lo, hi = (None, None) if ci is None else (float(ci[0][0]), float(ci[1][0]))
+        actual = float(c.mean[-1])
+        rows.append(dict(arch=arch, rungs_fitted=len(cut), n_params=c.n_params, tokens=d,
+                         tokens_fitted=float(f.tokens[-1]), predicted=predicted, ci_low=lo, ci_high=hi,
+                         actual=actual, error=actual - predicted,
+                         inside=None if lo is None else bool(lo <= actual <= hi), failed=ld.failed, law=ld.law))
+    return rows
+
+
 def summary(rows: list[dict]) -> dict:
     """{arch: {"steps", "mean_abs_error", "rms_error", "max_abs_error", "inside", "with_interval",
     "coverage"}} over an arch's backtest rows (coverage: share inside among rows with an interval;
@@ -85,6 +129,22 @@ def write_csv(rows: list[dict], path) -> None:
         w.writerow(CSV_COLUMNS)
         for r in rows:
             w.writerow([r["arch"], r["rungs_fitted"], f"{r['n_params']:.6g}", f"{r['tokens']:.6g}",
+                        *(_cell(r[c], ".5f") for c in ("predicted", "ci_low", "ci_high", "actual")),
+                        f"{r['error']:+.5f}", "" if r["inside"] is None else str(bool(r["inside"])).lower(),
+                        f"{r['failed']:.3f}"])
+
+
+TOKENS_CSV_COLUMNS = ("estimator", "arch", "n_params", "tokens_fitted", "tokens", "predicted", "ci_low", "ci_high",
+                      "actual", "error", "inside", "failed")
+
+
+def write_tokens_csv(rows: list[dict], path) -> None:
+    """backtest_tokens.csv: backtest_tokens' rows, each with the `estimator` its table was read under."""
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(TOKENS_CSV_COLUMNS)
+        for r in rows:
+            w.writerow([r["estimator"], r["arch"], f"{r['n_params']:.6g}", f"{r['tokens_fitted']:.6g}", f"{r['tokens']:.6g}",
                         *(_cell(r[c], ".5f") for c in ("predicted", "ci_low", "ci_high", "actual")),
                         f"{r['error']:+.5f}", "" if r["inside"] is None else str(bool(r["inside"])).lower(),
                         f"{r['failed']:.3f}"])

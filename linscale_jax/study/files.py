@@ -23,6 +23,7 @@ STUDY_PLAN = "plan.txt"  # the dry-run listing of every run
 STUDY_TABLE = "table.csv"  # every checkpoint of every run (eval.export)
 STUDY_FIT = "fit"  # the laws: fit/table*.csv (one per estimator), fits.json, PNGs
 BACKTEST_CSV = "backtest.csv"  # in fit/: each rung predicted from the smaller ones (scaling.laws)
+BACKTEST_TOKENS_CSV = "backtest_tokens.csv"  # in fit/: each run's end predicted from its first part (scaling.laws)
 FIT_ERRORS = "errors.json"  # in STUDY_FIT
 BRACKETING_CSV = "bracketing.csv"  # in STUDY_FIT: per arch and estimator, where the envelope is interior
 ENVELOPE_CSV = "envelope.csv"  # in STUDY_FIT: every arch's envelope per estimator

@@ -39,6 +39,26 @@ def test_a_rung_off_the_law_is_flagged(tmp_path):
     assert back[1]["predicted"] == pytest.approx(rows[1]["predicted"], abs=1e-5)
 
 
+def test_the_tokens_backtest_predicts_each_run_four_times_further():
+    """Along D: the law on each run's first quarter of tokens predicts every size's final checkpoint,
+    the truth inside; runs whose loss stops falling after their first quarter miss, above."""
+    law = Law()
+    t = planted_table(law, sizes=SIZES, noise=0.003, seed=2, points_per_run=12)
+    rows = backtest.backtest_tokens(t, factor=4, seed_sd=SeedSd(0.003, 8, "measured"), n_boot=30)
+    assert [r["n_params"] for r in rows] == list(SIZES) and all(r["rungs_fitted"] == 5 for r in rows)
+    for r in rows:
+        assert r["tokens_fitted"] <= r["tokens"] / 4 and r["inside"]
+        assert r["ci_low"] < law.loss(r["n_params"], r["tokens"]) < r["ci_high"]
+    stall = np.where(t.tokens > 110 * t.n_params, law.loss(t.n_params, 110 * t.n_params), t.loss)
+    bad = from_columns("stall", **{c: getattr(t, c) for c in COLS}, loss=stall)
+    rows = backtest.backtest_tokens(bad, factor=4, seed_sd=SeedSd(0.003, 8, "measured"), n_boot=30)
+    assert all(r["error"] > 0.02 and r["inside"] is False for r in rows)
+    with pytest.raises(FitError, match="factor > 1"):
+        backtest.backtest_tokens(t, factor=1)
+    with pytest.raises(FitError, match="lower the factor"):
+        backtest.backtest_tokens(t, factor=1000, n_boot=0)
+
+
 def test_too_short_a_ladder_is_refused():
     t = planted_table(Law(), sizes=SIZES[:3], seed=0, points_per_run=8)
     with pytest.raises(FitError, match="at least 4"):

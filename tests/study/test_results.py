@@ -134,7 +134,17 @@ def test_results_are_written_once_as_data(written):
     assert "e_profile" not in by["total"]["val_loss"]["llama"] and "e_profile" not in by["non_embedding"]["cooldown"]["llama"]
     kept = {a: by["non_embedding"]["val_loss"][a]["e_profile"]["not_rejected"] for a in OFFSET}
     assert sum(k is not None and k[0] <= 1 + OFFSET[a] <= k[1] for a, k in kept.items()) >= 3, kept
-    fitted, back_line = laws.console_lines(on_disk)  # the study's last console lines
+    along = list(csv.DictReader(open(wd / "fit" / "backtest_tokens.csv")))  # every size, arch and estimator
+    assert len(along) == 2 * len(OFFSET) * n_sizes and {r["estimator"] for r in along} == {"val_loss", "cooldown"}
+    assert all(float(r["tokens_fitted"]) <= float(r["tokens"]) / 2 for r in along)
+    bd = on_disk["backtest_tokens"]  # the planted law holds along D: nearly every run's end inside (val_loss;
+    # the planted cooldown table puts every run's 3 points at the same tokens, 2 fitted: B and beta unpinned)
+    assert bd["factor"] == 2 and sum(s["inside"] for s in bd["summary"]["val_loss"].values()) >= len(along) / 2 - 2
+    text = "\n".join(laws.tokens_section(bd))
+    assert "| estimator | arch | size 1 | size 2 | size 3 | size 4 | size 5 | mean abs error | inside |" in text
+    assert re.search(r"\| cooldown \| llama \| [+-]0\.\d{3}\*? \|", text)
+    fitted, back_line, d_line = laws.console_lines(on_disk)  # the study's last console lines
+    assert d_line.startswith("[study] backtest along D") and "val_loss cosformer2 " in d_line and "; cooldown " in d_line
     assert fitted.startswith("[study] laws (val_loss, N without the embedding") and "llama p " in fitted
     assert all(f"{a} mean |error|" in back_line for a in OFFSET) and "fit/backtest.csv" in back_line
     counts = {r["name"]: r for r in on_disk["runs"]}

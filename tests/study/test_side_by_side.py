@@ -3,6 +3,8 @@
 import json
 import os
 
+import numpy as np
+
 import pytest
 
 from linscale_jax.study.scaling import side_by_side
@@ -60,19 +62,27 @@ def test_finding_two_of_a_second_seed_against_the_first(tmp_path):
     from linscale_jax.study.scaling import reproduce
 
     first = _found({"tnl": {"val_loss": (-0.02, -0.05, 0.01, "equivalent"), "cooldown": (0.1, 0.06, 0.14, "worse")},
-                    "hgrn2": {"val_loss": (0.0, -0.03, 0.03, "equivalent")}}, 0.016, 8)
+                    "hgrn2": {"val_loss": (0.0, -0.03, 0.03, "equivalent"), "cooldown": (0.0, -0.02, 0.02, "equivalent")}},
+                   0.016, 8)
     second = _found({"tnl": {"val_loss": (0.02, -0.02, 0.06, "not_resolved"), "cooldown": (0.09, 0.05, 0.13, "worse")},
-                     "hgrn2": {"val_loss": (-0.01, -0.05, 0.03, "equivalent")}}, 0.03, 8)
+                     "hgrn2": {"val_loss": (-0.01, -0.05, 0.03, "equivalent"), "cooldown": (0.08, 0.06, 0.10, "worse")}},
+                    0.03, 8)
     rows = {(r["arch"], r["estimator"]): r for r in reproduce.finding2(first, second)}
-    assert set(rows) == {("tnl", "val_loss"), ("tnl", "cooldown"), ("hgrn2", "val_loss")}
-    assert [rows[k]["inside"] for k in sorted(rows)] == [True, True, False]  # hgrn2, tnl cooldown, tnl val_loss
+    assert set(rows) == {("tnl", "val_loss"), ("tnl", "cooldown"), ("hgrn2", "val_loss"), ("hgrn2", "cooldown")}
+    order = sorted(rows)  # hgrn2 cooldown, hgrn2 val_loss, tnl cooldown, tnl val_loss
+    assert [rows[k]["inside"] for k in order] == [False, True, True, False]
+    # outside the first's interval but within the two intervals' joint noise: z = 0.04 / (0.05 / 1.96)
+    assert rows["tnl", "val_loss"]["z"] == pytest.approx(0.04 / (np.hypot(0.03, 0.04) / 1.959964))
+    assert [rows[k]["consistent"] for k in order] == [False, True, True, True]
+    assert rows["hgrn2", "cooldown"]["z"] == pytest.approx(0.08 / (np.hypot(0.02, 0.02) / 1.959964))
     assert rows["tnl", "val_loss"]["width_ratio"] == pytest.approx(0.08 / 0.06)
     assert not rows["tnl", "val_loss"]["same_verdict"] and rows["tnl", "cooldown"]["same_verdict"]
     assert rows["hgrn2", "val_loss"]["power_1"] > rows["hgrn2", "val_loss"]["power_2"]  # the larger sd: less power
     s = reproduce.summary(list(rows.values()))
-    assert (s["inside"], s["same_verdict"], s["widths_within"]) == (2, 2, 3)
+    assert (s["inside"], s["consistent"], s["same_verdict"], s["widths_within"]) == (2, 3, 2, 4)
     text = "\n".join(reproduce.section(first, second, ("seed 0", "seed 7")))
     assert "val_loss: seed 0 0.0160 (8 df), seed 7 0.0300 (8 df)" in text
-    assert "| val_loss | tnl | -0.020 [-0.050, +0.010] | equivalent | +0.020 [-0.020, +0.060] | not_resolved | **no** |" in text
-    assert "**2 of 3** of seed 7's differences lie inside seed 0's 95 % intervals" in text
+    assert "| seed 7 inside seed 0's interval | z, consistent | width ratio (seed 7 / seed 0) |" in text
+    assert "| val_loss | tnl | -0.020 [-0.050, +0.010] | equivalent | +0.020 [-0.020, +0.060] | not_resolved | **no** | +1.6, yes |" in text
+    assert "**2 of 4** of seed 7's differences lie inside seed 0's 95 % intervals; **3 of 4** consistent" in text
     assert reproduce.section(first, _found({}, 0.03, 8), ("a", "b")) == []  # nothing judged in both

@@ -1,9 +1,10 @@
 """The laws' own checks, computed once as data and rendered: each arch's L(N, D) size by size in both
-parameter counts, and the backtest of the ladder.
+parameter counts, and the backtests of the ladder, along N and along D.
 
     found.update(write(study, tabs, per, seed_sd, counts, workdir))   # the hook in scaling.results
     found["laws_by_size"] = by_size(tabs, per, counts, count)   # {count: {estimator: {arch: full_law}}}
     found["backtest"] = backtest(table, seed_sd, counts, count, workdir, n_boot, seed)
+    found["backtest_tokens"] = backtest_tokens(tabs, per, counts, count, workdir, n_boot, seed)
     lines = report_section(found); lines = console_lines(found)   # scaling.report, scaling.runner
 
 by_size fits approach 3 (fit.holdout.full_law: every size, replicate means, bounded) under every
@@ -13,6 +14,10 @@ giving each size's mean residual over the second half of its points, that residu
 its replicate mean, the lack of fit and E, and for the laws' own fits (the first estimator,
 `study.fit.count`) E's profile (fit.irreducible: is E identified, or only bounded from above?). backtest (fit.backtest) fits the k smallest sizes and predicts size k + 1
 for every k >= 3 under the laws' estimator and `study.fit.count`, and writes DIR/fit/backtest.csv.
+backtest_tokens (fit.backtest.backtest_tokens) fits every size's first half of tokens and predicts each
+size's end, under every estimator: the extrapolation in D that a prediction beyond the ladder on its
+own sizes makes (study.predict), measured inside the ladder to choose the estimator that makes it;
+DIR/fit/backtest_tokens.csv.
 """
 
 from __future__ import annotations
@@ -25,17 +30,21 @@ COUNTS = ("non_embedding", "total")
 COUNT_LABELS = {"non_embedding": "N without the embedding (the paper's count)",
                 "total": "N with the embedding and head"}
 Z_MAX = 2.0  # a size's mean residual within this many seed sds of its replicate mean counts as on the law
+TOKENS_FACTOR = 2.0  # the backtest along D: each run's first 1/2 of tokens predicts its end (3 cooldown
+# points per run, at 1/4, 1/2 and 1, leave two below the half)
 
 
 def write(study, tabs: dict, per: dict, seed_sd, counts: dict, workdir: str) -> dict:
-    """{"laws_by_size", "backtest"} for DIR/findings.json, writing DIR/fit/backtest.csv. tabs: the
+    """{"laws_by_size", "backtest", "backtest_tokens"} for DIR/findings.json, writing DIR/fit/backtest.csv
+    and DIR/fit/backtest_tokens.csv. tabs: the
     study's tables by estimator (the first is the laws' estimator); per: verdicts' by_estimator
     (each with its seed_sd_pooled); seed_sd: the laws' estimator's fit.bootstrap.SeedSd; counts:
     results.param_counts."""
     n_boot = max(int(study.fit.bootstrap), 20)
     first = next(iter(tabs))
     return dict(laws_by_size=by_size(tabs, per, counts, count_of(study)),
-                backtest=backtest(tabs[first], seed_sd, counts, count_of(study), workdir, n_boot, int(study.fit.seed)))
+                backtest=backtest(tabs[first], seed_sd, counts, count_of(study), workdir, n_boot, int(study.fit.seed)),
+                backtest_tokens=backtest_tokens(tabs, per, counts, count_of(study), workdir, n_boot, int(study.fit.seed)))
 
 
 def count_of(study) -> str:
@@ -111,6 +120,32 @@ def backtest(table, seed_sd, counts: dict, count: str, workdir: str, n_boot: int
         rows += [dict(r, n_params=back.get(r["n_params"], r["n_params"])) for r in got]
     bt.write_csv(rows, files.study_path(workdir, files.STUDY_FIT, files.BACKTEST_CSV))
     return dict(rows=rows, summary=bt.summary(rows), errors=errors, count=count)
+
+
+def backtest_tokens(tabs: dict, per: dict, counts: dict, count: str, workdir: str, n_boot: int, seed: int) -> dict:
+    """{"factor", "count", "rows", "summary": {estimator: {arch: ...}}, "errors": {estimator: {arch: why}}}:
+    fit.backtest.backtest_tokens at TOKENS_FACTOR per arch and estimator (each with its own pooled seed
+    sd), written to DIR/fit/backtest_tokens.csv (n_params without the embedding)."""
+    from linscale_jax.fit import backtest as bt
+    from linscale_jax.fit.table import FitError
+
+    rows, summary, errors = [], {}, {}
+    for est, t in tabs.items():
+        sd = _seed_sd(per[est]["seed_sd_pooled"])
+        mine = []
+        for a in t.archs:
+            back = {v[count] if count != "non_embedding" else n: n for n, v in counts.get(a, {}).items()}
+            try:
+                got = bt.backtest_tokens(recounted(t.select(a), counts, count), factor=TOKENS_FACTOR, seed_sd=sd,
+                                         n_boot=n_boot, seed=seed)
+            except FitError as e:
+                errors.setdefault(est, {})[a] = str(e)
+                continue
+            mine += [dict(r, estimator=est, n_params=back.get(r["n_params"], r["n_params"])) for r in got]
+        summary[est] = bt.summary(mine)
+        rows += mine
+    bt.write_tokens_csv(rows, files.study_path(workdir, files.STUDY_FIT, files.BACKTEST_TOKENS_CSV))
+    return dict(factor=TOKENS_FACTOR, count=count, rows=rows, summary=summary, errors=errors)
 
 
 def _z(s: dict) -> str:
@@ -196,6 +231,7 @@ def report_section(found) -> list[str]:
             sizes = fitted[0]["sizes"]
             L += ["", "Sizes (N in this count): " + ", ".join(f"{i + 1}: {s['n_params']:.3g}" for i, s in enumerate(sizes)), ""]
     L += backtest_section(found.get("backtest"))
+    L += tokens_section(found.get("backtest_tokens"))
     return L
 
 
@@ -223,6 +259,34 @@ def backtest_section(bt: dict | None) -> list[str]:
     return L + [""]
 
 
+def tokens_section(bt: dict | None) -> list[str]:
+    if not bt or not bt.get("rows"):
+        return []
+    f = f"{bt['factor']:g}"
+    L = ["## Backtest along D", "",
+         f"The law (approach 3, {COUNT_LABELS[bt['count']]}) fitted on every size's checkpoints up to 1/{f} of its "
+         f"run's tokens predicts each size's final loss, {f}× further, under each estimator, with the 95% interval "
+         "for the observed value. A prediction beyond the ladder on the ladder's own sizes extrapolates the same "
+         "way (in D, at fixed N): its errors here are what to expect of such a prediction, estimator by estimator. "
+         "Error: actual − "
+         "predicted, nats, * outside the interval. Table: `fit/backtest_tokens.csv`.", ""]
+    n_sizes = max(len({r["n_params"] for r in bt["rows"] if r["arch"] == a}) for a in {r["arch"] for r in bt["rows"]})
+    L += ["| estimator | arch | " + " | ".join(f"size {i + 1}" for i in range(n_sizes)) + " | mean abs error | inside |",
+          "|---|---|" + "---|" * (n_sizes + 2)]
+    for est, by in bt["summary"].items():
+        for a, s in by.items():
+            mine = sorted((r for r in bt["rows"] if r["estimator"] == est and r["arch"] == a), key=lambda r: r["n_params"])
+            cells = [f"{r['error']:+.3f}" + ("*" if r["inside"] is False else "") for r in mine]
+            cells += ["—"] * (n_sizes - len(cells))
+            L.append(f"| {est} | {a} | " + " | ".join(cells) + f" | {s['mean_abs_error']:.3f} | "
+                     f"{s['inside']} of {s['with_interval']} |")
+    L += ["", "Size i: each arch's i-th smallest N, as in the laws' tables."]
+    for est, by in bt.get("errors", {}).items():
+        for a, e in by.items():
+            L.append(f"\n**No backtest along D for {a} ({est})**: {e}")
+    return L + [""]
+
+
 def console_lines(found: dict) -> list[str]:
     """The laws' fit per arch under the laws' estimator and count, the backtest's summary, and
     the archs without a backtest (fewer than 4 sizes), one line each kind."""
@@ -245,6 +309,11 @@ def console_lines(found: dict) -> list[str]:
         out.append("[study] backtest (fit k sizes, predict k + 1): " + "; ".join(
             f"{a} mean |error| {s['mean_abs_error']:.3f}, {s['inside']}/{s['with_interval']} inside"
             for a, s in bt["summary"].items()) + f" (fit/{files.BACKTEST_CSV})")
+    bd = found.get("backtest_tokens")
+    if bd and bd.get("summary"):
+        out.append(f"[study] backtest along D (each run's first 1/{bd['factor']:g} predicts its end), mean |error|: " + "; ".join(
+            f"{est} " + ", ".join(f"{a} {s['mean_abs_error']:.3f}" for a, s in by.items())
+            for est, by in bd["summary"].items() if by) + f" (fit/{files.BACKTEST_TOKENS_CSV})")
     why = {}
     for a, e in ((bt or {}).get("errors") or {}).items():
         why.setdefault(e, []).append(a)

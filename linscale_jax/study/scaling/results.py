@@ -15,6 +15,7 @@ Reads DIR/fit/table*.csv (one per loss estimator) and the runs' eval rows; write
   DIR/fit/envelope.csv    every arch's envelope per estimator (compute, loss, winner N, tokens, clamped)
   DIR/holdout.csv, holdout_curves.csv, holdout.json (study.holdout)
   DIR/fit/backtest.csv    the k smallest sizes' law predicting size k + 1, every k >= 3 (scaling.laws)
+  DIR/fit/backtest_tokens.csv  each run's first half of tokens predicting its end, every estimator (scaling.laws)
 """
 
 from __future__ import annotations
