@@ -16,8 +16,8 @@ its replicate mean, the lack of fit and E, and for the laws' own fits (the first
 for every k >= 3 under the laws' estimator and `study.fit.count`, and writes DIR/fit/backtest.csv.
 backtest_tokens (fit.backtest.backtest_tokens) fits every size's first half of tokens and predicts each
 size's end, under every estimator: the extrapolation in D that a prediction beyond the ladder on its
-own sizes makes (study.predict), measured inside the ladder to choose the estimator that makes it;
-DIR/fit/backtest_tokens.csv.
+own sizes makes (study.predict), measured inside the ladder: what such a prediction can be expected
+to miss by, estimator by estimator; DIR/fit/backtest_tokens.csv.
 """
 
 from __future__ import annotations
