@@ -15,8 +15,8 @@ held-out check, backtest and the paper's findings in DIR/report.md. configs/stud
 trains the same runs at one rate (the paper's protocol); passing its workdir judges every finding
 under both protocols.
 
-Run it, which takes about 15 minutes on 2 idle cores with warm caches (26.5 CPU-minutes), 17.5 with
-empty ones (31.6; docs/results.md "The main job"):
+Run it, which takes 11.5 minutes on 2 idle Intel Xeon cores with warm caches (19.9 CPU-minutes),
+about 12 with empty ones, 17.5 on 2 AMD EPYC cores (docs/results.md "The main job"):
 
 python -m linscale_jax.study --config=cpu --workdir=/tmp/study \
     --config.protocol_from=/tmp/study_paper
