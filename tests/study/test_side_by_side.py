@@ -75,6 +75,8 @@ def test_finding_two_of_a_second_seed_against_the_first(tmp_path):
     assert rows["tnl", "val_loss"]["z"] == pytest.approx(0.04 / (np.hypot(0.03, 0.04) / 1.959964))
     assert [rows[k]["consistent"] for k in order] == [False, True, True, True]
     assert rows["hgrn2", "cooldown"]["z"] == pytest.approx(0.08 / (np.hypot(0.02, 0.02) / 1.959964))
+    point = dict(diff=0.1, ci_low=0.1, ci_high=0.1)  # zero-width intervals: equal is consistent, apart is not
+    assert reproduce.z_of(point, point) == 0.0 and reproduce.z_of(point, dict(diff=0.2, ci_low=0.2, ci_high=0.2)) == np.inf
     assert rows["tnl", "val_loss"]["width_ratio"] == pytest.approx(0.08 / 0.06)
     assert not rows["tnl", "val_loss"]["same_verdict"] and rows["tnl", "cooldown"]["same_verdict"]
     assert rows["hgrn2", "val_loss"]["power_1"] > rows["hgrn2", "val_loss"]["power_2"]  # the larger sd: less power

@@ -268,8 +268,7 @@ def tokens_section(bt: dict | None) -> list[str]:
          f"run's tokens predicts each size's final loss, {f}× further, under each estimator, with the 95% interval "
          "for the observed value. A prediction beyond the ladder on the ladder's own sizes extrapolates the same "
          "way (in D, at fixed N): its errors here are what to expect of such a prediction, estimator by estimator. "
-         "Error: actual − "
-         "predicted, nats, * outside the interval. Table: `fit/backtest_tokens.csv`.", ""]
+         "Error: actual − predicted, nats, * outside the interval. Table: `fit/backtest_tokens.csv`.", ""]
     n_sizes = max(len({r["n_params"] for r in bt["rows"] if r["arch"] == a}) for a in {r["arch"] for r in bt["rows"]})
     L += ["| estimator | arch | " + " | ".join(f"size {i + 1}" for i in range(n_sizes)) + " | mean abs error | inside |",
           "|---|---|" + "---|" * (n_sizes + 2)]

@@ -74,7 +74,10 @@ def z_of(r1: dict, r2: dict) -> float:
     h1 = (r1["ci_high"] - r1["diff"]) if up else (r1["diff"] - r1["ci_low"])
     h2 = (r2["diff"] - r2["ci_low"]) if up else (r2["ci_high"] - r2["diff"])
     se = np.hypot(max(h1, 0.0), max(h2, 0.0)) / Z95
-    return float((r2["diff"] - r1["diff"]) / se) if se > 0 else float("inf") * np.sign(r2["diff"] - r1["diff"])
+    gap = r2["diff"] - r1["diff"]
+    if se > 0:
+        return float(gap / se)
+    return 0.0 if gap == 0 else float(np.copysign(np.inf, gap))  # two zero-width intervals
 
 
 def seed_sds(found: dict) -> dict:
