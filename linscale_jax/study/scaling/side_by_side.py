@@ -8,8 +8,8 @@ study` writes) and prints one markdown document: the three findings' verdicts, t
 the largest common compute with its interval, each arch minus llama there, the L(C) exponents, the
 held-out predictions, final losses of every arch's largest size, and the checkpoint-to-checkpoint
 noise of the laws' loss and of the raw val_loss; for two studies, finding 2 arch by arch
-(study.scaling.reproduce: the second's differences against the first's intervals, widths, MDE,
-power). A last line says whether the verdicts agree.
+(study.scaling.reproduce: the second's differences against the first's intervals, their
+consistency, widths, MDE, power). A last line says whether the verdicts agree.
 """
 
 from __future__ import annotations
