@@ -10,8 +10,9 @@ block length), each step the run's own train step on batch i of `batches` ([k, b
 rows i >= n are not read). The metrics of every step stay on the devices as [k] arrays (loss,
 grad_norm, params_finite; entries i >= n are 0) until the step loop fetches them at a log,
 eval or checkpoint step, which always ends a block (`block_plan`'s `ends`). The step inside the
-loop is the same computation as the step alone: the losses and parameters are bit-identical to
-one dispatch per step (tests/train/test_blocks.py).
+loop is the same computation as the step alone: the parameters are bit-identical to one dispatch
+per step, the losses equal to within 2 ulp (XLA may sum a step's loss in another order inside the
+loop; tests/train/test_blocks.py).
 
 `scale` [k] float32 and `scaled` [k] bool serve branches that take a step at a fraction of the
 rate (study.cooldown): where scaled[i], the step's parameters become old + scale[i]·(new − old),

@@ -139,11 +139,14 @@ def _bits(tmp_path, archs: str) -> dict:
 @pytest.mark.parametrize("archs", ["llama", pytest.param("tnl,hgrn2,cosformer2", marks=pytest.mark.slow)])
 def test_blocks_train_bit_identically_to_one_dispatch_per_step(archs, tmp_path):
     """The same config through the trainer (blocks of 3, 2, 1 and 1 steps) and through the
-    compiled step alone, one dispatch per step on the same batches: equal losses and parameters,
-    bit for bit; a cooldown branch in blocks equals its formula applied step by step."""
+    compiled step alone, one dispatch per step on the same batches: equal parameters, bit for bit,
+    and equal losses to the last bit of their mean (on the Intel Xeon VM the block program sums a
+    step's llama loss in another order: 1 ulp at one step, the training itself bit-identical); a
+    cooldown branch in blocks equals its formula applied step by step."""
     got = _bits(tmp_path, archs)
     for arch in archs.split(","):
-        blocked, per_step = got[arch]["losses"]
-        assert blocked == per_step, arch
+        blocked, per_step = (np.asarray(x, np.float32) for x in got[arch]["losses"])
+        assert blocked.shape == per_step.shape and len(blocked) >= 7, arch
+        np.testing.assert_array_max_ulp(blocked, per_step, maxulp=2)
         assert got[arch]["params_equal"], (arch, got[arch]["max_param_diff"])
         assert got[arch]["cooldown_equal"] and got[arch]["cooldown_moved"] > 1e-4, (arch, got[arch])
