@@ -122,16 +122,27 @@ def _cell(x, fmt: str) -> str:
     return "" if x is None else format(x, fmt)
 
 
-def write_csv(rows: list[dict], path) -> None:
-    """backtest.csv: one row per (arch, step); empty interval and `inside` cells where there is no interval."""
+_FORMATS = {"n_params": ".6g", "tokens": ".6g", "tokens_fitted": ".6g", "predicted": ".5f", "ci_low": ".5f",
+            "ci_high": ".5f", "actual": ".5f", "error": "+.5f", "failed": ".3f"}
+
+
+def _write(rows: list[dict], path, columns: tuple) -> None:
+    """`columns` of each row, numbers by _FORMATS; empty cells for a missing interval and its `inside`."""
+    def cell(r, c):
+        x = r[c]
+        if c == "inside":
+            return "" if x is None else str(bool(x)).lower()
+        return str(x) if c not in _FORMATS else _cell(x, _FORMATS[c])
+
     with open(path, "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
-        w.writerow(CSV_COLUMNS)
-        for r in rows:
-            w.writerow([r["arch"], r["rungs_fitted"], f"{r['n_params']:.6g}", f"{r['tokens']:.6g}",
-                        *(_cell(r[c], ".5f") for c in ("predicted", "ci_low", "ci_high", "actual")),
-                        f"{r['error']:+.5f}", "" if r["inside"] is None else str(bool(r["inside"])).lower(),
-                        f"{r['failed']:.3f}"])
+        w.writerow(columns)
+        w.writerows([cell(r, c) for c in columns] for r in rows)
+
+
+def write_csv(rows: list[dict], path) -> None:
+    """backtest.csv: one row per (arch, step); empty interval and `inside` cells where there is no interval."""
+    _write(rows, path, CSV_COLUMNS)
 
 
 TOKENS_CSV_COLUMNS = ("estimator", "arch", "n_params", "tokens_fitted", "tokens", "predicted", "ci_low", "ci_high",
@@ -140,14 +151,7 @@ TOKENS_CSV_COLUMNS = ("estimator", "arch", "n_params", "tokens_fitted", "tokens"
 
 def write_tokens_csv(rows: list[dict], path) -> None:
     """backtest_tokens.csv: backtest_tokens' rows, each with the `estimator` its table was read under."""
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh)
-        w.writerow(TOKENS_CSV_COLUMNS)
-        for r in rows:
-            w.writerow([r["estimator"], r["arch"], f"{r['n_params']:.6g}", f"{r['tokens_fitted']:.6g}", f"{r['tokens']:.6g}",
-                        *(_cell(r[c], ".5f") for c in ("predicted", "ci_low", "ci_high", "actual")),
-                        f"{r['error']:+.5f}", "" if r["inside"] is None else str(bool(r["inside"])).lower(),
-                        f"{r['failed']:.3f}"])
+    _write(rows, path, TOKENS_CSV_COLUMNS)
 
 
 def read_csv(path) -> list[dict]:
