@@ -254,6 +254,62 @@ def test_an_arch_is_checked_against_a_shipped_rule_without_tuning(monkeypatch):
     assert doc["archs"]["llama"] == llama and doc["command"] == shipped["command"]
     kept = [c for c in shipped["cells"] if c["arch"] != "gdn"]  # a check run again replaces the arch's cells
     assert doc["cells"] == kept + rows and len(kept) > len(rows)
-    study.tokens = 2 * study.tokens
-    with pytest.raises(TuneConfigError, match="data.tokens"):
+    study.cooldown.fraction = 0.2
+    with pytest.raises(TuneConfigError, match="data.estimator"):
         check_tune(study)
+    study.cooldown.fraction = 0.1
+    study.tune.update(check_archs="llama", check_sizes="d48")  # the rule's own arch at another size
+    check_tune(study)
+    loss, _ = run_planted(study)
+    rows = outputs.cell_rows(study, {c: (v, v) for c, v in loss.items()})
+    doc = outputs.rule_file(study, loss, {}, float("nan"), 0, rows)
+    rule.check(doc, "rule.json")  # its laws stay (no same_as onto itself), the check beside them
+    ch = doc["archs"]["llama"].pop("check")
+    assert doc["archs"]["llama"] == llama and set(ch["sizes"]) == {"d48"}
+    assert [c for c in doc["cells"] if c["arch"] == "llama" and c["size"] != "d48"] == \
+        [c for c in shipped["cells"] if c["arch"] == "llama" and c["size"] != "d48"]  # its tuning cells kept
+    doc["archs"]["llama"]["check"] = ch
+    want = "beyond the factor, tune it again at those sizes." if ch["own_rule"] else "it holds there."
+    assert f"- llama's own rule checked at other sizes (best checked rate / the rule's: d48 {ch['sizes']['d48']['ratio']:.2f}): {want}" \
+        in "\n".join(outputs.summary_lines(doc))
+
+
+def test_a_check_at_another_token_budget_leaves_the_rule_and_records_the_horizon(monkeypatch):
+    """tune.rule_from at 4x the file's token budget: a horizon check. The rule file written back keeps
+    every arch's entry and cell; the check (best rate against the rule's, the budget and its factor)
+    lands in horizon_checks, is replaced by a check of the same arch at the same budget, and cells.md
+    says so. An arch that would need its own rule from one checked size is refused, naming the fix."""
+    from linscale_jax.study.tune import outputs
+    from linscale_jax.study.tune.check import TuneConfigError, check_tune
+    from linscale_jax.train import rule
+
+    monkeypatch.setattr(tune_grid, "n_params_of", fake_n)
+    monkeypatch.setattr(outputs, "n_params_of", fake_n)
+    shipped_path = ROOT / "linscale_jax" / "train" / "tuned_rule.json"
+    shipped = rule.load(shipped_path)
+    study = preset()
+    study.tune.update(rule_from=str(shipped_path), check_archs="gdn", check_sizes="d16l2")
+    study.tokens = 4 * shipped["data"]["tokens"]
+    check_tune(study)
+
+    loss, _ = run_planted(study)
+    rows = outputs.cell_rows(study, {c: (v, v) for c, v in loss.items()})
+    doc = outputs.rule_file(study, loss, {}, float("nan"), 0, rows)
+    rule.check(doc, "rule.json")
+    assert {k: v for k, v in doc.items() if k != "horizon_checks"} == shipped
+    (h,) = doc["horizon_checks"]
+    n = fake_n(study, "gdn", "d16l2")
+    v = h["sizes"]["d16l2"]
+    planted = LR_COEF * n ** LR_EXP
+    assert h["arch"] == "gdn" and h["factor"] == 4 and h["tokens"] == study.tokens and h["cells"] == rows
+    assert v["rule_lr"] == pytest.approx(tune_fit.law_value(shipped["archs"]["llama"]["lr"], n))
+    assert v["lr_opt"] == pytest.approx(planted, rel=0.05) and v["ratio"] == pytest.approx(v["lr_opt"] / v["rule_lr"])
+    again = outputs.horizon_file(study, doc, loss, rows)  # the same check again: replaced, not added
+    assert len(again["horizon_checks"]) == 1
+    text = outputs.summary_md(study, doc, rows)
+    assert f"At 4x the rule's token budget ({study.tokens:.4g} tokens, a horizon check; the rule is unchanged), " \
+           f"gdn's best rates are {v['ratio']:.2f}–{v['ratio']:.2f}x the rule's." in text
+    assert f"| gdn | d16l2 | {study.tokens:.4g} | 4 | {v['rule_lr']:.3g} | {v['lr_opt']:.3g} |" in text
+    study.tokens = shipped["data"]["tokens"]  # at the file's budget: the planted rate is 7x the rule's
+    with pytest.raises(TuneConfigError, match="gdn needs its own rule.*tune.check_sizes='d16l2' gives 1; add a size"):
+        outputs.rule_file(study, loss, {}, float("nan"), 0, rows)

@@ -12,6 +12,10 @@ Another arch checked against the shipped rule, without tuning llama again:
     python -m linscale_jax.study --config=tune --workdir=DIR --config.tune.rule_from=linscale_jax/train/tuned_rule.json \
         --config.tune.check_archs=gdn --config.tune.check_sizes=d16l2,d32
 writes DIR/tune/rule.json: the shipped file with gdn's check (same_as llama, or its own lr rule) added.
+The same check at 4x the rule's token budget (a horizon check: the rule stays, the check is recorded
+under horizon_checks):
+    python -m linscale_jax.study --config=tune --workdir=DIR --config.tune.rule_from=linscale_jax/train/tuned_rule.json \
+        --config.tune.check_archs=llama,tnl,hgrn2 --config.tune.check_sizes=d64l2 --config.tokens=6291456
 """
 
 from linscale_jax.study.presets import study_defaults

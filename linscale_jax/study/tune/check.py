@@ -129,7 +129,8 @@ def check_tune(study) -> None:
 def _check_rule_from(study, checks: list[str]) -> None:
     """tune.rule_from: a readable rule file (linscale_jax.train.rule.load's line otherwise), some
     check archs to check against it, and this preset's protocol equal to the file's (a rule holds
-    for the data, context, budget and estimator it was fitted on)."""
+    for the data, context and estimator it was fitted on). The token budget may differ: a check at
+    another budget is a horizon check (outputs.rule_file records it beside the rule, unchanged)."""
     from linscale_jax.study.tune import grid as tune_grid, outputs
 
     path = str(study.tune.get("rule_from", "") or "")
@@ -141,6 +142,6 @@ def _check_rule_from(study, checks: list[str]) -> None:
                    "the archs to check against that file's rule")
     ours = outputs.data_of(study)
     for key, value in given["data"].items():
-        if key in ours and str(ours[key]) != str(value):
+        if key in ours and key != "tokens" and str(ours[key]) != str(value):
             raise _bad("tune.rule_from", path, f"its rule was fitted with data.{key}={value!r} and this preset "
                        f"has {ours[key]!r}; check at the file's protocol (configs/study/tune.py) or refit")

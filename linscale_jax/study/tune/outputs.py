@@ -23,6 +23,7 @@ import numpy as np
 from linscale_jax import contract
 from linscale_jax.study import files
 from linscale_jax.study.tune import fit as tune_fit
+from linscale_jax.study.tune.check import TuneConfigError
 from linscale_jax.study.tune.fit import Cell, lr_of
 from linscale_jax.study.tune.grid import (beta2_of, cell_config, cell_name, n_params_of, names, reference, rule_from,
                                           rule_of, sizes_of)
@@ -143,9 +144,13 @@ def provenance() -> dict:
 def rule_file(study, loss: dict, fitted: dict, sigma: float, pairs: int, rows: list[dict]) -> dict:
     """The rule file (linscale_jax.train.rule): laws per arch, range, data, provenance, cells. With
     tune.rule_from, that file with each checked arch's entry (its check and the check's provenance)
-    added or replaced and this grid's cells appended."""
+    added or replaced and this grid's cells appended. A check at another token budget than the
+    file's (a horizon check: does the rule's rate still win when runs train longer or shorter?)
+    leaves the rule as it is and adds the checks under `horizon_checks` (horizon_file)."""
     t = study.tune
     given = rule_from(study)
+    if given is not None and float(study.tokens) != float(given["data"]["tokens"]):
+        return horizon_file(study, given, loss, rows)
     ref_arch, lr_law, batch_law, beta2 = reference(study, loss)
     archs = {arch: {"lr": _law_json(f["lr"]), "batch": _law_json(f["batch"]), "beta2": beta2_of(f),
                     "sizes": _sizes_json(f, float(t.lr_base))} for arch, f in fitted.items()}
@@ -156,7 +161,20 @@ def rule_file(study, loss: dict, fitted: dict, sigma: float, pairs: int, rows: l
             continue
         if given is not None:
             ch["provenance"] = provenance()
+        if arch == ref_arch:  # the rule's own arch at other sizes: its laws stay, the check says if they hold
+            archs[arch] = {**archs[arch], "check": ch}
+            if not ch["own_rule"]:
+                ns = [archs[arch]["range"][k] for k in ("n_min", "n_max")] + [v["n_params"] for v in ch["sizes"].values()]
+                archs[arch]["range"] = {"n_min": min(ns), "n_max": max(ns)}
+            continue
         if ch["own_rule"]:  # a law through its checked sizes; the reference's batch and β2
+            if len(ch["sizes"]) < 2:
+                (s, v), = ch["sizes"].items()
+                raise TuneConfigError(
+                    f"{arch}'s best rate at {s} is {v['ratio']:.2f}x the rule's, beyond tune.own_rule_factor="
+                    f"{float(t.own_rule_factor):g}, so {arch} needs its own rule: a law through at least 2 checked "
+                    f"sizes, and tune.check_sizes={t.check_sizes!r} gives 1; add a size and run again (the "
+                    "cells trained so far are kept)")
             own = tune_fit.fit_power_law([v["n_params"] for v in ch["sizes"].values()],
                                          [v["lr_opt"] for v in ch["sizes"].values()], what=f"{arch} lr rule")
             archs[arch] = {"lr": {"coefficient": own.coefficient, "exponent": own.exponent,
@@ -171,7 +189,8 @@ def rule_file(study, loss: dict, fitted: dict, sigma: float, pairs: int, rows: l
     ns = [n for entry in archs.values() for n in entry["range"].values()]
     if given is not None:
         return {**given, "range": {**given["range"], "n_min": min(ns), "n_max": max(ns)}, "archs": archs,
-                "cells": [r for r in given.get("cells", []) if r["arch"] not in {x["arch"] for x in rows}] + rows}
+                "cells": [r for r in given.get("cells", []) if (r["arch"], r["size"]) not in
+                          {(x["arch"], x["size"]) for x in rows}] + rows}
     return {
         "what": ("AdamW peak learning rate, batch (sequences) and beta2 per arch and size, tuned on a "
                  "grid at a fixed token budget and selected by the loss under the cooldown estimator; "
@@ -186,6 +205,21 @@ def rule_file(study, loss: dict, fitted: dict, sigma: float, pairs: int, rows: l
         "archs": archs,
         "cells": rows,
     }
+
+
+def horizon_file(study, given: dict, loss: dict, rows: list[dict]) -> dict:
+    """tune.rule_from's file unchanged but for `horizon_checks`: per checked arch at this grid's token
+    budget, the budget, its factor over the file's, the sizes' best rates against the rule's (the
+    rate the rule gives a run of that size, whatever its length) and the cells; an earlier check of
+    the same arch at the same budget is replaced."""
+    _, lr_law, _, _ = reference(study, loss)
+    tokens = float(study.tokens)
+    new = [dict(arch=arch, tokens=tokens, factor=tokens / float(given["data"]["tokens"]), sizes=ch["sizes"],
+                cells=[r for r in rows if r["arch"] == arch], **provenance())
+           for arch, ch in check_summary(study, loss, lr_law).items()]
+    done = {(h["arch"], h["tokens"]) for h in new}
+    kept = [h for h in given.get("horizon_checks", []) if (h["arch"], float(h["tokens"])) not in done]
+    return {**given, "horizon_checks": kept + new}
 
 
 def check_summary(study, loss: dict, lr_law: dict) -> dict:
@@ -233,13 +267,25 @@ def summary_lines(rule: dict) -> list[str]:
         if "lr" in a and "check" not in a:
             L.append(f"- {arch}: {_exponent_text(a['lr'], 'lr*')}; {_exponent_text(a['batch'], 'batch*')}; "
                      f"β2 {a['beta2']:g}.")
+    ref = rule["default"]
     shared = {arch: a["check"] for arch, a in rule["archs"].items() if "same_as" in a}
-    own = {arch: a["check"] for arch, a in rule["archs"].items() if "check" in a and "same_as" not in a}
+    own = {arch: a["check"] for arch, a in rule["archs"].items() if "check" in a and "same_as" not in a and arch != ref}
+    if "check" in rule["archs"][ref]:
+        ch = rule["archs"][ref]["check"]
+        ratios = ", ".join(f"{s} {v['ratio']:.2f}" for s, v in ch["sizes"].items())
+        L.append(f"- {ref}'s own rule checked at other sizes (best checked rate / the rule's: {ratios}): "
+                 + ("beyond the factor, tune it again at those sizes." if ch["own_rule"] else "it holds there."))
     for label, group in ((f"share {rule['default']}'s rule", shared), ("get their own lr rule", own)):
         if group:
             ratios = [v["ratio"] for ch in group.values() for v in ch["sizes"].values()]
             L.append(f"- {', '.join(group)} {label} (best checked rate / the rule's: "
                      f"{min(ratios):.2f}–{max(ratios):.2f}).")
+    for factor in sorted({h["factor"] for h in rule.get("horizon_checks", [])}):
+        hs = [h for h in rule["horizon_checks"] if h["factor"] == factor]
+        ratios = [v["ratio"] for h in hs for v in h["sizes"].values()]
+        L.append(f"- At {factor:.3g}x the rule's token budget ({hs[0]['tokens']:.4g} tokens, a horizon check; the "
+                 f"rule is unchanged), {', '.join(h['arch'] for h in hs)}'s best rates are {min(ratios):.2f}–"
+                 f"{max(ratios):.2f}x the rule's.")
     edges = [f"{arch} {s} ({'lr' if v['lr_edge'] else ''}{' and ' if v['lr_edge'] and v['batch_edge'] else ''}"
              f"{'batch' if v['batch_edge'] else ''})" for arch, a in rule["archs"].items()
              for s, v in a.get("sizes", {}).items() if v["lr_edge"] or v["batch_edge"]]
@@ -252,11 +298,19 @@ def summary_lines(rule: dict) -> list[str]:
     return L + [""]
 
 
+def own_cell(arch: str, ch: dict, ref: str) -> str:
+    """The check table's last column: whether the arch gets its own rule; for the rule's own arch,
+    whether its rule holds at the checked sizes."""
+    if arch == ref:
+        return "its own rule: tune again" if ch["own_rule"] else "its own rule: holds"
+    return "yes" if ch["own_rule"] else "no"
+
+
 def summary_md(study, rule: dict, rows: list[dict]) -> str:
     """cells.md: the summary, the rules with intervals, the per-arch checks, then every cell."""
     lines = ["# Tuning grid", "", *summary_lines(rule), f"`{rule['command']}` on {rule['machine']}.", "",
              f"Loss: validation loss (nats per byte) at the budget's end under the {rule['data']['estimator']}"
-             f" estimator; {rule['data']['tokens']:.4g} tokens per cell; seed-to-seed sd "
+             f" estimator; {float(study.tokens):.4g} tokens per cell; seed-to-seed sd "
              f"{rule['seed_sd']['value']:.4f} ({rule['seed_sd']['pairs']} replicate pairs), the intervals' noise.", "",
              "| arch | lr* = c·N^e | c [95 %] | e [95 %] | batch* = c·N^e | c [95 %] | e [95 %] | β2 |",
              "|---|---|---|---|---|---|---|---|"]
@@ -283,7 +337,16 @@ def summary_md(study, rule: dict, rows: list[dict]) -> str:
         for arch, ch in checks.items():
             for s, v in ch["sizes"].items():
                 lines.append(f"| {arch} | {s} | {v['rule_lr']:.3g} | {v['lr_opt']:.3g}{' edge' if v['lr_edge'] else ''}"
-                             f" | {v['ratio']:.2f} | {'yes' if ch['own_rule'] else 'no'} |")
+                             f" | {v['ratio']:.2f} | {own_cell(arch, ch, rule['default'])} |")
+    horizon = rule.get("horizon_checks", [])
+    if horizon:
+        lines += ["", f"Checked at other token budgets than the rule's {rule['data']['tokens']:.4g} (horizon checks: "
+                  "the best rate against the one the rule gives that size at any budget):", "",
+                  "| arch | size | tokens | × the rule's | rule lr | best lr | ratio |", "|---|---|---|---|---|---|---|"]
+        for h in horizon:
+            for s, v in h["sizes"].items():
+                lines.append(f"| {h['arch']} | {s} | {h['tokens']:.4g} | {h['factor']:.3g} | {v['rule_lr']:.3g} | "
+                             f"{v['lr_opt']:.3g}{' edge' if v['lr_edge'] else ''} | {v['ratio']:.2f} |")
     lines += ["", "Every cell (loss under cooldown; val_loss at the last checkpoint; **best** per size):", "",
               "| arch | size | lr | batch | β2 | seed | loss | val_loss |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
