@@ -11,7 +11,10 @@
          batch = c·N^e sequences rounded to a power of two, β2 per arch, warmup = w·N tokens
          (Porian et al. 2024), N the non-embedding parameter count of the model config
          (linscale_jax.models.accounting).
-A path to a JSON rule file works like `tuned` with that file.
+A path to a JSON rule file works like `tuned` with that file. A file with a `horizon` entry
+({"tokens": D0, "exponent": g}, written by a horizon check: study.tune.outputs.horizon_file) scales
+the rate with the run's length, lr = c·N^e·(D/D0)^-g, D = train.steps·batch·seq_len tokens (the
+best rate falls as runs train longer: Bjorck et al. 2024); the shipped file has none.
 
 Applied where a run config is built: the train command (linscale_jax.train.cli) and a study's
 run configs (study.plan.run_config); train.loop.train takes the config as it is.
@@ -174,6 +177,22 @@ def check(rule, path) -> None:
         _law(entry["lr"], f"{where}.lr", path)
         _law(entry["batch"], f"{where}.batch", path)
         _number(entry["beta2"], f"{where}.beta2", path, lo=0.0, hi=1.0)
+    if "horizon" in rule:
+        h = rule["horizon"]
+        if not isinstance(h, dict) or "tokens" not in h or "exponent" not in h:
+            raise RuleError(f"learning-rate rule file {path}: horizon is {h!r}, not {{\"tokens\": D0, "
+                            f"\"exponent\": g}}{FIX}")
+        _number(h["tokens"], "horizon.tokens", path, positive=True)
+        _number(h["exponent"], "horizon.exponent", path)
+
+
+def horizon_factor(rule: dict, tokens: float | None) -> float:
+    """(tokens / D0)^-g of the file's horizon entry; 1 without one, or for tokens=None (a run at the
+    rule's own budget)."""
+    h = rule.get("horizon")
+    if h is None or tokens is None:
+        return 1.0
+    return (float(tokens) / float(h["tokens"])) ** -float(h["exponent"])
 
 
 def power(law: dict, n: float) -> float:
@@ -201,9 +220,10 @@ def arch_rule(rule: dict, arch: str) -> dict:
 
 
 def settings(rule: dict, arch: str, n_params: float, seq_len: int, vocab: str,
-             source: str = "optim.rule=tuned") -> dict:
-    """{lr, batch_size, b2, warmup_steps} of a run with `n_params` non-embedding parameters;
-    RuleError outside the fitted range, vocabulary or sequence length."""
+             source: str = "optim.rule=tuned", steps: int | None = None) -> dict:
+    """{lr, batch_size, b2, warmup_steps} of a run with `n_params` non-embedding parameters and
+    `steps` steps (the rate of a file with a horizon entry depends on the run's tokens; None: at the
+    file's own budget); RuleError outside the fitted range, vocabulary or sequence length."""
     rng = rule["archs"].get(arch, {}).get("range", rule["range"])  # the sizes this arch was tuned or checked at
     lo, hi = float(rng["n_min"]), float(rng["n_max"])
     data = rule["data"]
@@ -223,7 +243,8 @@ def settings(rule: dict, arch: str, n_params: float, seq_len: int, vocab: str,
                             f"{key} law {entry[key]} is no finite positive number there{FIX}")
     batch = batch_from_law(entry["batch"], n_params)
     warmup = math.ceil(float(rule["warmup_tokens_per_param"]) * n_params / (batch * int(seq_len)))
-    return dict(lr=float(f"{power(entry['lr'], n_params):.4g}"), batch_size=batch,
+    tokens = None if steps is None else float(steps) * batch * int(seq_len)
+    return dict(lr=float(f"{power(entry['lr'], n_params) * horizon_factor(rule, tokens):.4g}"), batch_size=batch,
                 b2=float(entry["beta2"]), warmup_steps=int(warmup))
 
 
@@ -239,7 +260,7 @@ def resolve(cfg):
     mc = ModelConfig.from_config(cfg.model)
     n = float(accounting.param_counts(mc)["non_embedding"])
     s = settings(load(path), mc.arch, n, int(cfg.train.seq_len), str(cfg.data.vocab),
-                 source=f"optim.rule={name}")
+                 source=f"optim.rule={name}", steps=int(cfg.train.steps))
     cfg.train.batch_size = s["batch_size"]
     cfg.optim.update(lr=s["lr"], b2=s["b2"], warmup_steps=s["warmup_steps"])
     return cfg

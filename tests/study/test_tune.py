@@ -254,6 +254,13 @@ def test_an_arch_is_checked_against_a_shipped_rule_without_tuning(monkeypatch):
     assert doc["archs"]["llama"] == llama and doc["command"] == shipped["command"]
     kept = [c for c in shipped["cells"] if c["arch"] != "gdn"]  # a check run again replaces the arch's cells
     assert doc["cells"] == kept + rows and len(kept) > len(rows)
+    study.tune.update(check_sizes="d64l2", own_rule_factor=10.0)  # within the factor at a new size: it still
+    loss, _ = run_planted(study)  # shares the rule, over the range it had and the new size
+    rows = outputs.cell_rows(study, {c: (v, v) for c, v in loss.items()})
+    gdn = outputs.rule_file(study, loss, {}, float("nan"), 0, rows)["archs"]["gdn"]
+    assert gdn["same_as"] == "llama" and gdn["range"] == {"n_min": shipped["archs"]["gdn"]["range"]["n_min"],
+                                                          "n_max": fake_n(study, "gdn", "d64l2")}
+    study.tune.update(check_sizes="d16l2,d32", own_rule_factor=2.0)
     study.cooldown.fraction = 0.2
     with pytest.raises(TuneConfigError, match="data.estimator"):
         check_tune(study)
@@ -288,7 +295,7 @@ def test_a_check_at_another_token_budget_leaves_the_rule_and_records_the_horizon
     shipped_path = ROOT / "linscale_jax" / "train" / "tuned_rule.json"
     shipped = rule.load(shipped_path)
     study = preset()
-    study.tune.update(rule_from=str(shipped_path), check_archs="gdn", check_sizes="d16l2")
+    study.tune.update(rule_from=str(shipped_path), check_archs="gdn", check_sizes="d16")
     study.tokens = 4 * shipped["data"]["tokens"]
     check_tune(study)
 
@@ -296,10 +303,10 @@ def test_a_check_at_another_token_budget_leaves_the_rule_and_records_the_horizon
     rows = outputs.cell_rows(study, {c: (v, v) for c, v in loss.items()})
     doc = outputs.rule_file(study, loss, {}, float("nan"), 0, rows)
     rule.check(doc, "rule.json")
-    assert {k: v for k, v in doc.items() if k != "horizon_checks"} == shipped
+    assert {k: v for k, v in doc.items() if k != "horizon_checks"} == shipped  # gdn has no base rate at d16: no exponent
     (h,) = doc["horizon_checks"]
-    n = fake_n(study, "gdn", "d16l2")
-    v = h["sizes"]["d16l2"]
+    n = fake_n(study, "gdn", "d16")
+    v = h["sizes"]["d16"]
     planted = LR_COEF * n ** LR_EXP
     assert h["arch"] == "gdn" and h["factor"] == 4 and h["tokens"] == study.tokens and h["cells"] == rows
     assert v["rule_lr"] == pytest.approx(tune_fit.law_value(shipped["archs"]["llama"]["lr"], n))
@@ -307,9 +314,36 @@ def test_a_check_at_another_token_budget_leaves_the_rule_and_records_the_horizon
     again = outputs.horizon_file(study, doc, loss, rows)  # the same check again: replaced, not added
     assert len(again["horizon_checks"]) == 1
     text = outputs.summary_md(study, doc, rows)
-    assert f"At 4x the rule's token budget ({study.tokens:.4g} tokens, a horizon check; the rule is unchanged), " \
+    assert f"At 4x the rule's token budget ({study.tokens:.4g} tokens, a horizon check), " \
            f"gdn's best rates are {v['ratio']:.2f}–{v['ratio']:.2f}x the rule's." in text
-    assert f"| gdn | d16l2 | {study.tokens:.4g} | 4 | {v['rule_lr']:.3g} | {v['lr_opt']:.3g} |" in text
+    assert f"| gdn | d16 | {study.tokens:.4g} | 4 | {v['rule_lr']:.3g} | {v['lr_opt']:.3g} |" in text
+    study.tune.check_archs = "llama"  # tuned at d16 in the file: a pair of budgets, an exponent
+    loss, _ = run_planted(study)
+    llama_rows = outputs.cell_rows(study, {c: (v, v) for c, v in loss.items()})
+    both = outputs.rule_file(study, loss, {}, float("nan"), 0, llama_rows)
+    rule.check(both, "rule.json")
+    assert [h["arch"] for h in both["horizon_checks"]] == ["llama"]
+    (p,) = both["horizon"]["pairs"]
+    base = shipped["archs"]["llama"]["sizes"]["d16"]["lr_opt"]
+    assert p["lr_base"] == base and p["lr_at"] == both["horizon_checks"][0]["sizes"]["d16"]["lr_opt"]
+    assert both["horizon"]["exponent"] == pytest.approx(-math.log(p["lr_at"] / base) / math.log(4))
+    assert both["horizon"]["tokens"] == shipped["data"]["tokens"]
+    assert f"goes with the run's length as D^-g, g = {both['horizon']['exponent']:.2f} (the mean of 1 " \
+        "(arch, size) pairs" in "\n".join(outputs.summary_lines(both))
+    assert both["horizon"]["exponent_ci"] is None  # one pair: no interval
+    gdn_check = dict(arch="gdn", tokens=study.tokens, factor=4.0, cells=[],
+                     sizes={"d16": {"rule_lr": 0.01, "lr_opt": 0.005, "ratio": 0.5, "lr_edge": False}})
+    given = {**both, "archs": {**both["archs"], "gdn": {"same_as": "llama", "check": {
+        "own_rule": False, "sizes": {"d16": {"lr_opt": 0.01, "ratio": 1.0}}}}},
+             "horizon_checks": both["horizon_checks"] + [gdn_check]}
+    two = outputs.horizon_file(study, given, loss, llama_rows)  # gdn's pair kept (g = 0.5), llama's again
+    assert sorted(q["arch"] for q in two["horizon"]["pairs"]) == ["gdn", "llama"]
+    g = two["horizon"]["exponent"]
+    lo, hi = two["horizon"]["exponent_ci"]
+    assert g == pytest.approx((0.5 + p["exponent"]) / 2) and lo < g < hi
+    assert f"95 % [{lo:+.2f}, {hi:+.2f}]" in "\n".join(outputs.summary_lines(two))
+    study.tune.check_archs = "gdn"
     study.tokens = shipped["data"]["tokens"]  # at the file's budget: the planted rate is 7x the rule's
-    with pytest.raises(TuneConfigError, match="gdn needs its own rule.*tune.check_sizes='d16l2' gives 1; add a size"):
+    loss, _ = run_planted(study)
+    with pytest.raises(TuneConfigError, match="gdn needs its own rule.*tune.check_sizes='d16' gives 1; add a size"):
         outputs.rule_file(study, loss, {}, float("nan"), 0, rows)

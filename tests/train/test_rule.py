@@ -61,6 +61,36 @@ def test_rule_file_gives_each_arch_and_size_its_settings(tmp_path):
                                           f"--config.optim.warmup_steps={cfg.optim.warmup_steps}"]
 
 
+def test_a_rule_with_a_horizon_sets_the_rate_by_the_runs_length(tmp_path):
+    """horizon {tokens: D0, exponent: g}: lr = c·N^e·(D/D0)^-g with D = steps·batch·seq_len, the
+    same rate at D0 as without it; batch, β2 and warmup unchanged; the study's run configs (the
+    budget's steps) and the train command's (its own steps) get the rate of their length."""
+    path = planted(tmp_path)
+    doc = json.loads(path.read_text())
+    doc["horizon"] = {"tokens": 1_000_000.0, "exponent": 0.25}
+    path.write_text(json.dumps(doc))
+    cfg = load_config("configs/ladder.py", "llama-d64")
+    cfg.train.seq_len, cfg.optim.rule = 128, str(path)
+    n = n_of(cfg)
+    batch = 2 ** round(math.log2(0.05 * n ** 0.5))
+    for d in (250_000, 1_000_000, 16_000_000):
+        cfg.train.steps = d // (batch * 128)
+        rule.resolve(cfg)
+        tokens = cfg.train.steps * batch * 128
+        assert cfg.optim.lr == pytest.approx(2.0 * n ** -0.5 * (tokens / 1e6) ** -0.25, rel=1e-3)
+        assert cfg.train.batch_size == batch and cfg.optim.warmup_steps == math.ceil(n / (batch * 128))
+    assert rule.horizon_factor(doc, 16e6) == pytest.approx(0.5) and rule.horizon_factor(doc, None) == 1.0
+    from linscale_jax.study import presets
+    from linscale_jax.study.scaling import plan
+
+    study = presets.preset("cpu")
+    study.overrides.optim.rule = str(path)
+    short, long = (plan.run_config(study, "llama", size) for size in ("d96l2", "d32l2"))  # tokens ∝ 1/N
+    for c in (short, long):
+        want = 2.0 * n_of(c) ** -0.5 * (c.train.steps * c.train.batch_size * 128 / 1e6) ** -0.25
+        assert c.optim.lr == pytest.approx(want, rel=1e-3)
+
+
 def test_paper_rule_keeps_the_one_rate(tmp_path):
     cfg = load_config("configs/ladder.py", "llama-d64")
     before = cfg.to_dict()
@@ -160,6 +190,9 @@ def _bad_rules(tmp_path):
         ("text seq_len", changed(lambda d: d["data"].update(seq_len="long")), "data.seq_len is 'long'"),
         ("negative warmup", changed(lambda d: d.update(warmup_tokens_per_param=-1)),
          "warmup_tokens_per_param is -1, not a finite number >= 0"),
+        ("horizon without tokens", changed(lambda d: d.update(horizon={"exponent": 0.2})), "horizon is {'exponent'"),
+        ("NaN horizon", changed(lambda d: d.update(horizon={"tokens": 1e6, "exponent": math.nan})),
+         "horizon.exponent is nan"),
     ]
 
 

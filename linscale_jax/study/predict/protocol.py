@@ -17,6 +17,7 @@ a size beyond the ladder often lies outside them. study.rule decides:
 from __future__ import annotations
 
 import copy
+import math
 
 from linscale_jax.study.predict.ladder import PredictError
 
@@ -68,7 +69,10 @@ def rung_config(lad, arch: str, size: str, tokens: float, mode: str):
     for entry in wide["archs"].values():
         if "range" in entry:
             entry["range"] = dict(entry["range"], **span)
-    s = rule.settings(wide, mc.arch, n, int(pcfg.train.seq_len), str(pcfg.data.vocab), source=f"optim.rule={name}")
+    seq = int(pcfg.train.seq_len)
+    s = rule.settings(wide, mc.arch, n, seq, str(pcfg.data.vocab), source=f"optim.rule={name}")
+    steps = max(1, math.ceil(float(tokens) / (s["batch_size"] * seq)))  # the rung's length, for a rule with a horizon
+    s = rule.settings(wide, mc.arch, n, seq, str(pcfg.data.vocab), source=f"optim.rule={name}", steps=steps)
     study.overrides.optim.update(rule="paper", lr=s["lr"], b2=s["b2"], warmup_steps=s["warmup_steps"])
     study.overrides.train.batch_size = s["batch_size"]
     note = dict(rule=name, n_params=n, range=[lo, hi], lr=s["lr"], batch_size=s["batch_size"], b2=s["b2"],

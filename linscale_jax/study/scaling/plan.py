@@ -149,6 +149,7 @@ def run_config(study, arch: str, size: str, seed: int = 0) -> ml_collections.Con
     tr = cfg.train
     tokens_per_step = int(tr.batch_size) * int(tr.seq_len)
     cfg.train.steps = max(1, math.ceil(tokens_of(study, size) / tokens_per_step))
+    rule.resolve(cfg)  # again at the budget's steps: a rule with a horizon sets the rate by the run's length
     n_ckpt = int(study.checkpoints)
     if n_ckpt < 2:
         raise ValueError(f"study.checkpoints={n_ckpt}: the envelope needs >= 2 checkpoints per run")

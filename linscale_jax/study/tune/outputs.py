@@ -146,7 +146,8 @@ def rule_file(study, loss: dict, fitted: dict, sigma: float, pairs: int, rows: l
     tune.rule_from, that file with each checked arch's entry (its check and the check's provenance)
     added or replaced and this grid's cells appended. A check at another token budget than the
     file's (a horizon check: does the rule's rate still win when runs train longer or shorter?)
-    leaves the rule as it is and adds the checks under `horizon_checks` (horizon_file)."""
+    keeps the laws and adds the checks under `horizon_checks`, and the exponent they measure under
+    `horizon` (horizon_file)."""
     t = study.tune
     given = rule_from(study)
     if given is not None and float(study.tokens) != float(given["data"]["tokens"]):
@@ -181,9 +182,12 @@ def rule_file(study, loss: dict, fitted: dict, sigma: float, pairs: int, rows: l
                                   "coefficient_ci": None, "exponent_ci": None},
                            "batch": _law_json(batch_law), "beta2": beta2, "check": ch}
         else:
+            earlier = (given or {}).get("archs", {}).get(arch, {})
             archs[arch] = {"same_as": ref_arch, "check": ch}
-        ns = [v["n_params"] for v in ch["sizes"].values()]
-        archs[arch]["range"] = {"n_min": min(ns), "n_max": max(ns)}  # the sizes it was checked at
+            if "same_as" in earlier and "range" in earlier:  # it shared the rule before: that range stands
+                archs[arch]["range"] = dict(earlier["range"])
+        ns = [v["n_params"] for v in ch["sizes"].values()] + list(archs[arch].get("range", {}).values())
+        archs[arch]["range"] = {"n_min": min(ns), "n_max": max(ns)}  # the sizes it was checked at, and before
     for arch, f in fitted.items():  # the sizes each arch was tuned at
         archs[arch]["range"] = {"n_min": min(f["n"]), "n_max": max(f["n"])}
     ns = [n for entry in archs.values() for n in entry["range"].values()]
@@ -208,18 +212,48 @@ def rule_file(study, loss: dict, fitted: dict, sigma: float, pairs: int, rows: l
 
 
 def horizon_file(study, given: dict, loss: dict, rows: list[dict]) -> dict:
-    """tune.rule_from's file unchanged but for `horizon_checks`: per checked arch at this grid's token
-    budget, the budget, its factor over the file's, the sizes' best rates against the rule's (the
-    rate the rule gives a run of that size, whatever its length) and the cells; an earlier check of
-    the same arch at the same budget is replaced."""
+    """tune.rule_from's file with its laws unchanged and `horizon_checks`: per checked arch at this
+    grid's token budget, the budget, its factor over the file's, the sizes' best rates against the
+    rule's N law and the cells (an earlier check of the same arch at the same budget is replaced);
+    and, where the file holds the same sizes' best rates at its own budget (horizon_pairs), `horizon`:
+    {tokens: the file's budget, exponent: the pairs' mean g, pairs}, which linscale_jax.train.rule
+    applies to every run's rate, lr·(D/D0)^-g."""
     _, lr_law, _, _ = reference(study, loss)
     tokens = float(study.tokens)
     new = [dict(arch=arch, tokens=tokens, factor=tokens / float(given["data"]["tokens"]), sizes=ch["sizes"],
                 cells=[r for r in rows if r["arch"] == arch], **provenance())
            for arch, ch in check_summary(study, loss, lr_law).items()]
     done = {(h["arch"], h["tokens"]) for h in new}
-    kept = [h for h in given.get("horizon_checks", []) if (h["arch"], float(h["tokens"])) not in done]
-    return {**given, "horizon_checks": kept + new}
+    checks = [h for h in given.get("horizon_checks", []) if (h["arch"], float(h["tokens"])) not in done] + new
+    out = {k: v for k, v in given.items() if k != "horizon"}
+    pairs = horizon_pairs(given, checks)
+    if pairs:
+        g = np.array([p["exponent"] for p in pairs])
+        ci = None
+        if len(g) >= 2:  # a t interval over the pairs: each is one seed's vertex on a factor-2 grid
+            from scipy import stats
+
+            half = float(stats.t.ppf(0.975, len(g) - 1) * g.std(ddof=1) / np.sqrt(len(g)))
+            ci = [float(g.mean()) - half, float(g.mean()) + half]
+        out["horizon"] = {"tokens": float(given["data"]["tokens"]), "exponent": float(g.mean()),
+                          "exponent_ci": ci, "pairs": pairs}
+    return {**out, "horizon_checks": checks}
+
+
+def horizon_pairs(given: dict, checks: list[dict]) -> list[dict]:
+    """Each horizon-checked (arch, size) whose best rate at the file's own budget the file holds (its
+    tuned sizes, or a check at its budget): {arch, size, factor, lr_base, lr_at, exponent}, exponent
+    = -ln(lr_at / lr_base) / ln(factor), the g of lr* ∝ D^-g between the two budgets."""
+    out = []
+    for h in checks:
+        entry = given["archs"].get(h["arch"], {})
+        base = {**entry.get("sizes", {}), **entry.get("check", {}).get("sizes", {})}
+        for size, v in h["sizes"].items():
+            if size in base and h["factor"] != 1:
+                lr0 = float(base[size]["lr_opt"])
+                out.append(dict(arch=h["arch"], size=size, factor=h["factor"], lr_base=lr0, lr_at=v["lr_opt"],
+                                exponent=-float(np.log(v["lr_opt"] / lr0) / np.log(h["factor"]))))
+    return out
 
 
 def check_summary(study, loss: dict, lr_law: dict) -> dict:
@@ -280,12 +314,22 @@ def summary_lines(rule: dict) -> list[str]:
             ratios = [v["ratio"] for ch in group.values() for v in ch["sizes"].values()]
             L.append(f"- {', '.join(group)} {label} (best checked rate / the rule's: "
                      f"{min(ratios):.2f}–{max(ratios):.2f}).")
+    if "horizon" in rule:
+        h = rule["horizon"]
+        ci = h.get("exponent_ci")
+        trend = ("no interval from one pair" if not ci else f"95 % [{ci[0]:+.2f}, {ci[1]:+.2f}]: " +
+                 ("falls with length (resolved)" if ci[0] > 0 else "rises with length (resolved)" if ci[1] < 0
+                  else "a trend in D not resolved"))
+        L.append(f"- The best rate goes with the run's length as D^-g, g = {h['exponent']:.2f} (the mean of "
+                 f"{len(h['pairs'])} (arch, size) pairs checked at two budgets, "
+                 f"{min(p['exponent'] for p in h['pairs']):.2f}–{max(p['exponent'] for p in h['pairs']):.2f}; "
+                 f"{trend}). This file's rate scales with each run's tokens, lr = c·N^e·(D/D0)^-g.")
     for factor in sorted({h["factor"] for h in rule.get("horizon_checks", [])}):
         hs = [h for h in rule["horizon_checks"] if h["factor"] == factor]
         ratios = [v["ratio"] for h in hs for v in h["sizes"].values()]
-        L.append(f"- At {factor:.3g}x the rule's token budget ({hs[0]['tokens']:.4g} tokens, a horizon check; the "
-                 f"rule is unchanged), {', '.join(h['arch'] for h in hs)}'s best rates are {min(ratios):.2f}–"
-                 f"{max(ratios):.2f}x the rule's.")
+        L.append(f"- At {factor:.3g}x the rule's token budget ({hs[0]['tokens']:.4g} tokens, a horizon check), "
+                 f"{', '.join(h['arch'] for h in hs)}'s best rates are {min(ratios):.2f}–{max(ratios):.2f}x the "
+                 "rule's.")
     edges = [f"{arch} {s} ({'lr' if v['lr_edge'] else ''}{' and ' if v['lr_edge'] and v['batch_edge'] else ''}"
              f"{'batch' if v['batch_edge'] else ''})" for arch, a in rule["archs"].items()
              for s, v in a.get("sizes", {}).items() if v["lr_edge"] or v["batch_edge"]]
