@@ -220,6 +220,17 @@ def test_miniature_tuning_end_to_end(tmp_path):
     assert again["rows"] == rows
 
 
+def checking_the_shipped_rule(monkeypatch):
+    """(the tune preset, the shipped rule file's path, its contents), with N from fake_n."""
+    from linscale_jax.study.tune import outputs
+    from linscale_jax.train import rule
+
+    monkeypatch.setattr(tune_grid, "n_params_of", fake_n)
+    monkeypatch.setattr(outputs, "n_params_of", fake_n)
+    path = ROOT / "linscale_jax" / "train" / "tuned_rule.json"
+    return preset(), path, rule.load(path)
+
+
 def test_an_arch_is_checked_against_a_shipped_rule_without_tuning(monkeypatch):
     """tune.rule_from: nothing tuned; the check arch's cells at the file's rule (its batch and β2,
     the rule's rate and one step either side, grown at an edge); the rule file written back is the
@@ -228,11 +239,7 @@ def test_an_arch_is_checked_against_a_shipped_rule_without_tuning(monkeypatch):
     from linscale_jax.study.tune.check import TuneConfigError, check_tune
     from linscale_jax.train import rule
 
-    monkeypatch.setattr(tune_grid, "n_params_of", fake_n)
-    monkeypatch.setattr(outputs, "n_params_of", fake_n)
-    shipped_path = ROOT / "linscale_jax" / "train" / "tuned_rule.json"
-    shipped = rule.load(shipped_path)
-    study = preset()
+    study, shipped_path, shipped = checking_the_shipped_rule(monkeypatch)
     study.tune.update(rule_from=str(shipped_path), check_archs="gdn", check_sizes="d16l2,d32")
     check_tune(study)
     loss, _ = run_planted(study)
@@ -290,11 +297,7 @@ def test_a_check_at_another_token_budget_leaves_the_rule_and_records_the_horizon
     from linscale_jax.study.tune.check import TuneConfigError, check_tune
     from linscale_jax.train import rule
 
-    monkeypatch.setattr(tune_grid, "n_params_of", fake_n)
-    monkeypatch.setattr(outputs, "n_params_of", fake_n)
-    shipped_path = ROOT / "linscale_jax" / "train" / "tuned_rule.json"
-    shipped = rule.load(shipped_path)
-    study = preset()
+    study, shipped_path, shipped = checking_the_shipped_rule(monkeypatch)
     study.tune.update(rule_from=str(shipped_path), check_archs="gdn", check_sizes="d16")
     study.tokens = 4 * shipped["data"]["tokens"]
     check_tune(study)
