@@ -12,8 +12,9 @@ Another arch checked against the shipped rule, without tuning llama again:
     python -m linscale_jax.study --config=tune --workdir=DIR --config.tune.rule_from=linscale_jax/train/tuned_rule.json \
         --config.tune.check_archs=gdn --config.tune.check_sizes=d16l2,d32
 writes DIR/tune/rule.json: the shipped file with gdn's check (same_as llama, or its own lr rule) added.
-The same check at 4x the rule's token budget (a horizon check: the rule stays, the check is recorded
-under horizon_checks):
+The same check at 4x the rule's token budget (a horizon check: the laws stay; the check goes under
+horizon_checks and, where the file holds the same sizes' best rates at its own budget, the exponent g
+of lr* ∝ D^-g under horizon, which makes the file's rate follow each run's length):
     python -m linscale_jax.study --config=tune --workdir=DIR --config.tune.rule_from=linscale_jax/train/tuned_rule.json \
         --config.tune.check_archs=llama,tnl,hgrn2 --config.tune.check_sizes=d64l2 --config.tokens=6291456
 """

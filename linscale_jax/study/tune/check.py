@@ -130,7 +130,8 @@ def _check_rule_from(study, checks: list[str]) -> None:
     """tune.rule_from: a readable rule file (linscale_jax.train.rule.load's line otherwise), some
     check archs to check against it, and this preset's protocol equal to the file's (a rule holds
     for the data, context and estimator it was fitted on). The token budget may differ: a check at
-    another budget is a horizon check (outputs.rule_file records it beside the rule, unchanged)."""
+    another budget is a horizon check (outputs.horizon_file: the laws stay, the check and the length
+    exponent it measures are recorded beside them)."""
     from linscale_jax.study.tune import grid as tune_grid, outputs
 
     path = str(study.tune.get("rule_from", "") or "")
