@@ -130,9 +130,9 @@ def _check_rule_from(study, checks: list[str]) -> None:
     """tune.rule_from: a readable rule file (linscale_jax.train.rule.load's line otherwise), some
     check archs to check against it, and this preset's protocol equal to the file's (a rule holds
     for the data, context and estimator it was fitted on). The token budget may differ: a check at
-    another budget is a horizon check (outputs.horizon_file: the laws stay, the check and the length
+    another budget is a horizon check (tune.outputs.horizon_file: the laws stay, the check and the length
     exponent it measures are recorded beside them)."""
-    from linscale_jax.study.tune import grid as tune_grid, outputs
+    from linscale_jax.study.tune import grid as tune_grid
 
     path = str(study.tune.get("rule_from", "") or "")
     if not path:
@@ -141,7 +141,7 @@ def _check_rule_from(study, checks: list[str]) -> None:
     if not checks:
         raise _bad("tune.check_archs", study.tune.check_archs, "with tune.rule_from nothing is tuned: name "
                    "the archs to check against that file's rule")
-    ours = outputs.data_of(study)
+    ours = tune_grid.data_of(study)
     for key, value in given["data"].items():
         if key in ours and key != "tokens" and str(ours[key]) != str(value):
             raise _bad("tune.rule_from", path, f"its rule was fitted with data.{key}={value!r} and this preset "

@@ -255,3 +255,15 @@ def rule_batch(law: dict, n: float) -> int:
     from linscale_jax.train import rule
 
     return rule.batch_from_law(law, n)
+
+
+def data_of(study) -> dict:
+    """The protocol a rule holds for (the rule file's `data`): corpus, vocabulary, context, token
+    budget per cell, schedule, estimator, validation batches."""
+    t = study.tune
+    cfg = cell_config(study, Cell(split_list(study.archs, "study.archs")[0], sizes_of(study)[0], 0,
+                                  int(t.batch), float(t.beta2)))
+    return {"task": str(cfg.data.task), "vocab": str(cfg.data.vocab), "seq_len": int(cfg.train.seq_len),
+            "tokens": float(study.tokens), "schedule": str(cfg.optim.schedule),
+            "estimator": f"cooldown ({float(study.cooldown.fraction):g} of the steps, {study.cooldown.shape})",
+            "val_batches": int(study.eval.val_batches)}

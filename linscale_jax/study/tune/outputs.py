@@ -25,8 +25,8 @@ from linscale_jax.study import files
 from linscale_jax.study.tune import fit as tune_fit
 from linscale_jax.study.tune.check import TuneConfigError
 from linscale_jax.study.tune.fit import Cell, lr_of
-from linscale_jax.study.tune.grid import (beta2_of, cell_config, cell_name, n_params_of, names, reference, rule_from,
-                                          rule_of, sizes_of)
+from linscale_jax.study.tune.grid import (beta2_of, cell_name, data_of, n_params_of, names, reference, rule_from,
+                                          rule_of)
 
 def _print(msg: str) -> None:
     print(msg, flush=True)
@@ -122,18 +122,6 @@ def _sizes_json(f: dict, lr_base: float) -> dict:
                   "lr_edge": o.lr_edge, "batch_edge": o.batch_edge, "best": cell_name(o.best, lr_base),
                   "loss": o.loss}
     return out
-
-
-def data_of(study) -> dict:
-    """The protocol a rule holds for (the rule file's `data`): corpus, vocabulary, context, token
-    budget per cell, schedule, estimator, validation batches."""
-    t = study.tune
-    cfg = cell_config(study, Cell(contract.split_list(study.archs, "study.archs")[0], sizes_of(study)[0], 0,
-                                  int(t.batch), float(t.beta2)))
-    return {"task": str(cfg.data.task), "vocab": str(cfg.data.vocab), "seq_len": int(cfg.train.seq_len),
-            "tokens": float(study.tokens), "schedule": str(cfg.optim.schedule),
-            "estimator": f"cooldown ({float(study.cooldown.fraction):g} of the steps, {study.cooldown.shape})",
-            "val_batches": int(study.eval.val_batches)}
 
 
 def provenance() -> dict:
