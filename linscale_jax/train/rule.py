@@ -121,10 +121,24 @@ def _range(rng, where: str, path) -> None:
         raise RuleError(f"learning-rate rule file {path}: {where} has n_min {lo:g} > n_max {hi:g}{FIX}")
 
 
+def _best_rates(sizes, where: str, path) -> None:
+    """A per-size table (a tuned arch's sizes, a check's sizes): each size an object with lr_opt > 0,
+    the best rate a horizon check pairs against (study.tune.outputs.horizon_pairs)."""
+    if not isinstance(sizes, dict):
+        raise RuleError(f"learning-rate rule file {path}: {where} is {sizes!r}, not an object with an entry "
+                        f"per size{FIX}")
+    for size, v in sizes.items():
+        if not isinstance(v, dict) or "lr_opt" not in v:
+            raise RuleError(f"learning-rate rule file {path}: {where}.{size} is {v!r}, not an object with "
+                            f"the size's best rate lr_opt{FIX}")
+        _number(v["lr_opt"], f"{where}.{size}.lr_opt", path, positive=True)
+
+
 def check(rule, path) -> None:
     """Every field settings() reads, for every arch of the file (RuleError: the file, the entry,
     the fix): range, data, warmup_tokens_per_param, default, and per arch either same_as (a listed
-    arch, no cycle) or lr and batch power laws with coefficient > 0 and beta2 in [0, 1)."""
+    arch, no cycle) or lr and batch power laws with coefficient > 0 and beta2 in [0, 1); and the best
+    rates a horizon check reads: every size under an arch's sizes and check.sizes has lr_opt > 0."""
     if not isinstance(rule, dict):
         raise RuleError(f"learning-rate rule file {path} holds a JSON {type(rule).__name__}, not an "
                         f"object with range, data, archs and warmup_tokens_per_param{FIX}")
@@ -155,6 +169,13 @@ def check(rule, path) -> None:
             raise RuleError(f"learning-rate rule file {path}: {where} is {entry!r}, not an object{FIX}")
         if "range" in entry:
             _range(entry["range"], f"{where}.range", path)
+        if "sizes" in entry:
+            _best_rates(entry["sizes"], f"{where}.sizes", path)
+        if "check" in entry:
+            if not isinstance(entry["check"], dict) or "sizes" not in entry["check"]:
+                raise RuleError(f"learning-rate rule file {path}: {where}.check is {entry['check']!r}, not an "
+                                f"object with the checked sizes{FIX}")
+            _best_rates(entry["check"]["sizes"], f"{where}.check.sizes", path)
         seen = [arch]
         while "same_as" in entry:
             other = entry["same_as"]

@@ -193,6 +193,10 @@ def _bad_rules(tmp_path):
         ("horizon without tokens", changed(lambda d: d.update(horizon={"exponent": 0.2})), "horizon is {'exponent'"),
         ("NaN horizon", changed(lambda d: d.update(horizon={"tokens": 1e6, "exponent": math.nan})),
          "horizon.exponent is nan"),
+        ("a check without best rates", changed(lambda d: d["archs"]["tnl"].update(
+            check={"sizes": {"d64l2": {"rule_lr": 0.002}}})), "archs.tnl.check.sizes.d64l2 is {'rule_lr'"),
+        ("a tuned size's rate of 0", changed(lambda d: d["archs"]["llama"].update(sizes={"d16l2": {"lr_opt": 0}})),
+         "archs.llama.sizes.d16l2.lr_opt is 0, not a finite number > 0"),
     ]
 
 
