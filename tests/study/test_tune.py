@@ -188,6 +188,18 @@ def test_cells_md_leads_with_the_rules_and_their_bounds():
     assert "- Seed-to-seed sd: not measured (no replicate cells)" in "\n".join(outputs.summary_lines(rule))
 
 
+def test_cells_md_names_only_the_archs_a_check_measured():
+    """A rule file may list an arch that shares the rule without a check of it (a hand-written file
+    passed as tune.rule_from): the summary names the checked archs and skips that one."""
+    from linscale_jax.study.tune import outputs
+
+    rule = json.loads((ROOT / "linscale_jax" / "train" / "tuned_rule.json").read_text())
+    rule["archs"]["rwkv"] = {"same_as": "llama"}
+    text = "\n".join(outputs.summary_lines(rule))
+    shared = [a for a, x in rule["archs"].items() if x.get("same_as") == "llama" and "check" in x]
+    assert shared and f"- {', '.join(shared)} share llama's rule" in text and "rwkv" not in text
+
+
 def test_miniature_tuning_end_to_end(tmp_path):
     study = preset()
     study.sizes = "d16l2,d16"

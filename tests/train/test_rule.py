@@ -195,6 +195,8 @@ def _bad_rules(tmp_path):
          "horizon.exponent is nan"),
         ("a check without best rates", changed(lambda d: d["archs"]["tnl"].update(
             check={"sizes": {"d64l2": {"rule_lr": 0.002}}})), "archs.tnl.check.sizes.d64l2 is {'rule_lr'"),
+        ("a check that is a list", changed(lambda d: d["archs"]["tnl"].update(check=[0.002])),
+         "archs.tnl.check is [0.002], not an object with the checked sizes"),
         ("a tuned size's rate of 0", changed(lambda d: d["archs"]["llama"].update(sizes={"d16l2": {"lr_opt": 0}})),
          "archs.llama.sizes.d16l2.lr_opt is 0, not a finite number > 0"),
     ]

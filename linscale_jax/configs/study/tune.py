@@ -15,8 +15,12 @@ writes DIR/tune/rule.json: the shipped file with gdn's check (same_as llama, or 
 The same check at 4x the rule's token budget (a horizon check: the laws stay; the check goes under
 horizon_checks and, where the file holds the same sizes' best rates at its own budget, the exponent g
 of lr* ∝ D^-g under horizon, which makes the file's rate follow each run's length):
-    python -m linscale_jax.study --config=tune --workdir=DIR --config.tune.rule_from=linscale_jax/train/tuned_rule.json \
-        --config.tune.check_archs=llama,tnl,hgrn2 --config.tune.check_sizes=d64l2 --config.tokens=6291456
+    python -m linscale_jax.study --config=tune --workdir=B --config.tune.rule_from=linscale_jax/train/tuned_rule.json \
+        --config.tune.check_archs=llama,tnl,hgrn2,cosformer2 --config.tune.check_sizes=d32l2,d64l2
+    python -m linscale_jax.study --config=tune --workdir=H --config.tune.rule_from=B/tune/rule.json \
+        --config.tune.check_archs=llama,tnl,hgrn2,cosformer2 --config.tune.check_sizes=d32l2,d64l2 --config.tokens=6291456
+(the first at the file's budget, so each (arch, size) pairs its two best rates; docs/results.md,
+"The rule's rate at 4x its token budget").
 """
 
 from linscale_jax.study.presets import study_defaults

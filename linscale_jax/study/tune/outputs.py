@@ -290,7 +290,7 @@ def summary_lines(rule: dict) -> list[str]:
             L.append(f"- {arch}: {_exponent_text(a['lr'], 'lr*')}; {_exponent_text(a['batch'], 'batch*')}; "
                      f"β2 {a['beta2']:g}.")
     ref = rule["default"]
-    shared = {arch: a["check"] for arch, a in rule["archs"].items() if "same_as" in a}
+    shared = {arch: a["check"] for arch, a in rule["archs"].items() if "same_as" in a and "check" in a}
     own = {arch: a["check"] for arch, a in rule["archs"].items() if "check" in a and "same_as" not in a and arch != ref}
     if "check" in rule["archs"][ref]:
         ch = rule["archs"][ref]["check"]
