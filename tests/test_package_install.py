@@ -28,6 +28,7 @@ SOURCES = ("pyproject.toml", "linscale_jax", "kernels_pallas")
 DATA = ("linscale_jax/configs/tiny.py", "linscale_jax/configs/ladder.py", "linscale_jax/configs/paper.py",
         "linscale_jax/configs/study/cpu.py", "linscale_jax/configs/study/recall.py",
         "linscale_jax/configs/study/recall_rates.json", "linscale_jax/train/tuned_rule.json",
+        "linscale_jax/train/grid_rule.json",
         "linscale_jax/eval/tasks/linscale_commonsense.yaml", "linscale_jax/fit/data/chinchilla_fig4_epoch.csv",
         "linscale_jax/fit/data/chinchilla_fig4_epoch.source.md")
 

@@ -6,15 +6,18 @@
 
 `paper`  one rate for every size and arch, as the paper trains (Adam lr 3e-4 at 70M-7B): the
          config's own optim.lr, train.batch_size, optim.b2 and optim.warmup_steps, unchanged.
-`tuned`  per arch and size from the rule file shipped beside this module (TUNED_FILE, written by
-         `python -m linscale_jax.study --config=configs/study/tune.py --workdir=DIR`, study.tune): lr = c·N^e,
+`tuned`  per arch and size from the rule file shipped beside this module (TUNED_FILE): lr = c·N^e,
          batch = c·N^e sequences rounded to a power of two, β2 per arch, warmup = w·N tokens
          (Porian et al. 2024), N the non-embedding parameter count of the model config
-         (linscale_jax.models.accounting).
+         (linscale_jax.models.accounting); the grid's laws (`grid`) checked at the main job's sizes
+         (tnl's own lr law) with a horizon entry (below). Written by study.tune: the grid
+         (`python -m linscale_jax.study --config=configs/study/tune.py --workdir=DIR`), then its
+         checks (`--config.tune.rule_from=`, configs/study/tune.py).
+`grid`   the tuning grid's rule alone (grid_rule.json beside this module): llama's laws for every arch.
 A path to a JSON rule file works like `tuned` with that file. A file with a `horizon` entry
 ({"tokens": D0, "exponent": g}, written by a horizon check: study.tune.outputs.horizon_file) scales
 the rate with the run's length, lr = c·N^e·(D/D0)^-g, D = train.steps·batch·seq_len tokens (the
-best rate falls as runs train longer: Bjorck et al. 2024); the shipped file has none.
+best rate falls as runs train longer: Bjorck et al. 2024).
 
 Applied where a run config is built: the train command (linscale_jax.train.cli) and a study's
 run configs (study.plan.run_config); train.loop.train takes the config as it is.
@@ -37,8 +40,12 @@ from pathlib import Path
 
 from linscale_jax.errors import UserError
 
-TUNED_FILE = importlib.resources.files("linscale_jax.train").joinpath("tuned_rule.json")  # package data
-RULES = ("paper", "tuned")
+_PACKAGE = importlib.resources.files("linscale_jax.train")
+# the shipped rule files (package data): tuned, the default, is the grid's rule checked at the main
+# job's ladder (tnl's own rate) with the horizon; grid, the rule tuned on the grid d16l2 ... d48 alone
+FILES = {"tuned": _PACKAGE.joinpath("tuned_rule.json"), "grid": _PACKAGE.joinpath("grid_rule.json")}
+TUNED_FILE = FILES["tuned"]
+RULES = ("paper", *FILES)
 
 
 class RuleError(UserError, ValueError):
@@ -49,12 +56,12 @@ def rule_path(name: str) -> Path | None:
     """The rule file optim.rule names (None for paper)."""
     if name == "paper":
         return None
-    if name == "tuned":
-        return TUNED_FILE
+    if name in FILES:
+        return FILES[name]
     path = Path(name)
     if path.suffix != ".json":
         raise RuleError(f"optim.rule={name!r} is not one of {RULES} nor a .json rule file; "
-                        "set optim.rule=tuned, optim.rule=paper or a path to a rule file")
+                        "set optim.rule to one of them or to a path to a rule file")
     return path
 
 
@@ -250,7 +257,9 @@ def settings(rule: dict, arch: str, n_params: float, seq_len: int, vocab: str,
     data = rule["data"]
     fitted = (f"{source} was fitted on N = {lo:.3g}-{hi:.3g} non-embedding parameters, "
               f"{data['vocab']} vocabulary, sequences of {data['seq_len']}")
-    fix = "; set optim.rule=paper (one rate for every size: optim.lr) or fit a rule at this scale " \
+    other = "" if source == "optim.rule=grid" else \
+        ", another rule (optim.rule=grid: tuned on the grid d16l2 ... d48, every arch on llama's law)"
+    fix = f"; set optim.rule=paper (one rate for every size: optim.lr){other} or fit a rule at this scale " \
           "(python -m linscale_jax.study --config=configs/study/tune.py)"
     if not lo <= n_params <= hi:
         raise RuleError(f"{fitted}, and this {arch} has N = {n_params:.3g}, outside that range{fix}")

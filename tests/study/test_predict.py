@@ -33,7 +33,8 @@ def preset(name: str):
 
 
 # The ladder these tests predict from: the main job's protocol on a mixed ladder (depth 2 and 4) whose
-# largest size has depth 4, so the family of rungs is the four-layer one.
+# largest size has depth 4, so the family of rungs is the four-layer one; under the grid's rule, whose
+# range holds tnl's d16l2 and d16 (the default rule's tnl starts at d32l2).
 MIXED = """from linscale_jax.study.presets import preset
 
 
@@ -41,6 +42,7 @@ def get_config():
     c = preset("cpu")
     c.sizes = "d16l2,d16,d32l2,d32,d48"
     c.tokens_by_size = ""
+    c.overrides.optim.rule = "grid"
     c.replicates.update(sizes="smallest", seeds=2)
     return c
 """
@@ -112,7 +114,7 @@ def test_the_rungs_bracket_the_optimum_at_4x_the_ladder(ladder, lad, planned):
         step = r.config.train.batch_size * r.config.train.seq_len
         assert c / f["flops_per_token"] <= r.tokens < c / f["flops_per_token"] + step  # D = C / FLOPs per token
         assert r.flops == pytest.approx(c, rel=step * f["flops_per_token"] / c + 1e-9)
-        tuned = rule.load()
+        tuned = rule.load(rule.rule_path("grid"))  # the ladder's rule
         n_max = tuned["archs"]["llama"].get("range", tuned["range"])["n_max"]
         assert r.n_params > n_max and r.config.optim.rule == "paper"  # beyond the rule's sizes: extrapolated, pinned
         lr = rule.power(rule.arch_rule(tuned, "llama")["lr"], r.n_params)

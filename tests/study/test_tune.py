@@ -180,7 +180,7 @@ def test_cells_md_leads_with_the_rules_and_their_bounds():
            f"{lr['exponent_ci'][1]:+.3f}]: falls with size" in text
     assert "exponent [-0.582, +0.403]: flat within its interval (a trend in N not resolved)" in text  # batch*
     shared = [a for a, x in rule["archs"].items() if x.get("same_as") == "llama"]
-    assert f"- {', '.join(shared)} share llama's rule" in text
+    assert f"- {', '.join(shared)}: llama's rule (best checked rate / llama's: " in text
     edges = [s for s, v in rule["archs"]["llama"]["sizes"].items() if v["lr_edge"]]
     assert edges and f"Bounds, not optima (the best cell at the end of its line): llama {edges[0]} (lr)" in text
     assert f"{rule['seed_sd']['value']:.4f} nats ({rule['seed_sd']['pairs']} replicate pairs)" in text
@@ -197,7 +197,7 @@ def test_cells_md_names_only_the_archs_a_check_measured():
     rule["archs"]["rwkv"] = {"same_as": "llama"}
     text = "\n".join(outputs.summary_lines(rule))
     shared = [a for a, x in rule["archs"].items() if x.get("same_as") == "llama" and "check" in x]
-    assert shared and f"- {', '.join(shared)} share llama's rule" in text and "rwkv" not in text
+    assert shared and f"- {', '.join(shared)}: llama's rule (" in text and "rwkv" not in text
 
 
 def test_miniature_tuning_end_to_end(tmp_path):
@@ -233,13 +233,14 @@ def test_miniature_tuning_end_to_end(tmp_path):
 
 
 def checking_the_shipped_rule(monkeypatch):
-    """(the tune preset, the shipped rule file's path, its contents), with N from fake_n."""
+    """(the tune preset, the shipped grid rule file's path, its contents: no check of llama, no
+    horizon), with N from fake_n."""
     from linscale_jax.study.tune import outputs
     from linscale_jax.train import rule
 
     monkeypatch.setattr(tune_grid, "n_params_of", fake_n)
     monkeypatch.setattr(outputs, "n_params_of", fake_n)
-    path = ROOT / "linscale_jax" / "train" / "tuned_rule.json"
+    path = ROOT / "linscale_jax" / "train" / "grid_rule.json"
     return preset(), path, rule.load(path)
 
 

@@ -140,6 +140,39 @@ def test_shipped_rule_refuses_the_paper_scale():
         rule.resolve(cfg)
 
 
+def test_the_two_shipped_rules_by_name(tmp_path):
+    """optim.rule=tuned (the default file: the grid's rule checked at the main job's ladder, tnl on
+    its own rate, each run's rate by its length) and optim.rule=grid (the grid's rule alone): the
+    main job's tnl trains at its own rate under tuned and at llama's under grid; below its checked
+    sizes tnl is refused under tuned, naming grid and paper, and runs under grid."""
+    from linscale_jax.study.scaling import plan
+
+    tuned, grid = rule.load(rule.rule_path("tuned")), rule.load(rule.rule_path("grid"))
+    assert "horizon" in tuned and "horizon" not in grid
+    assert "same_as" not in tuned["archs"]["tnl"] and grid["archs"]["tnl"]["same_as"] == "llama"
+    study = load_config("configs/study/cpu.py")
+    study.archs = "tnl"
+    lrs = {}
+    for name in ("tuned", "grid"):
+        study.overrides.optim.rule = name
+        runs = plan.build_plan(study, str(tmp_path / name))
+        lrs[name] = {r.size: r.config.optim.lr for r in runs}
+    n = {"d32l2": 27136.0, "d96l2": 227328.0}
+    for size in ("d32l2", "d96l2"):
+        tokens = plan.tokens_of(study, size)
+        own = rule.power(tuned["archs"]["tnl"]["lr"], n[size]) * rule.horizon_factor(tuned, tokens)
+        assert lrs["tuned"][size] == pytest.approx(own, rel=1e-3)
+        assert lrs["grid"][size] == pytest.approx(rule.power(grid["archs"]["llama"]["lr"], n[size]), rel=1e-3)
+    assert lrs["grid"]["d32l2"] > 2 * lrs["tuned"]["d32l2"]  # the grid's rule: 2.3x tnl's best rate there
+    cfg = load_config("configs/ladder.py", "tnl-d16l2")
+    cfg.train.seq_len, cfg.optim.rule = 128, "tuned"
+    with pytest.raises(rule.RuleError, match=r"this tnl has N = 7\.68e\+03, outside that range; set "
+                                             r"optim\.rule=paper .*optim\.rule=grid"):
+        rule.resolve(cfg)
+    cfg.optim.rule = "grid"
+    assert rule.resolve(cfg).optim.lr == pytest.approx(rule.power(grid["archs"]["llama"]["lr"], 7680.0), rel=1e-3)
+
+
 def test_cpu_preset_runs_on_the_tuned_rule_and_its_paper_twin(tmp_path):
     from linscale_jax.study.scaling import plan
 
@@ -149,7 +182,7 @@ def test_cpu_preset_runs_on_the_tuned_rule_and_its_paper_twin(tmp_path):
     paper = plan.build_plan(load_config("configs/study/cpu_paper.py"), str(tmp_path))
     assert {r.config.optim.lr for r in paper} == {3e-3}
     for r in tuned:
-        s = rule.settings(doc, r.config.model.arch, r.n_params, 128, "byte")
+        s = rule.settings(doc, r.config.model.arch, r.n_params, 128, "byte", steps=r.config.train.steps)
         assert (r.config.optim.lr, r.config.train.batch_size, r.config.optim.b2,
                 r.config.optim.warmup_steps) == (s["lr"], s["batch_size"], s["b2"], s["warmup_steps"])
         assert r.tokens == plan.tokens_of(study, r.size)  # the size's budget, whatever the batch

@@ -3,20 +3,20 @@ r"""The main job: the paper's scaling study (Shen et al. 2024) in miniature, 4 a
 llama, tnl, hgrn2 and cosformer2 on a ladder of one shape, d32l2 d48l2 d64l2 d80l2 d96l2 of
 configs/ladder.py (depth 2, head dim 16, 2 to 6 heads; non-embedding N 2.5e4 .. 2.3e5), each size
 on its own budget of byte tokens of the embedded corpus, about inversely proportional to N so every
-rung ends near one compute and the envelope brackets the optimum (study.tokens_by_size: 6.29M
-tokens at d32l2 down to 0.71M at d96l2; docs/results.md "Laws on a ladder of one shape"), with 12
-checkpoints and one replicate seed of d48l2 and of d96l2 per arch (28 runs: the pooled seed sd
-rests on 8 df from two rungs 4x apart in N). Learning rate, batch and AdamW β2 per arch and size
-from the tuned rule (optim.rule=tuned: linscale_jax/train/tuned_rule.json, fitted by
-configs/study/tune.py up to N 1.18e5 and applied up to d96l2's 2.3e5): batch 4 x 128 (12,288
-steps at d32l2 to 1,392 at d96l2), peak lr 4.4e-3 at d32l2 to 1.4e-3 at d96l2, β2 0.999, constant
-after a warmup of N tokens. Losses under val_loss and cooldown; laws, envelope bracketing,
-held-out check, backtest and the paper's findings in DIR/report.md. configs/study/cpu_paper.py
-trains the same runs at one rate (the paper's protocol); passing its workdir judges every finding
-under both protocols.
+rung ends near one compute and the envelope brackets the optimum for every arch (study.tokens_by_size:
+12.6M tokens at d32l2 down to 1.43M at d96l2; docs/results.md "The main job"), with 12 checkpoints
+and one replicate seed of d48l2 and of d96l2 per arch (28 runs: the pooled seed sd rests on 8 df
+from two rungs 4x apart in N). Learning rate, batch and AdamW β2 per arch and size from the tuned
+rule (optim.rule=tuned: linscale_jax/train/tuned_rule.json, the tuning grid's laws checked at these
+sizes, tnl on its own rate, each run's rate falling with its length as D^-0.17): batch 4 x 128
+(24,576 steps at d32l2 to 2,784 at d96l2), peak lr 3.0e-3 (llama, d32l2) .. 1.2e-3 (tnl, d32l2),
+β2 0.999, constant after a warmup of N tokens. Losses under val_loss and cooldown; laws, envelope
+bracketing, held-out check, backtest and the paper's findings in DIR/report.md.
+configs/study/cpu_paper.py trains the same runs at one rate (the paper's protocol); passing its
+workdir judges every finding under both protocols.
 
-Run it, which takes 11.5 minutes on 2 idle Intel Xeon cores with warm caches (19.9 CPU-minutes),
-about 12 with empty ones, 17.5 on 2 AMD EPYC cores (docs/results.md "The main job"):
+Run it, which takes 18 minutes on 2 Intel Xeon cores (33 CPU-minutes; docs/results.md "The main
+job"):
 
 python -m linscale_jax.study --config=cpu --workdir=/tmp/study \
     --config.protocol_from=/tmp/study_paper
@@ -29,7 +29,7 @@ def get_config():
     c = study_defaults("scaling")
     c.sizes = "d32l2,d48l2,d64l2,d80l2,d96l2"  # one shape: depth 2, head dim 16, 2..6 heads
     c.tokens = 3072 * 8 * 128.0  # the budget of a size tokens_by_size leaves out
-    c.tokens_by_size = "d32l2=6291456,d48l2=2856960,d64l2=1572864,d80l2=1013760,d96l2=712704"  # ~1/N
+    c.tokens_by_size = "d32l2=12582912,d48l2=5713920,d64l2=3145728,d80l2=2027520,d96l2=1425408"  # ~1/N
     c.checkpoints = 12
     c.workers = 2  # two runs at once, one per core (study.workers)
     c.overrides.optim.update(lr=3e-3, warmup_steps=64, schedule="constant", rule="tuned")

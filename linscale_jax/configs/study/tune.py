@@ -8,19 +8,22 @@ step), then tnl, hgrn2 and cosformer2 are checked against llama's rule at d16l2 
 DIR/tune/ (the rule file linscale_jax.train.rule reads, cells.csv/md, lr.png). Costs about 100
 CPU-minutes, two runs at a time (figures: docs/results.md "The tuning grid").
 
-Another arch checked against the shipped rule, without tuning llama again:
-    python -m linscale_jax.study --config=tune --workdir=DIR --config.tune.rule_from=linscale_jax/train/tuned_rule.json \
+Another arch checked against the grid's rule (linscale_jax/train/grid_rule.json, optim.rule=grid),
+without tuning llama again:
+    python -m linscale_jax.study --config=tune --workdir=DIR --config.tune.rule_from=linscale_jax/train/grid_rule.json \
         --config.tune.check_archs=gdn --config.tune.check_sizes=d16l2,d32
-writes DIR/tune/rule.json: the shipped file with gdn's check (same_as llama, or its own lr rule) added.
-The same check at 4x the rule's token budget (a horizon check: the laws stay; the check goes under
-horizon_checks and, where the file holds the same sizes' best rates at its own budget, the exponent g
-of lr* ∝ D^-g under horizon, which makes the file's rate follow each run's length):
-    python -m linscale_jax.study --config=tune --workdir=B --config.tune.rule_from=linscale_jax/train/tuned_rule.json \
-        --config.tune.check_archs=llama,tnl,hgrn2,cosformer2 --config.tune.check_sizes=d32l2,d64l2
-    python -m linscale_jax.study --config=tune --workdir=H --config.tune.rule_from=B/tune/rule.json \
+writes DIR/tune/rule.json: that file with gdn's check (same_as llama, or its own lr rule) added.
+The shipped default (linscale_jax/train/tuned_rule.json, optim.rule=tuned) is the grid's rule checked
+at the main job's sizes, then at 4x the rule's token budget (a horizon check: the laws stay; the
+check goes under horizon_checks and, where the file holds the same sizes' best rates at its own
+budget, the exponent g of lr* ∝ D^-g under horizon, which makes the file's rate follow each run's
+length):
+    python -m linscale_jax.study --config=tune --workdir=L --config.tune.rule_from=linscale_jax/train/grid_rule.json \
+        --config.tune.check_archs=llama,tnl,hgrn2,cosformer2 --config.tune.check_sizes=d32l2,d64l2,d96l2
+    python -m linscale_jax.study --config=tune --workdir=LH --config.tune.rule_from=L/tune/rule.json \
         --config.tune.check_archs=llama,tnl,hgrn2,cosformer2 --config.tune.check_sizes=d32l2,d64l2 --config.tokens=6291456
 (the first at the file's budget, so each (arch, size) pairs its two best rates; docs/results.md,
-"The rule's rate at 4x its token budget").
+"The rule at the ladder's own sizes" and "The rule's rate at 4x its token budget").
 """
 
 from linscale_jax.study.presets import study_defaults
@@ -50,7 +53,7 @@ def get_config():
         replicate_sizes="smallest,largest",  # one more seed of their best cell: the seed sd
         check_archs="tnl,hgrn2,cosformer2", check_sizes="d16l2,d48",  # the tuned range's ends
         own_rule_factor=2.0,  # an arch whose best rate is more than 2x from the rule gets its own
-        rule_from="",  # a rule file (e.g. linscale_jax/train/tuned_rule.json): tune nothing, check against it
+        rule_from="",  # a rule file (e.g. linscale_jax/train/grid_rule.json): tune nothing, check against it
         bootstrap=1000, seed=0,
     )
     return c

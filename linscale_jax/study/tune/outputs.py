@@ -286,7 +286,7 @@ def summary_lines(rule: dict) -> list[str]:
     the end of its line), and the seed noise behind the intervals (or why it is not measured)."""
     L = ["## Summary", ""]
     for arch, a in rule["archs"].items():
-        if "lr" in a and "check" not in a:
+        if "lr" in a:  # the grid's laws, and an own law fitted through a check's best rates
             L.append(f"- {arch}: {_exponent_text(a['lr'], 'lr*')}; {_exponent_text(a['batch'], 'batch*')}; "
                      f"β2 {a['beta2']:g}.")
     ref = rule["default"]
@@ -297,10 +297,11 @@ def summary_lines(rule: dict) -> list[str]:
         ratios = ", ".join(f"{s} {v['ratio']:.2f}" for s, v in ch["sizes"].items())
         L.append(f"- {ref}'s own rule checked at other sizes (best checked rate / the rule's: {ratios}): "
                  + ("beyond the factor, tune it again at those sizes." if ch["own_rule"] else "it holds there."))
-    for label, group in ((f"share {rule['default']}'s rule", shared), ("get their own lr rule", own)):
+    for label, group in ((f"{rule['default']}'s rule", shared),
+                         ("each its own lr law" if len(own) > 1 else "its own lr law", own)):
         if group:
             ratios = [v["ratio"] for ch in group.values() for v in ch["sizes"].values()]
-            L.append(f"- {', '.join(group)} {label} (best checked rate / the rule's: "
+            L.append(f"- {', '.join(group)}: {label} (best checked rate / {rule['default']}'s: "
                      f"{min(ratios):.2f}–{max(ratios):.2f}).")
     if "horizon" in rule:
         h = rule["horizon"]
