@@ -6,7 +6,7 @@
 
 `paper`  one rate for every size and arch, as the paper trains (Adam lr 3e-4 at 70M-7B): the
          config's own optim.lr, train.batch_size, optim.b2 and optim.warmup_steps, unchanged.
-`tuned`  per arch and size from the rule file shipped beside this module (TUNED_FILE): lr = c·N^e,
+`tuned`  per arch and size from the rule file shipped beside this module (FILES["tuned"]): lr = c·N^e,
          batch = c·N^e sequences rounded to a power of two, β2 per arch, warmup = w·N tokens
          (Porian et al. 2024), N the non-embedding parameter count of the model config
          (linscale_jax.models.accounting); the grid's laws (`grid`) checked at the main job's sizes
@@ -44,7 +44,6 @@ _PACKAGE = importlib.resources.files("linscale_jax.train")
 # the shipped rule files (package data): tuned, the default, is the grid's rule checked at the main
 # job's ladder (tnl's own rate) with the horizon; grid, the rule tuned on the grid d16l2 ... d48 alone
 FILES = {"tuned": _PACKAGE.joinpath("tuned_rule.json"), "grid": _PACKAGE.joinpath("grid_rule.json")}
-TUNED_FILE = FILES["tuned"]
 RULES = ("paper", *FILES)
 
 
@@ -65,7 +64,7 @@ def rule_path(name: str) -> Path | None:
     return path
 
 
-def load(path: Path | str = TUNED_FILE) -> dict:
+def load(path: Path | str = FILES["tuned"]) -> dict:
     """The rule file at `path`, checked whole (check): RuleError naming the file, the entry and
     the fix for a missing, empty, malformed, incomplete, cyclic, negative or non-finite one."""
     path = Path(path)
