@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 
 import numpy as np
 
-from linscale_jax.fit import approach1, approach3
+from linscale_jax.fit import approach1, approach3, pool
 from linscale_jax.fit import bootstrap as bs
 from linscale_jax.fit.table import FitError, Table, from_columns
 from linscale_jax.contract import FLOPS_PER_PARAM_TOKEN, TABLE_COLUMNS
@@ -96,6 +97,15 @@ def _fit(t: Table, k: float, init=None) -> approach3.Result:
     return approach3.fit(t, flops_per_param_token=k, init=init, bounds=bounds(float(t.loss.min())))
 
 
+def _refit(t: Table, k: float, init: np.ndarray) -> np.ndarray | None:
+    """theta [5] of one bootstrap refit from `init`, None when it fails (a worker of law_draws)."""
+    try:
+        theta = _fit(t, k, init=init).theta
+    except FitError:
+        return None
+    return theta if np.all(np.isfinite(theta)) else None
+
+
 def _law(r: approach3.Result, loss_min: float) -> dict:
     """E, A, B, alpha, beta of a fit, and at_bound: those of E, alpha, beta that sit on their bound."""
     out = {p: float(getattr(r, p)) for p in approach3.PARAMS}
@@ -162,7 +172,7 @@ def law_draws(curves: list[bs.Curve], arch: str, rng: np.random.Generator, *, n_
     """Approach 3 (bounded) on `curves` (one arch's sizes, replicate means), and `n_boot` refits on
     draws of them: a parametric bootstrap (fit.bootstrap.draw_curves with the point law as every
     size's trend, the residuals around the size's mean offset in blocks, a seed offset whose sd is
-    drawn from seed_sd), each refit from refit_starts."""
+    drawn from seed_sd), each refit from refit_starts, on every core (fit.pool)."""
     point = _fit(_table(arch, curves), flops_per_param_token)
     trends = []  # per fitted size: the law, and the residuals around the law plus the size's mean offset
     for c in curves:
@@ -177,16 +187,10 @@ def law_draws(curves: list[bs.Curve], arch: str, rng: np.random.Generator, *, n_
         sigma = seed_sd.draws(rng, n_boot)
         draws = bs.draw_curves({arch: curves}, {arch: sigma}, n_boot, rng,
                                bs.block_length(rho, max(len(c.flops) for c in curves)), {arch: trends})[arch]
-        ok, th = [], []
-        starts = refit_starts(point.theta, curves)
-        for b in range(n_boot):
-            try:
-                r = _fit(_table(arch, curves, [d[b] for d in draws]), flops_per_param_token, init=starts)
-            except FitError:
-                continue
-            if np.all(np.isfinite(r.theta)):
-                ok.append(b)
-                th.append(r.theta)
+        refit = functools.partial(_refit, k=flops_per_param_token, init=refit_starts(point.theta, curves))
+        fits = pool.map_ordered(refit, [_table(arch, curves, [d[b] for d in draws]) for b in range(n_boot)])
+        ok = [b for b, theta in enumerate(fits) if theta is not None]
+        th = [fits[b] for b in ok]
         failed = 1 - len(ok) / n_boot
         thetas, sig = (np.array(th) if th else thetas), sigma[ok]
     return LawDraws(point=point, thetas=thetas, sigma=sig, ckpt_sd=ckpt_sd, resid_sd=resid_sd, failed=float(failed),

@@ -96,3 +96,28 @@ def test_files_and_library_fit(tmp_path):
     assert all(p.exists() for p in paths[1:]) and "N_opt_C" in result.summary()
     with pytest.raises(FitError, match="approach must be"):
         fit.FitOptions(approach=4)
+
+
+def test_refits_on_a_pool_of_processes_equal_those_in_this_process(monkeypatch):
+    """law_draws' refits on fit.pool's processes (two spawned interpreters) return exactly the
+    thetas, seed-sd draws and failure share of the same refits run one by one here."""
+    from linscale_jax.fit import bootstrap as bs
+    from linscale_jax.fit import pool
+
+    curves = bs.curves_of(planted_table(Law(), sizes=SIZES[:3], noise=0.01, seed=0))
+    sd = SeedSd(0.01, 8, "measured")
+
+    def draws(cores):
+        monkeypatch.setattr(pool, "cores", lambda: cores)
+        return holdout.law_draws(curves, "planted", np.random.default_rng(3), n_boot=pool.MIN_ITEMS, seed_sd=sd)
+
+    pool.shutdown()
+    here = draws(1)
+    assert not pool._pools  # one core: no pool
+    pooled = draws(2)
+    assert list(pool._pools) == [2]
+    pool.shutdown()
+    assert len(here.thetas) > 0.9 * pool.MIN_ITEMS
+    np.testing.assert_array_equal(pooled.thetas, here.thetas)
+    np.testing.assert_array_equal(pooled.sigma, here.sigma)
+    assert pooled.failed == here.failed and pooled.point.theta.tolist() == here.point.theta.tolist()
