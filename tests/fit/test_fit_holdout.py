@@ -121,3 +121,17 @@ def test_refits_on_a_pool_of_processes_equal_those_in_this_process(monkeypatch):
     np.testing.assert_array_equal(pooled.thetas, here.thetas)
     np.testing.assert_array_equal(pooled.sigma, here.sigma)
     assert pooled.failed == here.failed and pooled.point.theta.tolist() == here.point.theta.tolist()
+
+
+def test_the_pool_bench_runs_and_finds_the_refits_identical():
+    """bench/fit_pool.py on its planted table: both ways of refitting give the same LawDraws."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[2] / "bench" / "fit_pool.py"
+    out = subprocess.run([sys.executable, str(bench), "--n_boot=32", "--json"], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    (row,) = json.loads(out.stdout.strip().splitlines()[-1])["rows"]
+    assert row["arch"] == "planted" and row["n_boot"] == 32 and row["identical"] is True

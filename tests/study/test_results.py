@@ -102,8 +102,8 @@ def test_results_are_written_once_as_data(written):
         m = r["measured"]
         assert r["failed"] == 0 and r["mde"] > 0 and m["ci_low"] < m["diff"] < m["ci_high"]
     sd = on_disk["by_estimator"]["val_loss"]["seed_sd"]["llama"]
-    assert sd["df"] == 2 and sd["ci95"][0] < sd["sd"] < sd["ci95"][1]  # a replicate seed of d48l2 and of d96l2
-    assert on_disk["by_estimator"]["val_loss"]["seed_sd_pooled"]["df"] == 8
+    assert sd["df"] == 3 and sd["ci95"][0] < sd["sd"] < sd["ci95"][1]  # a replicate seed of d64l2, d80l2, d96l2
+    assert on_disk["by_estimator"]["val_loss"]["seed_sd_pooled"]["df"] == 12
     with open(wd / "fit" / "bracketing.csv") as f:
         rows = list(csv.DictReader(f))
     assert list(rows[0]) == ["arch", "estimator", "interior", "smallest", "largest", "one_size"]

@@ -5,8 +5,8 @@ configs/ladder.py (depth 2, head dim 16, 2 to 6 heads; non-embedding N 2.5e4 .. 
 on its own budget of byte tokens of the embedded corpus, about inversely proportional to N so every
 rung ends near one compute and the envelope brackets the optimum for every arch (study.tokens_by_size:
 12.6M tokens at d32l2 down to 1.43M at d96l2; docs/results.md "The main job"), with 12 checkpoints
-and one replicate seed of d48l2 and of d96l2 per arch (28 runs: the pooled seed sd rests on 8 df
-from two rungs 4x apart in N). Learning rate, batch and AdamW β2 per arch and size from the tuned
+and one replicate seed of d64l2, d80l2 and d96l2 per arch (32 runs: the pooled seed sd rests on 12 df
+from three rungs, the cheapest to repeat). Learning rate, batch and AdamW β2 per arch and size from the tuned
 rule (optim.rule=tuned: linscale_jax/train/tuned_rule.json, the tuning grid's laws checked at these
 sizes, tnl on its own rate, each run's rate falling with its length as D^-0.17): batch 4 x 128
 (24,576 steps at d32l2 to 2,784 at d96l2), peak lr 3.0e-3 (llama, d32l2) .. 1.2e-3 (tnl, d32l2),
@@ -15,7 +15,7 @@ bracketing, held-out check, backtest and the paper's findings in DIR/report.md.
 configs/study/cpu_paper.py trains the same runs at one rate (the paper's protocol); passing its
 workdir judges every finding under both protocols.
 
-Run it, which takes 18 minutes on 2 Intel Xeon cores (33 CPU-minutes; docs/results.md "The main
+Run it, which takes 18 minutes on 2 Intel Xeon cores (35 CPU-minutes; docs/results.md "The main
 job"):
 
 python -m linscale_jax.study --config=cpu --workdir=/tmp/study \
@@ -38,7 +38,7 @@ def get_config():
     c.eval.final_runs = "largest"  # NIAH + probe at chance below the largest size
     c.estimators = "val_loss,cooldown"  # the paper's estimator (the laws, plots), and cooldowns beside it
     c.cooldown.update(points=3, fraction=0.1, shape="1-sqrt")  # the last checkpoint, 1/2, 1/4
-    c.replicates.update(sizes="d48l2,d96l2", seeds=1)  # the seed sd per arch, measured in the study (8 df pooled)
+    c.replicates.update(sizes="d64l2,d80l2,d96l2", seeds=1)  # the seed sd per arch, measured in the study (12 df pooled)
     c.noise.seed_sd = 0.05  # nats: assumed only for an arch without replicates
     c.fit.include_clamped = True
     return c
