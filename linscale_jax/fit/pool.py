@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import concurrent.futures as cf
+from concurrent.futures.process import BrokenProcessPool
 import multiprocessing as mp
 import os
 import signal
@@ -61,7 +62,7 @@ def map_ordered(fn, items, workers: int | None = None) -> list:
         return [fn(x) for x in items]
     try:
         return list(_executor(workers).map(fn, items, chunksize=max(1, len(items) // (4 * workers))))
-    except cf.process.BrokenProcessPool as e:
+    except BrokenProcessPool as e:
         _pools.pop(workers, None)
         print(f"fit.pool: the fit pool stopped ({e}); fitting the {len(items)} items in this process",
               file=sys.stderr)
