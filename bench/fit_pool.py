@@ -51,12 +51,14 @@ def main(argv=None) -> None:
         sd = bs.seed_sd_of(curves)
         sd = sd if sd.df else bs.SeedSd(0.01, 8, "assumed")
         out = {}
-        for name, n in (("one_by_one", 1), ("pool", cores)):
-            pool.cores = lambda n=n: n
-            t0 = time.perf_counter()
-            out[name] = holdout.law_draws(curves, arch, np.random.default_rng(0), n_boot=a.n_boot, seed_sd=sd)
-            out[name + "_s"] = time.perf_counter() - t0
-        pool.cores = real_cores
+        try:
+            for name, n in (("one_by_one", 1), ("pool", cores)):
+                pool.cores = lambda n=n: n  # law_draws asks fit.pool how many cores it may use
+                t0 = time.perf_counter()
+                out[name] = holdout.law_draws(curves, arch, np.random.default_rng(0), n_boot=a.n_boot, seed_sd=sd)
+                out[name + "_s"] = time.perf_counter() - t0
+        finally:
+            pool.cores = real_cores
         same = (np.array_equal(out["pool"].thetas, out["one_by_one"].thetas)
                 and np.array_equal(out["pool"].sigma, out["one_by_one"].sigma)
                 and out["pool"].failed == out["one_by_one"].failed)

@@ -20,7 +20,7 @@ import os
 import signal
 import sys
 
-MIN_ITEMS = 32  # fewer items run in this process: starting the pool (about 2 s) costs more
+MIN_ITEMS = 32  # fewer items run in this process: starting the pool (0.5-2 s) costs more
 _pools: dict[int, cf.ProcessPoolExecutor] = {}
 
 
