@@ -46,17 +46,18 @@ def at_compute(ld: LawDraws, rungs: list[dict], compute: float, rng: np.random.G
     return [dict(r, flops=float(compute)) for r in at_tokens(ld, rungs, d, rng, level)]
 
 
-def at_tokens(ld: LawDraws, rungs: list[dict], tokens, rng: np.random.Generator, level: float = 0.95) -> list[dict]:
+def at_tokens(ld: LawDraws, rungs: list[dict], tokens, rng: np.random.Generator, level: float = 0.95,
+              replicates: int = 1) -> list[dict]:
     """at_compute's rows for rungs that each train their own number of tokens ([r]: e.g. a planned
     run's, rounded up to whole steps): tokens, flops (= flops_per_token · tokens), predicted,
-    ci_low, ci_high, predicted_optimum."""
+    ci_low, ci_high (for the mean of `replicates` seeds of the run), predicted_optimum."""
     n, _ = _check(rungs, 1.0)
     d = np.asarray(tokens, float)
     if d.shape != n.shape or np.any(d <= 0):
         raise FitError(f"give one positive token count per rung: {len(n)} rung(s), tokens {d.tolist()}")
     rows = []
     for r, ni, di in zip(rungs, n, d):
-        ci = ld.interval(ni, di, rng, 1, level)
+        ci = ld.interval(ni, di, rng, replicates, level)
         rows.append(dict(r, tokens=float(di), flops=float(r["flops_per_token"]) * float(di),
                          predicted=float(ld.point.predict(ni, di)),
                          ci_low=None if ci is None else float(ci[0][0]),

@@ -317,6 +317,47 @@ def test_rungs_chosen_train_alone_and_the_join_reads_every_rung(ladder, planned,
         experiment.plan(predict_study(ladder[0], rungs=f"{below.name},llama-d1"), str(tmp_path))
 
 
+def test_each_rung_at_k_seeds_is_judged_on_their_mean(ladder, planned, tmp_path):
+    """study.seeds=2: every rung trains twice (the replicate at train.seed + 1 in <rung>-seed1), the
+    interval is for a mean of 2 runs (narrower than one run's, around the same point), a rung's actual
+    is None until both seeds are measured and then their mean, and the wins use the mean's sd."""
+    study, P, runs = planned
+    s = predict_study(ladder[0], seeds=2)
+    two = experiment.plan(s, str(tmp_path))
+    assert [r.name for r in two] == [n for r in runs for n in (r.name, f"{r.name}-seed1")]
+    assert [r.config.train.seed - two[0].config.train.seed for r in two] == [0, 1] * 3
+    assert all(a.config.optim.lr == b.config.optim.lr and a.steps == b.steps for a, b in zip(two[::2], two[1::2]))
+    one = json.loads((Path(P) / "predictions.json").read_text())["archs"]["llama"]["rungs"]
+    fc = json.loads((tmp_path / "predictions.json").read_text())
+    assert fc["settings"]["seeds"] == 2
+    for g1, g2 in zip(one, fc["archs"]["llama"]["rungs"]):
+        assert g2["predicted"] == g1["predicted"] and g2["ci_low"] > g1["ci_low"] and g2["ci_high"] < g1["ci_high"]
+    pred = {g["name"]: g["predicted"] for g in fc["archs"]["llama"]["rungs"]}
+    opt, opt1 = two[2], two[3]
+    _fake_results(opt, pred[opt.name] + 0.04)
+    joined = experiment.join(s, two, str(tmp_path), Ctx())
+    row = next(r for r in joined["rows"] if r["predicted_optimum"])
+    assert (row["actual"], row["measured"], row["seeds"]) == (None, 1, 2)  # one of two seeds: not judged yet
+    from linscale_jax.study.predict import report
+
+    assert "— (1 of 2 seeds)" in "\n".join(report.lines(joined))
+    _fake_results(opt1, pred[opt.name] - 0.02)
+    for r in (two[0], two[1], two[4], two[5]):
+        _fake_results(r, pred[r.name.removesuffix("-seed1")] + 0.2)
+    joined = experiment.join(s, two, str(tmp_path), Ctx())
+    row = next(r for r in joined["rows"] if r["predicted_optimum"])
+    assert row["actual"] == pytest.approx(pred[opt.name] + 0.01)  # the mean of +0.04 and -0.02
+    assert joined["verdicts"]["archs"]["llama"]["met"] and joined["study"]["seeds"] == 2
+    text = "\n".join(report.lines(joined))
+    assert "the mean of 2 observed runs" in text and "two means of 2 runs" in text and "0 of 6 runs processed" in text
+    assert [r.name for r in experiment.plan(predict_study(ladder[0], seeds=2, rungs="optimum"), str(tmp_path))] == [
+        opt.name, opt1.name]
+    assert [r.name for r in experiment.plan(predict_study(ladder[0], seeds=2, rungs=opt1.name), str(tmp_path))] == [
+        opt1.name]
+    with pytest.raises(PredictError, match=r"study.seeds=0: the init seeds per rung must be a whole number >= 1"):
+        experiment.plan(predict_study(ladder[0], seeds=0), str(tmp_path))
+
+
 def test_another_estimator_of_the_ladder_predicts_from_its_own_table(ladder, lad, tmp_path):
     """--config.estimator=cooldown: the laws of the ladder's cooldown table (here the planted law
     0.1 nats lower) and that estimator's seed sd; an estimator the ladder did not run is one line."""

@@ -8,12 +8,16 @@ on each side trained at that compute under the ladder's protocol, predicted agai
     python -m linscale_jax.study --config=predict --workdir=P --config.ladder_from=DIR --config.rungs=optimum  # N_opt alone
     python -m linscale_jax.study --config=predict --workdir=P --config.ladder_from=DIR --join_only  # report what is trained
     python -m linscale_jax.study --config=predict --workdir=P --config.ladder_from=DIR --config.estimator=cooldown
+    python -m linscale_jax.study --config=predict --workdir=P --config.ladder_from=DIR --config.seeds=2  # each rung at 2 seeds
 
 Writes P/predictions.json (before anything trains), P/prediction.csv, P/prediction.png and
 P/report.md. Cost: three runs per arch, each about compute_factor times the ladder's largest run
 (docs/study.md, "A prediction beyond the ladder"). An arch added later (--config.archs) is predicted
 and appended; the archs predicted before are read back. rungs=optimum trains N_opt alone: its loss is
 checked, whether it wins is not measured; --config.rungs=<arch>-<size>,... trains those alone.
+seeds=k trains each rung at k init seeds (the ladder's train.seed + 0..k-1) and checks their mean
+against an interval for a mean of k runs: a single run's seed offset (the ladder's seed sd) is about
+half the target, so one seed can miss or meet it by chance; k seeds cost k times the training.
 """
 
 import ml_collections
@@ -31,6 +35,7 @@ def get_config():
         rungs="all",  # which rungs train: all (N_opt and a neighbour on each side), optimum (N_opt alone) or a
         # comma list of rung names (<arch>-<size>, as --dry_run lists them)
         rule="extrapolate",  # a rung outside the learning-rate rule's sizes: extrapolate its laws, or as_given (refuse)
+        seeds=1,  # init seeds per rung: its actual is their mean, its interval one for a mean of that many runs
         bootstrap=200,  # refits of the law on draws: the intervals
         seed=0,
         target=0.03,  # nats: |actual − predicted| at N_opt that counts as predicted

@@ -1,12 +1,13 @@
 """The prediction beyond a ladder as an experiment (kind "predict", study.experiments).
 
-    runs = plan(study, P)               # the ladder opened, the prediction made (P/predictions.json), 3 runs per arch
-                                        # (study.rungs: all, optimum = N_opt alone, or a list)
+    runs = plan(study, P)               # the ladder opened, the prediction made (P/predictions.json), 3 rungs per arch
+                                        # (study.rungs: all, optimum = N_opt alone, or a list), study.seeds runs each
     process_run(study, run, log, final) # one rung trained under the ladder's protocol, its loss point measured
     joined = join(study, runs, P, ctx)  # P/prediction.csv, P/prediction.png, the verdicts
     report(study, P, joined, ctx)       # P/report.md
 
-A rung is a scaling run (scaling.plan.make_run) in P/runs/<arch>-<size>/, processed by the scaling
+A rung is a scaling run (scaling.plan.make_run) in P/runs/<arch>-<size>/ (its replicates, with
+study.seeds > 1, in P/runs/<arch>-<size>-seed<k>/), processed by the scaling
 kind's own step (scaling.runner.process_run with the ladder's preset: every checkpoint's val_loss,
 and under the cooldown estimator one cooldown branch, off the last checkpoint).
 """
@@ -26,21 +27,24 @@ PREDICTION_PNG = "prediction.png"
 
 
 def runs_of(study, lad, fc: dict, workdir: str) -> list:
-    """The rungs of every arch of the prediction as scaling.plan.Run (index order: arch, then N)."""
+    """The rungs of every arch of the prediction as scaling.plan.Run, each at study.seeds init seeds
+    (index order: arch, then N, then seed)."""
     from linscale_jax.study.scaling import plan as plan_lib
 
     runs = []
     for arch, p in fc["archs"].items():
         for g in p["rungs"]:
-            cfg, _ = protocol.rung_config(lad, arch, g["size"], g["budget_tokens"], str(study.rule))
-            runs.append(plan_lib.make_run(lad.study, cfg, arch, g["size"], 0, workdir, index=len(runs)))
+            for k in range(fc_lib.seeds_of(study)):
+                cfg, _ = protocol.rung_config(lad, arch, g["size"], g["budget_tokens"], str(study.rule), k)
+                runs.append(plan_lib.make_run(lad.study, cfg, arch, g["size"], k, workdir, index=len(runs)))
     return runs
 
 
 def plan(study, workdir: str) -> list:
-    """The rungs to train (study.rungs): all (every arch's three), optimum (every arch's N_opt alone: its
-    loss is checked, whether it wins is not measured) or a comma list of rung names (<arch>-<size>);
-    the join reads every rung trained in P, by this invocation or an earlier one."""
+    """The rungs to train (study.rungs), each at study.seeds seeds: all (every arch's three), optimum (every
+    arch's N_opt alone: its loss is checked, whether it wins is not measured) or a comma list of rung names
+    (<arch>-<size>: every seed of it; <arch>-<size>-seed<k>: that replicate alone); the join reads every
+    rung trained in P, by this invocation or an earlier one."""
     lad = open_ladder(study)
     fc = fc_lib.forecast(study, lad, workdir)
     runs = runs_of(study, lad, fc, workdir)
@@ -48,14 +52,18 @@ def plan(study, workdir: str) -> list:
     if which == "all":
         return runs
     if which == "optimum":
-        opt = {g["name"] for p in fc["archs"].values() for g in p["rungs"] if g["predicted_optimum"]}
-        return [r for r in runs if r.name in opt]
+        opt = {(a, g["size"]) for a, p in fc["archs"].items() for g in p["rungs"] if g["predicted_optimum"]}
+        return [r for r in runs if (r.arch, r.size) in opt]
     want = split_list(which, "study.rungs")
-    unknown = [n for n in want if n not in {r.name for r in runs}]
+    names = {r.name for r in runs} | {f"{r.arch}-{r.size}" for r in runs}
+    unknown = [n for n in want if n not in names]
     if unknown:
         raise PredictError(f"study.rungs names {', '.join(unknown)}, not a rung of this prediction (its rungs: "
-                           f"{', '.join(r.name for r in runs)}); pass all, optimum or some of those")
-    return [r for r in runs if r.name in want]
+                           f"{', '.join(dict.fromkeys(f'{r.arch}-{r.size}' for r in runs))}"
+                           + (f"; one replicate alone: <arch>-<size>-seed1 .. seed{fc_lib.seeds_of(study) - 1}"
+                              if fc_lib.seeds_of(study) > 1 else "")
+                           + "); pass all, optimum or some of those")
+    return [r for r in runs if r.name in want or f"{r.arch}-{r.size}" in want]
 
 
 def ladder_study(study):
@@ -96,11 +104,12 @@ def join(study, runs, workdir: str, ctx) -> dict:
     runs = runs_of(study, lad, fc, workdir)
     rows = outcome.rows_of(fc, runs, lad.estimator)
     outcome.write_csv(rows, os.path.join(workdir, PREDICTION_CSV))
-    verdicts = outcome.judge(fc, rows, lad.seed_sd(), lad.margin(), float(study.target), int(study.seed))
+    verdicts = outcome.judge(fc, rows, lad.seed_sd(), lad.margin(), float(study.target), int(study.seed),
+                             fc_lib.seeds_of(study))
     figure.plot(fc, rows, os.path.join(workdir, PREDICTION_PNG))
     return dict(forecast=fc, rows=rows, verdicts=verdicts, cost=dict(cost(runs), runs_s=ctx.runs_s, slots=ctx.slots),
                 study=dict(ladder_preset=str(study.ladder_preset), rule=str(study.rule),
-                           compute_factor=float(study.compute_factor)))
+                           compute_factor=float(study.compute_factor), seeds=fc_lib.seeds_of(study)))
 
 
 def report(study, workdir: str, joined: dict, ctx) -> str:

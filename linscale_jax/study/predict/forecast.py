@@ -11,7 +11,8 @@ count; N_opt is the size of the ladder's shape (ladder.Ladder.family) that the l
 Table-1 FLOPs per token (rounded up to whole steps of its batch) under the ladder's protocol
 (protocol.rung_config), and its predicted loss is the law's at the loss point of the laws' estimator
 (protocol.point_tokens: the last step, or for cooldown the end of the branch off it), with the
-interval for one observed run (the refits, a seed offset and checkpoint noise).
+interval for an observed run, or for the mean of study.seeds runs (the refits, a seed offset and
+checkpoint noise).
 """
 
 from __future__ import annotations
@@ -33,11 +34,23 @@ def settings(study, lad) -> dict:
     predicted so far)."""
     return dict(ladder_from=os.path.abspath(lad.workdir), ladder_preset=str(study.ladder_preset),
                 estimator=lad.estimator, compute_factor=float(study.compute_factor), bootstrap=int(study.bootstrap), seed=int(study.seed),
-                rule=str(study.rule), archs=archs_of(study, lad))
+                rule=str(study.rule), seeds=seeds_of(study), archs=archs_of(study, lad))
 
 
 def _same(a: dict, b: dict) -> bool:
-    return {k: v for k, v in a.items() if k != "archs"} == {k: v for k, v in b.items() if k != "archs"}
+    def key(s):
+        return dict({k: v for k, v in s.items() if k != "archs"}, seeds=s.get("seeds", 1))
+
+    return key(a) == key(b)
+
+
+def seeds_of(study) -> int:
+    """study.seeds: the init seeds each rung trains at (>= 1)."""
+    k = study.get("seeds", 1)
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise PredictError(f"study.seeds={k!r}: the init seeds per rung must be a whole number >= 1 (1: one run per "
+                           "rung; 2 halves the seed variance of the check's actual)")
+    return k
 
 
 def archs_of(study, lad) -> list[str]:
@@ -89,7 +102,7 @@ def predict_arch(study, lad, arch: str, c: float) -> dict:
         notes.append(note)
     pts = [protocol.point_tokens(lad, cfg) for cfg in runs]
     rows = prediction.at_tokens(ld, [dict(n_params=f["n_law"], flops_per_token=f["flops_per_token"]) for f in chosen],
-                                pts, rng)
+                                pts, rng, replicates=seeds_of(study))
     rungs = []
     for j, (f, cfg, note, r) in enumerate(zip(chosen, runs, notes, rows)):
         rungs.append(dict(size=f["size"], name=str(cfg.name), n_params=f["n_params"], n_law=f["n_law"],

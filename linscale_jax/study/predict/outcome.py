@@ -1,19 +1,21 @@
 """Predicted against actual: each rung's measured loss, P/prediction.csv and the verdicts per arch.
 
-    rows = rows_of(fc, runs, estimator)        # one row per rung: COLUMNS (+ size, cooldown), None until measured
+    rows = rows_of(fc, runs, estimator)        # one row per rung: COLUMNS (+ size, cooldown, seeds, measured)
     write_csv(rows, P/prediction.csv)
     v = judge(fc, rows, target=0.03)           # {arch: {...}, "summary": {...}}
 
 actual: the rung's loss under the laws' estimator at its loss point (protocol.point_tokens): the
 val_loss of its last checkpoint, the same of its cooldown branch off that checkpoint, or the
-averaged weights' (val_loss_avg); beside it, under another estimator, the cooldown branch's loss
-(`cooldown`: what the rung reaches with its rate decayed, not judged). Per arch, on N_opt's row:
+averaged weights' (val_loss_avg), averaged over the rung's seeds (study.seeds); beside it, under
+another estimator, the cooldown branch's loss (`cooldown`: what the rung reaches with its rate
+decayed, not judged). Per arch, on N_opt's row:
 error = actual − predicted, `within` (|error| ≤ target), `inside` (actual inside the 95% interval for
-an observed run) and `met` (both).
-Whether N_opt wins: N_opt's actual against each neighbour's, a difference of two single runs whose
-sd is √2 times the ladder's seed sd (drawn from its uncertainty, fit.bootstrap.SeedSd.draws), judged
-by scaling.verdicts.outcome with the ladder's margin: better (N_opt lower), worse, equivalent,
-not resolved; N_opt wins when it is better than both, loses when worse than either.
+an observed run, or a mean of study.seeds runs) and `met` (both).
+Whether N_opt wins: N_opt's actual against each neighbour's, a difference of two means of k seeds
+whose sd is √(2/k) times the ladder's seed sd (drawn from its uncertainty,
+fit.bootstrap.SeedSd.draws), judged by scaling.verdicts.outcome with the ladder's margin: better
+(N_opt lower), worse, equivalent, not resolved; N_opt wins when it is better than both, loses when
+worse than either.
 """
 
 from __future__ import annotations
@@ -45,19 +47,28 @@ def actual_loss(run, estimator: str) -> float | None:
     return float(max(rows, key=lambda r: int(r["step"]))["val_loss"])
 
 
+def _mean(xs: list) -> float | None:
+    """The mean of every seed's loss, None until each is measured."""
+    return None if not xs or any(x is None for x in xs) else float(np.mean(xs))
+
+
 def rows_of(fc: dict, runs, estimator: str) -> list[dict]:
-    """COLUMNS per rung of fc (forecast.forecast), actual from its run (None: not measured yet), and its
-    size and cooldown branch's loss (None under the cooldown estimator, or not measured)."""
-    by_name = {r.name: r for r in runs}
+    """COLUMNS per rung of fc (forecast.forecast), actual the mean over the rung's seeds (None until each
+    of them is measured), `measured` how many of its `seeds` runs are, and its size and cooldown
+    branch's loss (the mean over seeds; None under the cooldown estimator, or not measured)."""
+    by_rung: dict = {}
+    for r in runs:
+        by_rung.setdefault((r.arch, r.size), []).append(r)
     out = []
     for arch, p in fc["archs"].items():
         for g in p["rungs"]:
-            run = by_name.get(g["name"])
+            mine = by_rung.get((arch, g["size"]), [])
+            loss = [actual_loss(r, estimator) for r in mine]
+            cool = [None] if estimator == "cooldown" else [actual_loss(r, "cooldown") for r in mine]
             out.append(dict(arch=arch, size=g["size"], n_params=g["n_params"], tokens=g["tokens"], flops=g["flops"],
-                            predicted=g["predicted"], ci_low=g["ci_low"], ci_high=g["ci_high"],
-                            actual=None if run is None else actual_loss(run, estimator),
-                            predicted_optimum=g["predicted_optimum"],
-                            cooldown=None if run is None or estimator == "cooldown" else actual_loss(run, "cooldown")))
+                            predicted=g["predicted"], ci_low=g["ci_low"], ci_high=g["ci_high"], actual=_mean(loss),
+                            predicted_optimum=g["predicted_optimum"], cooldown=_mean(cool), seeds=len(mine),
+                            measured=sum(x is not None for x in loss)))
     return out
 
 
@@ -78,7 +89,7 @@ def write_csv(rows: list[dict], path: str) -> None:
             w.writerow([_cell(r[c]) for c in COLUMNS])
 
 
-def _wins(opt: dict, others: list[dict], seed_sd, margin: float, rng) -> dict:
+def _wins(opt: dict, others: list[dict], seed_sd, margin: float, rng, seeds: int = 1) -> dict:
     from linscale_jax.study.scaling.verdicts import outcome
 
     by = {}
@@ -88,7 +99,7 @@ def _wins(opt: dict, others: list[dict], seed_sd, margin: float, rng) -> dict:
             continue
         d = opt["actual"] - o["actual"]
         sig = seed_sd.draws(rng, 4000)
-        res = outcome(d + np.sqrt(2) * sig * rng.standard_normal(len(sig)), margin)
+        res = outcome(d + np.sqrt(2 / seeds) * sig * rng.standard_normal(len(sig)), margin)
         by[o["size"]] = dict(res, diff=float(d))
     heads = [v["verdict"] for v in by.values()]
     if any(h == "worse" for h in heads):  # a neighbour measured lower beyond doubt: the others cannot undo it
@@ -106,8 +117,9 @@ def _wins(opt: dict, others: list[dict], seed_sd, margin: float, rng) -> dict:
     return dict(verdict=verdict, by_neighbour=by, lowest_actual=lowest)
 
 
-def judge(fc: dict, rows: list[dict], seed_sd, margin: float, target: float, seed: int = 0) -> dict:
-    """{arch: {"size", "error", "within", "inside", "met", "wins"}, "summary": {...}} (module docstring)."""
+def judge(fc: dict, rows: list[dict], seed_sd, margin: float, target: float, seed: int = 0, seeds: int = 1) -> dict:
+    """{arch: {"size", "error", "within", "inside", "met", "wins"}, "summary": {...}} (module docstring);
+    `seeds`: the runs each rung's actual is the mean of."""
     rng = np.random.default_rng(seed)
     out = {}
     for arch in fc["archs"]:
@@ -116,13 +128,13 @@ def judge(fc: dict, rows: list[dict], seed_sd, margin: float, target: float, see
         others = [r for r in mine if not r["predicted_optimum"]]
         if opt["actual"] is None:
             out[arch] = dict(size=opt["size"], error=None, within=None, inside=None, met=None,
-                             wins=_wins(opt, others, seed_sd, margin, rng))
+                             wins=_wins(opt, others, seed_sd, margin, rng, seeds))
             continue
         err = opt["actual"] - opt["predicted"]
         inside = None if opt["ci_low"] is None else bool(opt["ci_low"] <= opt["actual"] <= opt["ci_high"])
         within = bool(abs(err) <= target)
         out[arch] = dict(size=opt["size"], error=float(err), within=within, inside=inside,
-                         met=bool(within and inside), wins=_wins(opt, others, seed_sd, margin, rng))
+                         met=bool(within and inside), wins=_wins(opt, others, seed_sd, margin, rng, seeds))
     judged = [v for v in out.values() if v["met"] is not None]
     met = sum(v["met"] for v in judged)
     left = OF_ARCHS - len(judged)  # archs not measured: each could still meet it

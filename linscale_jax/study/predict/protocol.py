@@ -1,6 +1,6 @@
 """The run config of a size beyond the ladder under the ladder's own protocol, and where its loss point lies.
 
-    cfg, rule_note = rung_config(lad, arch, size, tokens, mode)   # mode: study.rule
+    cfg, rule_note = rung_config(lad, arch, size, tokens, mode, seed)   # mode: study.rule; seed >= 1: a replicate
     tokens = point_tokens(lad, cfg)      # the tokens of the loss point the laws' estimator gives
 
 A rung trains as the ladder's runs do (scaling.plan.run_config on the ladder's preset with its
@@ -36,8 +36,9 @@ def _rule_range(rule_file: dict, arch: str) -> tuple[float, float]:
     return float(rng["n_min"]), float(rng["n_max"])
 
 
-def rung_config(lad, arch: str, size: str, tokens: float, mode: str):
-    """(run config, rule_note or None) of `arch` at `size` training `tokens` (module docstring)."""
+def rung_config(lad, arch: str, size: str, tokens: float, mode: str, seed: int = 0):
+    """(run config, rule_note or None) of `arch` at `size` training `tokens` (module docstring); seed >= 1
+    is a replicate of the rung (scaling.plan.run_config: <arch>-<size>-seed<k>, train.seed and data.seed + k)."""
     from linscale_jax.models import ModelConfig, accounting
     from linscale_jax.study.scaling import plan as plan_lib
     from linscale_jax.train import rule
@@ -48,7 +49,7 @@ def rung_config(lad, arch: str, size: str, tokens: float, mode: str):
     name = str(study.overrides.optim.get("rule", "paper"))
     path = rule.rule_path(name)
     if path is None:
-        return plan_lib.run_config(study, arch, size), None
+        return plan_lib.run_config(study, arch, size, seed), None
     paper = copy.deepcopy(study)
     paper.overrides.optim.rule = "paper"
     pcfg = plan_lib.run_config(paper, arch, size)
@@ -57,7 +58,7 @@ def rung_config(lad, arch: str, size: str, tokens: float, mode: str):
     rule_file = rule.load(path)
     lo, hi = _rule_range(rule_file, mc.arch)
     if lo <= n <= hi:
-        return plan_lib.run_config(study, arch, size), None
+        return plan_lib.run_config(study, arch, size, seed), None
     if mode == "as_given":
         raise PredictError(f"{arch}-{size} (N = {n:.3g}) lies outside N = {lo:.3g}-{hi:.3g}, the sizes the "
                            f"ladder's learning-rate rule (optim.rule={name}) was fitted on; pass --config.rule="
@@ -77,7 +78,7 @@ def rung_config(lad, arch: str, size: str, tokens: float, mode: str):
     study.overrides.train.batch_size = s["batch_size"]
     note = dict(rule=name, n_params=n, range=[lo, hi], lr=s["lr"], batch_size=s["batch_size"], b2=s["b2"],
                 warmup_steps=s["warmup_steps"])
-    return plan_lib.run_config(study, arch, size), note
+    return plan_lib.run_config(study, arch, size, seed), note
 
 
 def point_tokens(lad, cfg) -> float:

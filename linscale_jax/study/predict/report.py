@@ -49,10 +49,18 @@ def rule_lines(fc: dict) -> list[str]:
     return L
 
 
+def _act(row: dict) -> str:
+    """A rung's actual: its seeds' mean, or how many of its seeds are measured so far."""
+    if row.get("actual") is not None or not row.get("measured"):
+        return _f(row.get("actual"))
+    return f"— ({row['measured']} of {row['seeds']} seeds)"
+
+
 def lines(joined: dict) -> list[str]:
     fc, v, c, st = joined["forecast"], joined["verdicts"], joined["cost"], joined["study"]
     lad, s = fc["ladder"], v["summary"]
-    sd = lad["seed_sd"]
+    sd, k = lad["seed_sd"], int(st.get("seeds", 1))
+    one = "one observed run" if k == 1 else f"the mean of {k} observed runs (init seeds)"
     L = ["# A prediction beyond the ladder", "",
          f"**Target** (|actual − predicted| ≤ {s['target']:g} nats at the predicted N_opt and actual inside its 95% "
          f"interval, for at least 3 of 4 archs): **{s['overall']}**.", "",
@@ -64,8 +72,10 @@ def lines(joined: dict) -> list[str]:
          "(the depth and head dim of its largest size, in linscale_jax/models/sizes.py LADDER) that the law puts "
          "lowest at C, its interval the spread of that choice over the refits; the rungs are N_opt and its "
          "neighbours, each trained on D = C / its FLOPs per token under the ladder's protocol. The prediction was "
-         "written to predictions.json before the rungs trained. A loss interval is for one observed run: the "
-         f"refits plus a seed offset (seed sd {sd['sd']:.4f}, {sd['source']}) and checkpoint noise.", ""]
+         "written to predictions.json before the rungs trained. "
+         + ("" if k == 1 else f"Each rung trains at {k} init seeds (study.seeds) and its actual is their mean. ")
+         + f"A loss interval is for {one}: the refits plus a seed offset (seed sd {sd['sd']:.4f}, {sd['source']}"
+         + ("" if k == 1 else f", over √{k}") + ") and checkpoint noise.", ""]
     L += rule_lines(fc) + [""]
     L += ["## Predicted against actual at N_opt", "",
           "| arch | N_opt [95%] | predicted [95%] | actual | actual − predicted | within target | inside | "
@@ -75,12 +85,14 @@ def lines(joined: dict) -> list[str]:
         opt = next(g for g in p["rungs"] if g["predicted_optimum"])
         nci = "" if o["n_opt_ci"] is None else f" [{o['n_opt_ci'][0]:.3g}, {o['n_opt_ci'][1]:.3g}]"
         err = "—" if r["error"] is None else f"{r['error']:+.4f}"
-        act = next((x["actual"] for x in joined["rows"] if x["arch"] == a and x["predicted_optimum"]), None)
+        act = next((x for x in joined["rows"] if x["arch"] == a and x["predicted_optimum"]), {})
         L.append(f"| {a} | {opt['size']} ({o['n_opt']:.3g}){nci} | {opt['predicted']:.4f} "
-                 f"{_ci(opt['ci_low'], opt['ci_high'])} | {_f(act)} | {err} | {_yes(r['within'])} | "
+                 f"{_ci(opt['ci_low'], opt['ci_high'])} | {_act(act)} | {err} | {_yes(r['within'])} | "
                  f"{_yes(r['inside'])} | {_wins(r['wins'])} |")
+    pair = ("two single runs (sd √2 × the seed sd)" if k == 1
+            else f"two means of {k} runs (sd {(2 / k) ** 0.5:.2g} × the seed sd)")
     L += ["", f"N_opt in {COUNT_WORDS.get(lad['count'], lad['count'])}. Wins: N_opt's actual minus a neighbour's, a "
-          "difference of two single runs (sd √2 × the seed sd) with its 95% interval; better (N_opt lower), worse, "
+          f"difference of {pair} with its 95% interval; better (N_opt lower), worse, "
           f"equivalent (the 90% interval inside ±{s['margin']:g} nats, the ladder's margin) or not resolved. "
           "N_opt wins when it is better than both neighbours.", "",
           "## Every rung", "", "| arch | size | N | tokens | FLOPs | steps | batch | lr | predicted [95%] | actual | "
@@ -92,7 +104,7 @@ def lines(joined: dict) -> list[str]:
             err = "—" if act is None else f"{act - g['predicted']:+.4f}"
             L.append(f"| {a} | {g['size']}{' (N_opt)' if g['predicted_optimum'] else ''} | {g['n_params']:.4g} | "
                      f"{g['tokens']:.4g} | {g['flops']:.4g} | {g['steps']} | {g['batch_size']} | {g['lr']:.4g} | "
-                     f"{g['predicted']:.4f} {_ci(g['ci_low'], g['ci_high'])} | {_f(act)} | {err} | "
+                     f"{g['predicted']:.4f} {_ci(g['ci_low'], g['ci_high'])} | {_act(row)} | {err} | "
                      f"{_f(row.get('cooldown'))} |")
     L += ["", "Tokens and FLOPs are the loss point's (for cooldown, the end of the branch). The cooldown branch: the "
           "rung's loss after its rate decays over the cooldown's share of steps off its last checkpoint, another "
@@ -105,7 +117,7 @@ def lines(joined: dict) -> list[str]:
                  f"{w['beta']:.3g} | {', '.join(w.get('at_bound') or []) or '—'} | {p['failed']:.0%} |")
     L += ["", "## Cost", ""]
     done = ", ".join(f"{n} {fmt_time(t)}" for n, t in c["runs"].items())
-    L.append(f"{c['trained']} of {sum(len(p['rungs']) for p in fc['archs'].values())} rungs processed; their wall "
+    L.append(f"{c['trained']} of {k * sum(len(p['rungs']) for p in fc['archs'].values())} runs processed; their wall "
              f"time (train, eval and cooldown, every invocation): {fmt_time(c['seconds'])}"
              + (f" ({done})" if done else "") + "."
              + ("" if c.get("runs_s") is None else f" This invocation: {fmt_time(c['runs_s'])} on {c['slots']} "
