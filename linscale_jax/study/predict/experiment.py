@@ -3,7 +3,8 @@
     runs = plan(study, P)               # the ladder opened, the prediction made (P/predictions.json), 3 rungs per arch
                                         # (study.rungs: all, optimum = N_opt alone, or a list), study.seeds runs each
     process_run(study, run, log, final) # one rung trained under the ladder's protocol, its loss point measured
-    joined = join(study, runs, P, ctx)  # P/prediction.csv, P/prediction.png, the verdicts
+    joined = join(study, runs, P, ctx)  # P/prediction.csv, P/prediction.png, the verdicts and
+                                        # P/prediction_curves.csv (the error along each rung's tokens: along)
     report(study, P, joined, ctx)       # P/report.md
 
 A rung is a scaling run (scaling.plan.make_run) in P/runs/<arch>-<size>/ (its replicates, with
@@ -19,11 +20,12 @@ import os
 from linscale_jax.contract import split_list
 from linscale_jax.study import files
 from linscale_jax.study.predict import forecast as fc_lib
-from linscale_jax.study.predict import outcome, protocol
+from linscale_jax.study.predict import along, outcome, protocol
 from linscale_jax.study.predict.ladder import PredictError, open_ladder
 
 PREDICTION_CSV = "prediction.csv"
 PREDICTION_PNG = "prediction.png"
+PREDICTION_CURVES_CSV = "prediction_curves.csv"
 
 
 def runs_of(study, lad, fc: dict, workdir: str) -> list:
@@ -107,7 +109,9 @@ def join(study, runs, workdir: str, ctx) -> dict:
     verdicts = outcome.judge(fc, rows, lad.seed_sd(), lad.margin(), float(study.target), int(study.seed),
                              fc_lib.seeds_of(study))
     figure.plot(fc, rows, os.path.join(workdir, PREDICTION_PNG))
-    return dict(forecast=fc, rows=rows, verdicts=verdicts, cost=dict(cost(runs), runs_s=ctx.runs_s, slots=ctx.slots),
+    path = along.rows_of(fc, runs, lad.estimator)
+    along.write_csv(path, os.path.join(workdir, PREDICTION_CURVES_CSV))
+    return dict(forecast=fc, rows=rows, verdicts=verdicts, along=along.summary(path, along.seen_of(lad, fc)), cost=dict(cost(runs), runs_s=ctx.runs_s, slots=ctx.slots),
                 study=dict(ladder_preset=str(study.ladder_preset), rule=str(study.rule),
                            compute_factor=float(study.compute_factor), seeds=fc_lib.seeds_of(study)))
 

@@ -115,6 +115,7 @@ def lines(joined: dict) -> list[str]:
         w = p["law"]
         L.append(f"| {a} | {p['sizes_fitted']} | {w['E']:.4g} | {w['A']:.4g} | {w['alpha']:.3g} | {w['B']:.4g} | "
                  f"{w['beta']:.3g} | {', '.join(w.get('at_bound') or []) or '—'} | {p['failed']:.0%} |")
+    L += along_lines(joined.get("along") or [])
     L += ["", "## Cost", ""]
     done = ", ".join(f"{n} {fmt_time(t)}" for n, t in c["runs"].items())
     L.append(f"{c['trained']} of {k * sum(len(p['rungs']) for p in fc['archs'].values())} runs processed; their wall "
@@ -123,6 +124,28 @@ def lines(joined: dict) -> list[str]:
              + ("" if c.get("runs_s") is None else f" This invocation: {fmt_time(c['runs_s'])} on {c['slots']} "
                 "worker(s)."))
     return L
+
+
+def along_lines(rows: list[dict]) -> list[str]:
+    """The section on the error along each rung's tokens (study.predict.along), [] when none is measured."""
+    if not rows:
+        return []
+    L = ["", "## The error along each rung's tokens", "",
+         "| arch | size | the ladder's tokens at this N | error there | at ¼ of the rung's tokens | at ½ | at the end |",
+         "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        seen = "beyond the ladder's N" if r["seen"] is None else f"{r['seen']:.3g}"
+        L.append(f"| {r['arch']} | {r['size']} | {seen} | {_sg(r['at_seen'])} | {_sg(r['quarter'])} | "
+                 f"{_sg(r['half'])} | {_sg(r['end'])} |")
+    L += ["", "Actual − the law's point fit at the rung's checkpoints (the mean over its seeds), in nats. At a size "
+          "the ladder trained, up to that ladder run's tokens the law interpolates and beyond them it extrapolates "
+          "along D alone; an error that grows past them is the law's D term, not its N term. Every checkpoint: "
+          "`prediction_curves.csv`."]
+    return L
+
+
+def _sg(x) -> str:
+    return "—" if x is None else f"{x:+.3f}"
 
 
 def console_lines(joined: dict) -> list[str]:
