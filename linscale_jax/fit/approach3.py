@@ -48,6 +48,7 @@ class Result:
     n_runs: int
     flops_per_param_token: float
     laws: dict[str, PowerLaw]  # implied L_C (with irreducible E), N_opt_C, D_opt_C
+    form = "additive"  # E + A/N^alpha + B/D^beta (fit.kaplan: the joint form)
 
     @property
     def theta(self) -> np.ndarray:
@@ -108,16 +109,19 @@ def _one_blas_thread():
     return threadpool_limits(limits=1, user_api="blas")
 
 
-def minimise(ln_n, ln_d, ln_l, starts, n_starts: int | None = 16, bounds=None):
+def minimise(ln_n, ln_d, ln_l, starts, n_starts: int | None = 16, bounds=None, objective=None, grid=None):
     """Best L-BFGS-B optimum over the ``n_starts`` most promising starts: (theta [5], objective);
-    ``bounds``: optional [(lo, hi)] * 5 for theta (None: unbounded)."""
+    ``bounds``: optional [(lo, hi)] * 5 for theta (None: unbounded); ``objective`` (theta, ln_n, ln_d,
+    ln_l) -> (loss, grad) and ``grid`` (starts [s, 5], ln_n, ln_d, ln_l) -> loss [s]: another form's
+    (fit.kaplan), this one's by default."""
+    objective, grid = objective or huber_objective, grid or _grid_objective
     starts = np.asarray(starts, dtype=np.float64).reshape(-1, 5)
     if n_starts is not None and len(starts) > n_starts:
-        starts = starts[np.argsort(_grid_objective(starts, ln_n, ln_d, ln_l))[:n_starts]]
+        starts = starts[np.argsort(grid(starts, ln_n, ln_d, ln_l))[:n_starts]]
     best = (None, np.inf)
     with _one_blas_thread():
         for x0 in starts:
-            res = optimize.minimize(huber_objective, x0, args=(ln_n, ln_d, ln_l), jac=True,
+            res = optimize.minimize(objective, x0, args=(ln_n, ln_d, ln_l), jac=True,
                                     method="L-BFGS-B", bounds=bounds, options={"maxiter": 2000, "ftol": 1e-15,
                                                                 "gtol": 1e-12})
             if np.all(np.isfinite(res.x)) and res.fun < best[1]:

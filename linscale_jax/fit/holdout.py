@@ -23,7 +23,7 @@ import functools
 
 import numpy as np
 
-from linscale_jax.fit import approach1, approach3, pool
+from linscale_jax.fit import approach1, approach3, kaplan, pool
 from linscale_jax.fit import bootstrap as bs
 from linscale_jax.fit.table import FitError, Table, from_columns
 from linscale_jax.contract import FLOPS_PER_PARAM_TOKEN, TABLE_COLUMNS
@@ -32,6 +32,7 @@ CSV_COLUMNS = ("arch", "n_params", "tokens", "predicted", "ci_low", "ci_high", "
 ALPHA_BOUNDS = (0.01, 2.5)  # alpha, beta: Hoffmann et al.'s initialisation grid spans 0..2
 E_LOG_MIN = -10.0  # ln E >= -10: an irreducible loss of 5e-5 nats is none
 MAX_FAILED = 0.10  # more failed refits than this share: no interval
+FORMS = {"additive": approach3, "kaplan": kaplan}  # L(N, D): E + A/N^α + B/D^β, or E + ((A/N)^(α/β) + B/D)^β
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,16 +92,16 @@ def _table(arch: str, curves: list[bs.Curve], loss: list[np.ndarray] | None = No
     return from_columns(f"{arch} curves", **cols)
 
 
-def _fit(t: Table, k: float, init=None) -> approach3.Result:
+def _fit(t: Table, k: float, init=None, form: str = "additive") -> approach3.Result:
     if float(t.loss.min()) <= np.exp(E_LOG_MIN):
         raise FitError(f"{t.arch[0]}: a loss below {np.exp(E_LOG_MIN):.2g} nats; no law to fit")
-    return approach3.fit(t, flops_per_param_token=k, init=init, bounds=bounds(float(t.loss.min())))
+    return FORMS[form].fit(t, flops_per_param_token=k, init=init, bounds=bounds(float(t.loss.min())))
 
 
-def _refit(t: Table, k: float, init: np.ndarray) -> np.ndarray | None:
+def _refit(t: Table, k: float, init: np.ndarray, form: str = "additive") -> np.ndarray | None:
     """theta [5] of one bootstrap refit from `init`, None when it fails (a worker of law_draws)."""
     try:
-        theta = _fit(t, k, init=init).theta
+        theta = _fit(t, k, init=init, form=form).theta
     except FitError:
         return None
     return theta if np.all(np.isfinite(theta)) else None
@@ -109,6 +110,7 @@ def _refit(t: Table, k: float, init: np.ndarray) -> np.ndarray | None:
 def _law(r: approach3.Result, loss_min: float) -> dict:
     """E, A, B, alpha, beta of a fit, and at_bound: those of E, alpha, beta that sit on their bound."""
     out = {p: float(getattr(r, p)) for p in approach3.PARAMS}
+    out["form"] = r.form
     box = dict(zip(("E", "alpha", "beta"), bounds(loss_min)[2:]))
     lo = {"E": np.exp(box["E"][0]), "alpha": box["alpha"][0], "beta": box["beta"][0]}
     hi = {"E": loss_min, "alpha": box["alpha"][1], "beta": box["beta"][1]}
@@ -131,6 +133,7 @@ class LawDraws:
     failed: float  # share of refits that failed
     loss_min: float  # the fitted curves' lowest loss (the bound of E)
     n_sizes: int
+    form: str = "additive"  # FORMS
 
     @property
     def law(self) -> dict:
@@ -141,6 +144,8 @@ class LawDraws:
         """[b, k]: every refit's L(n, d) at k points (n, d broadcast to [k])."""
         a, b, e, al, be = (self.thetas[:, j][:, None] for j in range(5))
         n, d = np.broadcast_arrays(np.atleast_1d(np.asarray(n, float)), np.atleast_1d(np.asarray(d, float)))
+        if self.form == "kaplan":
+            return np.exp(e) + (np.exp(al / be * (a - np.log(n[None]))) + np.exp(b) / d[None]) ** be
         return np.exp(e) + np.exp(a) / n[None] ** al + np.exp(b) / d[None] ** be
 
     def interval(self, n, d, rng: np.random.Generator, replicates: int = 1, level: float = 0.95):
@@ -167,13 +172,40 @@ def refit_starts(theta: np.ndarray, curves: list[bs.Curve]) -> np.ndarray:
     return np.stack([np.asarray(theta, float), inner])
 
 
+def late_rms(r: approach3.Result, curves: list[bs.Curve]) -> float:
+    """RMS over sizes of a fit's mean residual (actual − law) over the second half of each size's points:
+    how far the law misses the sizes it was fitted to (the quantity of the lack-of-fit test)."""
+    return float(np.sqrt(np.mean([np.mean((c.mean - r.predict(c.n_params, c.tokens))[len(c.mean) // 2:]) ** 2
+                                  for c in curves])))
+
+
+def choose_form(curves: list[bs.Curve], arch: str, form: str = "auto",
+                flops_per_param_token: float = FLOPS_PER_PARAM_TOKEN) -> tuple[str, dict]:
+    """(form, {form: late_rms}): `form` itself when it is one of FORMS; "auto": each of FORMS fitted to
+    `curves`, the one that misses them least (both have five parameters); a form whose fit fails
+    is left out."""
+    if form != "auto":
+        if form not in FORMS:
+            raise FitError(f"law form {form!r}: pass auto or one of {', '.join(FORMS)}")
+        return form, {}
+    rms = {}
+    for f in FORMS:
+        try:
+            rms[f] = late_rms(_fit(_table(arch, curves), flops_per_param_token, form=f), curves)
+        except FitError:
+            continue
+    if not rms:
+        raise FitError(f"{arch}: no law form fits its sizes ({', '.join(FORMS)} failed)")
+    return min(rms, key=rms.get), rms
+
+
 def law_draws(curves: list[bs.Curve], arch: str, rng: np.random.Generator, *, n_boot: int, seed_sd: bs.SeedSd,
-              flops_per_param_token: float = FLOPS_PER_PARAM_TOKEN) -> LawDraws:
-    """Approach 3 (bounded) on `curves` (one arch's sizes, replicate means), and `n_boot` refits on
-    draws of them: a parametric bootstrap (fit.bootstrap.draw_curves with the point law as every
-    size's trend, the residuals around the size's mean offset in blocks, a seed offset whose sd is
-    drawn from seed_sd), each refit from refit_starts, on every core (fit.pool)."""
-    point = _fit(_table(arch, curves), flops_per_param_token)
+              flops_per_param_token: float = FLOPS_PER_PARAM_TOKEN, form: str = "additive") -> LawDraws:
+    """Approach 3 (bounded; `form`: another of FORMS) on `curves` (one arch's sizes, replicate means),
+    and `n_boot` refits on draws of them: a parametric bootstrap (fit.bootstrap.draw_curves with the
+    point law as every size's trend, the residuals around the size's mean offset in blocks, a seed
+    offset whose sd is drawn from seed_sd), each refit from refit_starts, on every core (fit.pool)."""
+    point = _fit(_table(arch, curves), flops_per_param_token, form=form)
     trends = []  # per fitted size: the law, and the residuals around the law plus the size's mean offset
     for c in curves:
         law = point.predict(c.n_params, c.tokens)
@@ -187,14 +219,14 @@ def law_draws(curves: list[bs.Curve], arch: str, rng: np.random.Generator, *, n_
         sigma = seed_sd.draws(rng, n_boot)
         draws = bs.draw_curves({arch: curves}, {arch: sigma}, n_boot, rng,
                                bs.block_length(rho, max(len(c.flops) for c in curves)), {arch: trends})[arch]
-        refit = functools.partial(_refit, k=flops_per_param_token, init=refit_starts(point.theta, curves))
+        refit = functools.partial(_refit, k=flops_per_param_token, init=refit_starts(point.theta, curves), form=form)
         fits = pool.map_ordered(refit, [_table(arch, curves, [d[b] for d in draws]) for b in range(n_boot)])
         ok = [b for b, theta in enumerate(fits) if theta is not None]
         th = [fits[b] for b in ok]
         failed = 1 - len(ok) / n_boot
         thetas, sig = (np.array(th) if th else thetas), sigma[ok]
     return LawDraws(point=point, thetas=thetas, sigma=sig, ckpt_sd=ckpt_sd, resid_sd=resid_sd, failed=float(failed),
-                    loss_min=float(min(c.mean.min() for c in curves)), n_sizes=len(curves))
+                    loss_min=float(min(c.mean.min() for c in curves)), n_sizes=len(curves), form=form)
 
 
 def predict(table: Table, *, n_boot: int = 200, seed: int = 0, seed_sd: bs.SeedSd | None = None,

@@ -443,3 +443,26 @@ def test_the_error_along_each_rungs_tokens(ladder, lad, tmp_path):
     assert "## The error along each rung's tokens" in text
     assert re.search(rf"\| llama \| {runs[1].size} \| .* \| \+0\.01[23] \| \+0\.025 \| \+0\.050 \|$", text, re.M)
     assert along.rows_of(fc, runs, "cooldown") == []
+
+
+def test_the_law_form_is_the_one_that_misses_the_ladder_least(ladder, planned, tmp_path):
+    """study.form=auto (the default): each arch's law is approach 3's or Kaplan's, whichever misses the
+    ladder's sizes least, both misses recorded; a named form is used as given and is part of the
+    settings (another form is another prediction); an unknown form is one line."""
+    from linscale_jax.study.predict import report
+
+    study, P, runs = planned
+    fc = json.loads((Path(P) / "predictions.json").read_text())
+    p = fc["archs"]["llama"]
+    assert fc["settings"]["form"] == "auto" and set(p["form_rms"]) == {"additive", "kaplan"}
+    assert p["law"]["form"] == min(p["form_rms"], key=p["form_rms"].get)
+    s = predict_study(ladder[0], form="kaplan")
+    experiment.plan(s, str(tmp_path))
+    got = json.loads((tmp_path / "predictions.json").read_text())
+    assert got["settings"]["form"] == "kaplan" and got["archs"]["llama"]["law"]["form"] == "kaplan"
+    assert got["archs"]["llama"]["form_rms"] == {}
+    joined = experiment.join(s, experiment.plan(s, str(tmp_path)), str(tmp_path), Ctx())
+    text = "\n".join(report.lines(joined))
+    assert "Kaplan's E + ((A/N)^(α/β) + B/D)^β" in text and re.search(r"^\| llama \| kaplan \| — \| 5 \|", text, re.M)
+    with pytest.raises(PredictError, match=r"study.form: law form 'joint': pass auto or one of additive, kaplan"):
+        experiment.plan(predict_study(ladder[0], form="joint"), str(tmp_path / "bad"))

@@ -15,7 +15,8 @@ P/report.md. Cost: three runs per arch, each about compute_factor times the ladd
 (docs/study.md, "A prediction beyond the ladder"). An arch added later (--config.archs) is predicted
 and appended; the archs predicted before are read back. rungs=optimum trains N_opt alone: its loss is
 checked, whether it wins is not measured; --config.rungs=<arch>-<size>,... trains those alone.
-seeds=k trains each rung at k init seeds (the ladder's train.seed + 0..k-1) and checks their mean
+form picks the law (auto: per arch, approach 3's additive form or Kaplan's joint form, the one that
+misses the ladder's own sizes least; docs/study.md). seeds=k trains each rung at k init seeds (the ladder's train.seed + 0..k-1) and checks their mean
 against an interval for a mean of k runs: a single run's seed offset (the ladder's seed sd) is about
 half the target, so one seed can miss or meet it by chance; k seeds cost k times the training.
 """
@@ -36,6 +37,8 @@ def get_config():
         # comma list of rung names (<arch>-<size>, as --dry_run lists them)
         rule="extrapolate",  # a rung outside the learning-rate rule's sizes: extrapolate its laws, or as_given (refuse)
         seeds=1,  # init seeds per rung: its actual is their mean, its interval one for a mean of that many runs
+        form="auto",  # the law per arch: additive (E + A/N^α + B/D^β), kaplan (E + ((A/N)^(α/β) + B/D)^β), or
+        # auto: of those two, the one whose fit misses the ladder's own sizes least (fit.holdout.choose_form)
         bootstrap=200,  # refits of the law on draws: the intervals
         seed=0,
         target=0.03,  # nats: |actual − predicted| at N_opt that counts as predicted

@@ -5,8 +5,10 @@ ladder and the law's loss for it and its two neighbours, with 95% intervals.
     fc["archs"][arch]["rungs"]       # three rows: the neighbour below, N_opt, the neighbour above
 
 The compute C is study.compute_factor × the ladder's largest run (Table-1 FLOPs, the fit tables'
-accounting). Per arch: approach 3 with its refits (fit.holdout.law_draws) on the laws' estimator and
-count; N_opt is the size of the ladder's shape (ladder.Ladder.family) that the law puts lowest at C
+accounting). Per arch: the law of study.form with its refits (fit.holdout.law_draws) on the laws'
+estimator and count: approach 3's additive E + A/N^α + B/D^β, Kaplan's joint E + ((A/N)^(α/β) + B/D)^β
+(fit.kaplan), or (auto) the one of the two that misses the ladder's own sizes least
+(fit.holdout.choose_form); N_opt is the size of the ladder's shape (ladder.Ladder.family) that the law puts lowest at C
 (fit.prediction.optimum; its interval from each refit's own choice); each rung trains D = C / its
 Table-1 FLOPs per token (rounded up to whole steps of its batch) under the ladder's protocol
 (protocol.rung_config), and its predicted loss is the law's at the loss point of the laws' estimator
@@ -23,6 +25,7 @@ import os
 import numpy as np
 
 from linscale_jax.contract import split_list
+from linscale_jax.fit.table import FitError
 from linscale_jax.study.predict import protocol
 from linscale_jax.study.predict.ladder import PredictError, _load_json
 
@@ -34,12 +37,13 @@ def settings(study, lad) -> dict:
     predicted so far)."""
     return dict(ladder_from=os.path.abspath(lad.workdir), ladder_preset=str(study.ladder_preset),
                 estimator=lad.estimator, compute_factor=float(study.compute_factor), bootstrap=int(study.bootstrap), seed=int(study.seed),
-                rule=str(study.rule), seeds=seeds_of(study), archs=archs_of(study, lad))
+                rule=str(study.rule), seeds=seeds_of(study), form=str(study.get("form", "additive")),
+                archs=archs_of(study, lad))
 
 
 def _same(a: dict, b: dict) -> bool:
     def key(s):
-        return dict({k: v for k, v in s.items() if k != "archs"}, seeds=s.get("seeds", 1))
+        return dict({k: v for k, v in s.items() if k != "archs"}, seeds=s.get("seeds", 1), form=s.get("form", "additive"))
 
     return key(a) == key(b)
 
@@ -82,7 +86,11 @@ def predict_arch(study, lad, arch: str, c: float) -> dict:
 
     curves = lad.curves(arch)
     rng = np.random.default_rng(int(study.seed))
-    ld = holdout.law_draws(curves, arch, rng, n_boot=int(study.bootstrap), seed_sd=lad.seed_sd())
+    try:
+        form, form_rms = holdout.choose_form(curves, arch, str(study.get("form", "additive")))
+    except FitError as e:
+        raise PredictError(f"study.form: {e}") from None
+    ld = holdout.law_draws(curves, arch, rng, n_boot=int(study.bootstrap), seed_sd=lad.seed_sd(), form=form)
     fam = lad.family(arch)
     law_rungs = [dict(n_params=f["n_law"], flops_per_token=f["flops_per_token"]) for f in fam]
     at = c * _point_ratio(lad)
@@ -110,7 +118,7 @@ def predict_arch(study, lad, arch: str, c: float) -> dict:
                           steps=int(cfg.train.steps), batch_size=int(cfg.train.batch_size), lr=float(cfg.optim.lr),
                           tokens=r["tokens"], flops=r["flops"], predicted=r["predicted"], ci_low=r["ci_low"],
                           ci_high=r["ci_high"], predicted_optimum=j == 1, rule=note))
-    return dict(law=ld.law, failed=ld.failed, resid_sd=ld.resid_sd, sizes_fitted=ld.n_sizes, optimum=opt,
+    return dict(law=ld.law, form_rms=form_rms, failed=ld.failed, resid_sd=ld.resid_sd, sizes_fitted=ld.n_sizes, optimum=opt,
                 family=[dict(size=f["size"], n_params=f["n_params"], n_law=f["n_law"],
                              predicted=float(ld.point.predict(f["n_law"], at / f["flops_per_token"]))) for f in fam],
                 rungs=rungs)

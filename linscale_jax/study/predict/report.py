@@ -10,6 +10,11 @@ from linscale_jax.train.metrics import fmt_time
 COUNT_WORDS = {"non_embedding": "N without the embedding", "total": "N with the embedding and head"}
 
 
+FORM_WORDS = {"additive": "approach 3: E + A/N^α + B/D^β", "kaplan": "Kaplan's E + ((A/N)^(α/β) + B/D)^β",
+              "auto": "per arch, approach 3's E + A/N^α + B/D^β or Kaplan's E + ((A/N)^(α/β) + B/D)^β, the one that "
+                      "misses the ladder's sizes least (study.form=auto; the laws' table below)"}
+
+
 def _f(x, d=4) -> str:
     return "—" if x is None else f"{x:.{d}f}"
 
@@ -64,8 +69,9 @@ def lines(joined: dict) -> list[str]:
     L = ["# A prediction beyond the ladder", "",
          f"**Target** (|actual − predicted| ≤ {s['target']:g} nats at the predicted N_opt and actual inside its 95% "
          f"interval, for at least 3 of 4 archs): **{s['overall']}**.", "",
-         f"The ladder: `{lad['workdir']}` (preset {st['ladder_preset']}). Its laws L(N, D) = E + A/N^α + B/D^β "
-         f"(approach 3 with {fc['settings']['bootstrap']} refits on draws with the sizes fixed) under its laws' "
+         f"The ladder: `{lad['workdir']}` (preset {st['ladder_preset']}). Its laws L(N, D) "
+         f"({FORM_WORDS.get(fc['settings'].get('form', 'additive'), fc['settings'].get('form'))}; "
+         f"{fc['settings']['bootstrap']} refits on draws with the sizes fixed) under its laws' "
          f"estimator, **{lad['estimator']}**, in {COUNT_WORDS.get(lad['count'], lad['count'])}. The compute: "
          f"C = {st['compute_factor']:g} × its largest run ({lad['largest']['name']}, {lad['largest']['flops']:.4g} "
          f"FLOPs, Table-1 accounting) = **{fc['compute']:.4g} FLOPs**. N_opt is the size of the ladder's shape "
@@ -110,11 +116,18 @@ def lines(joined: dict) -> list[str]:
           "rung's loss after its rate decays over the cooldown's share of steps off its last checkpoint, another "
           "estimator than the laws' (not judged; — under the cooldown estimator, where it is the actual). Table: "
           "`prediction.csv`; figure: `prediction.png`.", "", "## The laws", "",
-          "| arch | sizes fitted | E | A | α | B | β | at a bound | failed refits |", "|---|---|---|---|---|---|---|---|---|"]
+          "| arch | form | misses its sizes by (RMS, nats) | sizes fitted | E | A | α | B | β | at a bound | "
+          "failed refits |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for a, p in fc["archs"].items():
         w = p["law"]
-        L.append(f"| {a} | {p['sizes_fitted']} | {w['E']:.4g} | {w['A']:.4g} | {w['alpha']:.3g} | {w['B']:.4g} | "
-                 f"{w['beta']:.3g} | {', '.join(w.get('at_bound') or []) or '—'} | {p['failed']:.0%} |")
+        rms = ", ".join(f"{f} {x:.4f}" for f, x in (p.get("form_rms") or {}).items()) or "—"
+        L.append(f"| {a} | {w.get('form', 'additive')} | {rms} | {p['sizes_fitted']} | {w['E']:.4g} | {w['A']:.4g} | "
+                 f"{w['alpha']:.3g} | {w['B']:.4g} | {w['beta']:.3g} | {', '.join(w.get('at_bound') or []) or '—'} | "
+                 f"{p['failed']:.0%} |")
+    L += ["", "Form: additive is approach 3's E + A/N^α + B/D^β; kaplan is Kaplan et al.'s joint E + ((A/N)^(α/β) + "
+          "B/D)^β, where the tokens at which a size stops gaining grow with N. Under study.form=auto each arch's law is "
+          "the form whose fit misses the ladder's sizes least: the RMS over sizes of the mean residual over the "
+          "second half of each size's points, listed per form."]
     L += along_lines(joined.get("along") or [])
     L += ["", "## Cost", ""]
     done = ", ".join(f"{n} {fmt_time(t)}" for n, t in c["runs"].items())
