@@ -62,7 +62,12 @@ class Result:
         return out
 
     def predict(self, n, d):
-        return self.E + self.A / np.asarray(n) ** self.alpha + self.B / np.asarray(d) ** self.beta
+        return loss(self.E, self.A, self.B, self.alpha, self.beta, n, d)
+
+
+def loss(E, A, B, alpha, beta, n, d):
+    """L(n, d) = E + A/n^alpha + B/d^beta."""
+    return E + A / np.asarray(n, float) ** alpha + B / np.asarray(d, float) ** beta
 
 
 def huber_objective(theta, ln_n, ln_d, ln_l, delta=DELTA):
@@ -149,19 +154,26 @@ def fit(table: Table, *, flops_per_param_token: float = FLOPS_PER_PARAM_TOKEN, n
     ``init``: a single start theta [5] (a, b, e, alpha, beta) instead of the grid (bootstrap);
     ``bounds``: [(lo, hi)] * 5 for theta, None for unbounded (L-BFGS-B's box).
     """
-    require(table, min_runs=2, min_points_per_run=1, what="approach 3 (parametric L(N, D))")
+    return fit_form(table, "approach 3", Result, allocation_laws, huber_objective, _grid_objective,
+                    default_starts() if init is None else init, flops_per_param_token, n_starts, bounds)
+
+
+def fit_form(table: Table, what: str, result, allocation, objective, grid, starts, flops_per_param_token: float,
+             n_starts: int | None, bounds) -> Result:
+    """A five-parameter law of theta (a, b, e, alpha, beta) on every point of one arch: `objective` and
+    `grid` as minimise takes them, `result` its Result class, `allocation` its allocation_laws."""
+    require(table, min_runs=2, min_points_per_run=1, what=f"{what} (parametric L(N, D))")
     if len(table) < 6 or len(np.unique(table.n_params)) < 2 or len(np.unique(table.tokens)) < 2:
-        raise FitError(f"{table.arch[0]}: approach 3 needs at least 6 points with 2+ distinct N "
+        raise FitError(f"{table.arch[0]}: {what} needs at least 6 points with 2+ distinct N "
                        f"and D to fit 5 parameters, got {len(table)}; add runs or checkpoints")
     ln_n, ln_d, ln_l = np.log(table.n_params), np.log(table.tokens), np.log(table.loss)
-    starts = default_starts() if init is None else np.asarray(init, dtype=np.float64)
-    theta, obj = minimise(ln_n, ln_d, ln_l, starts, n_starts, bounds)
+    theta, obj = minimise(ln_n, ln_d, ln_l, np.asarray(starts, dtype=np.float64), n_starts, bounds, objective, grid)
     a, b, e, alpha, beta = (float(v) for v in theta)
     if alpha <= 0 or beta <= 0:
-        raise FitError(f"{table.arch[0]}: approach 3 found alpha={alpha:.3g}, beta={beta:.3g} "
+        raise FitError(f"{table.arch[0]}: {what} found alpha={alpha:.3g}, beta={beta:.3g} "
                        "(loss not falling with N or D); the table cannot pin L(N, D) down")
     E, A, B = np.exp(e), np.exp(a), np.exp(b)
-    return Result(arch=str(table.arch[0]), E=E, A=A, B=B, alpha=alpha, beta=beta, objective=obj,
+    return result(arch=str(table.arch[0]), E=E, A=A, B=B, alpha=alpha, beta=beta, objective=obj,
                   n_points=len(table), n_runs=len(set(table.run.tolist())),
                   flops_per_param_token=flops_per_param_token,
-                  laws=allocation_laws(E, A, B, alpha, beta, flops_per_param_token))
+                  laws=allocation(E, A, B, alpha, beta, flops_per_param_token))

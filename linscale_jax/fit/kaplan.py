@@ -25,7 +25,7 @@ import numpy as np
 from linscale_jax.contract import FLOPS_PER_PARAM_TOKEN
 from linscale_jax.fit import approach3
 from linscale_jax.fit.powerlaw import PowerLaw
-from linscale_jax.fit.table import FitError, Table, require
+from linscale_jax.fit.table import Table
 
 DELTA = approach3.DELTA
 GRID = {"a": np.arange(0.0, 25.0, 5.0), "b": np.arange(5.0, 25.0, 5.0), "e": np.array([-2.0, -1.0, 0.0, 0.5]),
@@ -47,8 +47,12 @@ class Result(approach3.Result):
     form = "kaplan"
 
     def predict(self, n, d):
-        n, d = np.asarray(n, float), np.asarray(d, float)
-        return self.E + ((self.A / n) ** (self.alpha / self.beta) + self.B / d) ** self.beta
+        return loss(self.E, self.A, self.B, self.alpha, self.beta, n, d)
+
+
+def loss(E, A, B, alpha, beta, n, d):
+    """L(n, d) = E + ((A/n)^(alpha/beta) + B/d)^beta."""
+    return E + ((A / np.asarray(n, float)) ** (alpha / beta) + B / np.asarray(d, float)) ** beta
 
 
 def huber_objective(theta, ln_n, ln_d, ln_l, delta=DELTA):
@@ -98,16 +102,5 @@ def allocation_laws(E, A, B, alpha, beta, k: float = FLOPS_PER_PARAM_TOKEN) -> d
 def fit(table: Table, *, flops_per_param_token: float = FLOPS_PER_PARAM_TOKEN, n_starts: int | None = 16,
         init: np.ndarray | None = None, bounds=None) -> Result:
     """This form on every point of one arch (``init``, ``bounds``: as fit.approach3.fit)."""
-    require(table, min_runs=2, min_points_per_run=1, what="Kaplan's L(N, D)")
-    if len(table) < 6 or len(np.unique(table.n_params)) < 2 or len(np.unique(table.tokens)) < 2:
-        raise FitError(f"{table.arch[0]}: Kaplan's L(N, D) needs at least 6 points with 2+ distinct N and D to fit "
-                       f"5 parameters, got {len(table)}; add runs or checkpoints")
-    ln_n, ln_d, ln_l = np.log(table.n_params), np.log(table.tokens), np.log(table.loss)
-    starts = default_starts() if init is None else np.asarray(init, dtype=np.float64)
-    theta, obj = approach3.minimise(ln_n, ln_d, ln_l, starts, n_starts, bounds, huber_objective, _grid_objective)
-    a, b, e, alpha, beta = (float(v) for v in theta)
-    E, A, B = np.exp(e), np.exp(a), np.exp(b)
-    return Result(arch=str(table.arch[0]), E=E, A=A, B=B, alpha=alpha, beta=beta, objective=obj,
-                  n_points=len(table), n_runs=len(set(table.run.tolist())),
-                  flops_per_param_token=flops_per_param_token,
-                  laws=allocation_laws(E, A, B, alpha, beta, flops_per_param_token))
+    return approach3.fit_form(table, "Kaplan's L(N, D)", Result, allocation_laws, huber_objective, _grid_objective,
+                              default_starts() if init is None else init, flops_per_param_token, n_starts, bounds)

@@ -394,13 +394,15 @@ def test_another_estimator_of_the_ladder_predicts_from_its_own_table(ladder, lad
     assert "\n" not in str(e.value)
 
 
-def test_the_error_along_each_rungs_tokens(ladder, lad, tmp_path):
+@pytest.mark.parametrize("form", ["auto", "kaplan"])
+def test_the_error_along_each_rungs_tokens(ladder, lad, tmp_path, form):
     """P/prediction_curves.csv holds actual − the law's point fit at every checkpoint of each rung whose
     seeds reached their last step; the report's section gives it at ¼, ½, the end and at the ladder's own
     tokens for a size the ladder trained; an estimator measured once per run has no such path."""
+    from linscale_jax.fit.holdout import FORMS
     from linscale_jax.study.predict import along, report
 
-    s = predict_study(ladder[0])
+    s = predict_study(ladder[0], form=form)
     runs = experiment.plan(s, str(tmp_path))
     fc = json.loads((tmp_path / "predictions.json").read_text())
     w = fc["archs"]["llama"]["law"]
@@ -413,7 +415,7 @@ def test_the_error_along_each_rungs_tokens(ladder, lad, tmp_path):
         for f in fractions:
             step = int(round(run.steps * f))
             d = step * per_step
-            loss = w["E"] + w["A"] / g["n_law"] ** w["alpha"] + w["B"] / d ** w["beta"] + error(f)
+            loss = FORMS[w["form"]].loss(w["E"], w["A"], w["B"], w["alpha"], w["beta"], g["n_law"], d) + error(f)
             rows.append(dict(task="val_loss", step=step, tokens=d, val_loss=loss))
         ev = Path(run.workdir) / "eval"
         ev.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,7 @@
 
 A rung trains D = C / its FLOPs per token; under a per-checkpoint estimator (val_loss, val_loss_avg)
 every checkpoint is a point (D_i, loss_i) of the same N. Its error against the law's point fit,
-actual − (E + A/N^α + B/D_i^β), split the miss at the loss point in two: at a size the ladder trained,
+actual − the law at (N, D_i), split the miss at the loss point in two: at a size the ladder trained,
 up to that ladder run's tokens (`seen`) the law interpolates, beyond them it extrapolates along D
 alone; at a size beyond the ladder's N it extrapolates along both. The actual is the mean over the
 rung's seeds at their common checkpoints (a seed not yet measured leaves the rung out).
@@ -17,6 +17,8 @@ from __future__ import annotations
 import csv
 
 import numpy as np
+
+from linscale_jax.study.predict.outcome import by_rung
 
 COLUMNS = ("arch", "size", "n_params", "tokens", "actual", "predicted", "error")
 TASKS = ("val_loss", "val_loss_avg")  # the estimators measured at every checkpoint
@@ -34,7 +36,10 @@ def path_of(run, task: str) -> dict[int, tuple[float, float]]:
 
 
 def _law(w: dict, n: float, d: np.ndarray) -> np.ndarray:
-    return w["E"] + w["A"] / n ** w["alpha"] + w["B"] / d ** w["beta"]
+    """The point law (forecast's `law`: E, A, B, alpha, beta and its form) at n and d [k]."""
+    from linscale_jax.fit.holdout import FORMS
+
+    return FORMS[w.get("form", "additive")].loss(w["E"], w["A"], w["B"], w["alpha"], w["beta"], n, d)
 
 
 def rows_of(fc: dict, runs, estimator: str) -> list[dict]:
@@ -42,22 +47,17 @@ def rows_of(fc: dict, runs, estimator: str) -> list[dict]:
     an estimator measured once per run (cooldown)."""
     if estimator not in TASKS:
         return []
-    by_rung: dict = {}
-    for r in runs:
-        by_rung.setdefault((r.arch, r.size), []).append(r)
     out = []
-    for arch, p in fc["archs"].items():
-        for g in p["rungs"]:
-            mine = by_rung.get((arch, g["size"]), [])
-            paths = [path_of(r, estimator) for r in mine]
-            if not paths or any(int(r.steps) not in q for r, q in zip(mine, paths)):
-                continue
-            steps = sorted(set.intersection(*(set(q) for q in paths)))
-            d = np.array([paths[0][s][0] for s in steps])
-            loss = np.array([[q[s][1] for s in steps] for q in paths]).mean(axis=0)
-            pred = _law(p["law"], g["n_law"], d)
-            out += [dict(arch=arch, size=g["size"], n_params=g["n_law"], tokens=float(t), actual=float(a),
-                         predicted=float(b), error=float(a - b)) for t, a, b in zip(d, loss, pred)]
+    for arch, g, mine in by_rung(fc, runs):
+        paths = [path_of(r, estimator) for r in mine]
+        if not paths or any(int(r.steps) not in q for r, q in zip(mine, paths)):
+            continue
+        steps = sorted(set.intersection(*(set(q) for q in paths)))
+        d = np.array([paths[0][s][0] for s in steps])
+        loss = np.array([[q[s][1] for s in steps] for q in paths]).mean(axis=0)
+        pred = _law(fc["archs"][arch]["law"], g["n_law"], d)
+        out += [dict(arch=arch, size=g["size"], n_params=g["n_law"], tokens=float(t), actual=float(a),
+                     predicted=float(b), error=float(a - b)) for t, a, b in zip(d, loss, pred)]
     return out
 
 

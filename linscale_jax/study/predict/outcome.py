@@ -52,23 +52,28 @@ def _mean(xs: list) -> float | None:
     return None if not xs or any(x is None for x in xs) else float(np.mean(xs))
 
 
+def by_rung(fc: dict, runs):
+    """(arch, rung, its runs: one per seed trained or planned) for every rung of fc, in fc's order."""
+    mine: dict = {}
+    for r in runs:
+        mine.setdefault((r.arch, r.size), []).append(r)
+    for arch, p in fc["archs"].items():
+        for g in p["rungs"]:
+            yield arch, g, mine.get((arch, g["size"]), [])
+
+
 def rows_of(fc: dict, runs, estimator: str) -> list[dict]:
     """COLUMNS per rung of fc (forecast.forecast), actual the mean over the rung's seeds (None until each
     of them is measured), `measured` how many of its `seeds` runs are, and its size and cooldown
     branch's loss (the mean over seeds; None under the cooldown estimator, or not measured)."""
-    by_rung: dict = {}
-    for r in runs:
-        by_rung.setdefault((r.arch, r.size), []).append(r)
     out = []
-    for arch, p in fc["archs"].items():
-        for g in p["rungs"]:
-            mine = by_rung.get((arch, g["size"]), [])
-            loss = [actual_loss(r, estimator) for r in mine]
-            cool = [None] if estimator == "cooldown" else [actual_loss(r, "cooldown") for r in mine]
-            out.append(dict(arch=arch, size=g["size"], n_params=g["n_params"], tokens=g["tokens"], flops=g["flops"],
-                            predicted=g["predicted"], ci_low=g["ci_low"], ci_high=g["ci_high"], actual=_mean(loss),
-                            predicted_optimum=g["predicted_optimum"], cooldown=_mean(cool), seeds=len(mine),
-                            measured=sum(x is not None for x in loss)))
+    for arch, g, mine in by_rung(fc, runs):
+        loss = [actual_loss(r, estimator) for r in mine]
+        cool = [None] if estimator == "cooldown" else [actual_loss(r, "cooldown") for r in mine]
+        out.append(dict(arch=arch, size=g["size"], n_params=g["n_params"], tokens=g["tokens"], flops=g["flops"],
+                        predicted=g["predicted"], ci_low=g["ci_low"], ci_high=g["ci_high"], actual=_mean(loss),
+                        predicted_optimum=g["predicted_optimum"], cooldown=_mean(cool), seeds=len(mine),
+                        measured=sum(x is not None for x in loss)))
     return out
 
 
