@@ -144,9 +144,7 @@ class LawDraws:
         """[b, k]: every refit's L(n, d) at k points (n, d broadcast to [k])."""
         a, b, e, al, be = (self.thetas[:, j][:, None] for j in range(5))
         n, d = np.broadcast_arrays(np.atleast_1d(np.asarray(n, float)), np.atleast_1d(np.asarray(d, float)))
-        if self.form == "kaplan":
-            return np.exp(e) + (np.exp(al / be * (a - np.log(n[None]))) + np.exp(b) / d[None]) ** be
-        return np.exp(e) + np.exp(a) / n[None] ** al + np.exp(b) / d[None] ** be
+        return FORMS[self.form].loss(np.exp(e), np.exp(a), np.exp(b), al, be, n[None], d[None])
 
     def interval(self, n, d, rng: np.random.Generator, replicates: int = 1, level: float = 0.95):
         """(low [k], high [k]) of the observed loss at (n, d) [k] of a run averaged over `replicates`

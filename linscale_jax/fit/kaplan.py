@@ -67,14 +67,14 @@ def huber_objective(theta, ln_n, ln_d, ln_l, delta=DELTA):
     we, wv = np.exp(e - f), np.exp(v - f)
     r = f - ln_l
     absr = np.abs(r)
-    loss = np.where(absr <= delta, 0.5 * r * r, delta * (absr - 0.5 * delta)).sum()
+    total = np.where(absr <= delta, 0.5 * r * r, delta * (absr - 0.5 * delta)).sum()
     g = np.clip(r, -delta, delta)
     grad = np.array([(g * wv * p1 * alpha).sum(),
                      (g * wv * beta * (1 - p1)).sum(),
                      (g * we).sum(),
                      (g * wv * p1 * x).sum(),
                      (g * wv * (s - p1 * alpha * x / beta)).sum()])
-    return float(loss), grad
+    return float(total), grad
 
 
 def _grid_objective(starts, ln_n, ln_d, ln_l, delta=DELTA):
