@@ -12,87 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from linscale_jax import contract
 from linscale_jax.study import files
 from linscale_jax.study.predict import experiment, outcome
+from helpers.predict_ladder import (SHORT, Ctx, fake_results, lad, ladder, law, planned,  # noqa: F401 (fixtures)
+                                    predict_study)
 from linscale_jax.study.predict.ladder import PredictError, open_ladder
-
-ROOT = Path(__file__).resolve().parents[2]
-LAW = dict(E=0.68, A=5.75, alpha=0.206, B=63.9, beta=0.364)  # near the main job's llama fit
-SHORT = "hgrn2"  # an arch the fixture gives two sizes only
-
-
-def law(n, d):
-    return LAW["E"] + LAW["A"] / n ** LAW["alpha"] + LAW["B"] / d ** LAW["beta"]
-
-
-def preset(name: str):
-    from linscale_jax.study.presets import preset as load
-
-    return load(name)
-
-
-# The ladder these tests predict from: the main job's protocol on a mixed ladder (depth 2 and 4) whose
-# largest size has depth 4, so the family of rungs is the four-layer one; under the grid's rule, whose
-# range holds tnl's d16l2 and d16 (the default rule's tnl starts at d32l2).
-MIXED = """from linscale_jax.study.presets import preset
-
-
-def get_config():
-    c = preset("cpu")
-    c.sizes = "d16l2,d16,d32l2,d32,d48"
-    c.tokens_by_size = ""
-    c.overrides.optim.rule = "grid"
-    c.replicates.update(sizes="smallest", seeds=2)
-    return c
-"""
-
-
-def predict_study(ladder: str, **changes):
-    s = preset(str(ROOT / "configs" / "study" / "predict.py"))
-    s.update(dict(dict(ladder_from=ladder, ladder_preset=str(Path(ladder) / "mixed.py"), archs="llama",
-                       bootstrap=20), **changes))
-    return s
-
-
-@pytest.fixture(scope="module")
-def ladder(tmp_path_factory):
-    """A finished study of MIXED (DIR/mixed.py) whose laws' table holds the planted law plus a seed
-    offset and checkpoint noise; hgrn2 keeps two sizes."""
-    from linscale_jax.study.scaling import plan, runner
-
-    wd = tmp_path_factory.mktemp("ladder")
-    (wd / "mixed.py").write_text(MIXED)
-    study = preset(str(wd / "mixed.py"))
-    runs = plan.build_plan(study, str(wd))
-    runner.start(study, str(wd), runs)
-    rng, rows = np.random.default_rng(0), []
-    for r in runs:
-        if r.arch == SHORT and r.size not in ("d32", "d48"):
-            continue
-        steps = np.arange(512, r.steps + 1, 512)
-        d = steps * r.tokens / r.steps
-        loss = law(r.n_params, d) + rng.normal(0, 0.004) + rng.normal(0, 0.002, len(d))
-        rows += [dict(arch=r.arch, run=r.name, step=int(s), n_params=r.n_params, tokens=float(t),
-                     flops=float(r.flops * t / r.tokens), loss=float(x), seed=r.seed) for s, t, x in zip(steps, d, loss)]
-    (wd / files.STUDY_FIT).mkdir()
-    contract.write_table_csv(rows, wd / files.STUDY_FIT / "table.csv")
-    pool = dict(sd=0.005, df=4.0, source="pooled: 4 archs, 4 df")
-    (wd / files.FINDINGS_JSON).write_text(json.dumps(dict(estimators=["val_loss", "cooldown"], margin=0.05,
-                                                          by_estimator={"val_loss": dict(seed_sd_pooled=pool)})))
-    return str(wd), runs
-
-
-@pytest.fixture(scope="module")
-def lad(ladder):
-    return open_ladder(predict_study(ladder[0]))
-
-
-@pytest.fixture(scope="module")
-def planned(ladder, tmp_path_factory):
-    P = str(tmp_path_factory.mktemp("predict"))
-    study = predict_study(ladder[0])
-    return study, P, experiment.plan(study, P)
 
 
 def test_the_rungs_bracket_the_optimum_at_4x_the_ladder(ladder, lad, planned):
@@ -138,7 +62,7 @@ def test_a_rung_trains_the_predictions_budget_not_the_ladders_budget_of_its_size
     step = cfg.train.batch_size * cfg.train.seq_len
     assert 2.0e6 <= cfg.train.steps * step < 2.0e6 + step
 
-def _fake_results(run, loss: float):
+def fake_results(run, loss: float):
     ev = Path(run.workdir) / "eval"
     ev.mkdir(parents=True, exist_ok=True)
     (ev / "results.jsonl").write_text(json.dumps(dict(task="val_loss", arch=run.arch, run=run.name, step=run.steps,
@@ -160,7 +84,7 @@ def test_join_writes_the_table_and_the_report(planned):
     fc = json.loads((Path(P) / "predictions.json").read_text())
     pred = {g["name"]: g["predicted"] for g in fc["archs"]["llama"]["rungs"]}
     for i, r in enumerate(runs):
-        _fake_results(r, pred[r.name] + (0.01 if i == 1 else 0.2))
+        fake_results(r, pred[r.name] + (0.01 if i == 1 else 0.2))
     branch = Path(runs[1].workdir) / files.COOLDOWNS / str(runs[1].steps) / "eval"  # its cooldown branch, beside
     branch.mkdir(parents=True)
     (branch / "results.jsonl").write_text(json.dumps(dict(task="val_loss", step=runs[1].steps + 9, val_loss=1.2345)))
@@ -299,7 +223,7 @@ def test_rungs_chosen_train_alone_and_the_join_reads_every_rung(ladder, planned,
     pred = {g["name"]: g["predicted"] for g in fc["archs"]["llama"]["rungs"]}
     below = experiment.runs_of(s, open_ladder(s), fc, str(tmp_path))[0]
     for r in (mine[0], below):  # a neighbour trained by an earlier invocation is read too
-        _fake_results(r, pred[r.name])
+        fake_results(r, pred[r.name])
     joined = experiment.join(s, mine, str(tmp_path), Ctx())
     assert [r["actual"] is not None for r in joined["rows"]] == [True, True, False]
     w = joined["verdicts"]["archs"]["llama"]
@@ -309,7 +233,7 @@ def test_rungs_chosen_train_alone_and_the_join_reads_every_rung(ladder, planned,
     text = "\n".join(report.lines(joined))
     verdict = w["wins"]["by_neighbour"][below.size]["verdict"]
     assert f"vs {runs[2].size}: not measured" in text and f"vs {below.size}: {verdict.replace('_', ' ')} (" in text
-    _fake_results(below, pred[below.name] - 0.5)  # a neighbour far below N_opt: N_opt loses, whatever the other
+    fake_results(below, pred[below.name] - 0.5)  # a neighbour far below N_opt: N_opt loses, whatever the other
     wins = experiment.join(s, mine, str(tmp_path), Ctx())["verdicts"]["archs"]["llama"]["wins"]
     assert (wins["verdict"], wins["lowest_actual"]) == ("loses", below.size)
     assert [r.name for r in experiment.plan(predict_study(ladder[0], rungs=below.name), str(tmp_path))] == [below.name]
@@ -334,16 +258,16 @@ def test_each_rung_at_k_seeds_is_judged_on_their_mean(ladder, planned, tmp_path)
         assert g2["predicted"] == g1["predicted"] and g2["ci_low"] > g1["ci_low"] and g2["ci_high"] < g1["ci_high"]
     pred = {g["name"]: g["predicted"] for g in fc["archs"]["llama"]["rungs"]}
     opt, opt1 = two[2], two[3]
-    _fake_results(opt, pred[opt.name] + 0.04)
+    fake_results(opt, pred[opt.name] + 0.04)
     joined = experiment.join(s, two, str(tmp_path), Ctx())
     row = next(r for r in joined["rows"] if r["predicted_optimum"])
     assert (row["actual"], row["measured"], row["seeds"]) == (None, 1, 2)  # one of two seeds: not judged yet
     from linscale_jax.study.predict import report
 
     assert "— (1 of 2 seeds)" in "\n".join(report.lines(joined))
-    _fake_results(opt1, pred[opt.name] - 0.02)
+    fake_results(opt1, pred[opt.name] - 0.02)
     for r in (two[0], two[1], two[4], two[5]):
-        _fake_results(r, pred[r.name.removesuffix("-seed1")] + 0.2)
+        fake_results(r, pred[r.name.removesuffix("-seed1")] + 0.2)
     joined = experiment.join(s, two, str(tmp_path), Ctx())
     row = next(r for r in joined["rows"] if r["predicted_optimum"])
     assert row["actual"] == pytest.approx(pred[opt.name] + 0.01)  # the mean of +0.04 and -0.02
@@ -392,79 +316,3 @@ def test_another_estimator_of_the_ladder_predicts_from_its_own_table(ladder, lad
                                                      "ladder")) as e:
         open_ladder(predict_study(str(other), estimator="val_loss_avg"))
     assert "\n" not in str(e.value)
-
-
-@pytest.mark.parametrize("form", ["auto", "kaplan"])
-def test_the_error_along_each_rungs_tokens(ladder, lad, tmp_path, form):
-    """P/prediction_curves.csv holds actual − the law's point fit at every checkpoint of each rung whose
-    seeds reached their last step; the report's section gives it at ¼, ½, the end and at the ladder's own
-    tokens for a size the ladder trained; an estimator measured once per run has no such path."""
-    from linscale_jax.fit.holdout import FORMS
-    from linscale_jax.study.predict import along, report
-
-    s = predict_study(ladder[0], form=form)
-    runs = experiment.plan(s, str(tmp_path))
-    fc = json.loads((tmp_path / "predictions.json").read_text())
-    w = fc["archs"]["llama"]["law"]
-    rungs = {g["name"]: g for g in fc["archs"]["llama"]["rungs"]}
-    per_step = runs[1].tokens / runs[1].steps
-
-    def write(run, fractions, error):
-        g = rungs[run.name]
-        rows = []
-        for f in fractions:
-            step = int(round(run.steps * f))
-            d = step * per_step
-            loss = FORMS[w["form"]].loss(w["E"], w["A"], w["B"], w["alpha"], w["beta"], g["n_law"], d) + error(f)
-            rows.append(dict(task="val_loss", step=step, tokens=d, val_loss=loss))
-        ev = Path(run.workdir) / "eval"
-        ev.mkdir(parents=True, exist_ok=True)
-        (ev / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-
-    eighths = [i / 8 for i in range(1, 9)]
-    write(runs[0], eighths[:-1], lambda f: 0.0)  # not at its last step yet: left out
-    write(runs[1], eighths, lambda f: 0.05 * f)  # the error grows along D to +0.05 at the end
-    write(runs[2], eighths, lambda f: -0.02)
-    joined = experiment.join(s, runs, str(tmp_path), Ctx())
-    with open(tmp_path / experiment.PREDICTION_CURVES_CSV) as f:
-        got = list(csv.DictReader(f))
-    assert tuple(got[0]) == along.COLUMNS
-    assert [r["size"] for r in got] == [runs[1].size] * 8 + [runs[2].size] * 8
-    assert [float(r["error"]) for r in got[:8]] == pytest.approx([0.05 * f for f in eighths], abs=1e-5)
-    by = {r["size"]: r for r in joined["along"]}
-    opt = by[runs[1].size]
-    assert (opt["quarter"], opt["half"], opt["end"]) == pytest.approx((0.0125, 0.025, 0.05), abs=1e-5)
-    assert by[runs[2].size]["end"] == pytest.approx(-0.02, abs=1e-5)
-    seen = along.seen_of(lad, fc)
-    trained = {round(float(c.n_params)): float(c.tokens[-1]) for c in lad.curves("llama")}
-    assert seen == {("llama", g["size"]): trained[round(g["n_law"])] for g in rungs.values()
-                    if round(g["n_law"]) in trained}
-    for size, r in by.items():
-        assert (r["seen"] is None) == (("llama", size) not in seen)
-    text = "\n".join(report.lines(joined))
-    assert "## The error along each rung's tokens" in text
-    assert re.search(rf"\| llama \| {runs[1].size} \| .* \| \+0\.01[23] \| \+0\.025 \| \+0\.050 \|$", text, re.M)
-    assert along.rows_of(fc, runs, "cooldown") == []
-
-
-def test_the_law_form_is_the_one_that_misses_the_ladder_least(ladder, planned, tmp_path):
-    """study.form=auto (the default): each arch's law is approach 3's or Kaplan's, whichever misses the
-    ladder's sizes least, both misses recorded; a named form is used as given and is part of the
-    settings (another form is another prediction); an unknown form is one line."""
-    from linscale_jax.study.predict import report
-
-    study, P, runs = planned
-    fc = json.loads((Path(P) / "predictions.json").read_text())
-    p = fc["archs"]["llama"]
-    assert fc["settings"]["form"] == "auto" and set(p["form_rms"]) == {"additive", "kaplan"}
-    assert p["law"]["form"] == min(p["form_rms"], key=p["form_rms"].get)
-    s = predict_study(ladder[0], form="kaplan")
-    experiment.plan(s, str(tmp_path))
-    got = json.loads((tmp_path / "predictions.json").read_text())
-    assert got["settings"]["form"] == "kaplan" and got["archs"]["llama"]["law"]["form"] == "kaplan"
-    assert got["archs"]["llama"]["form_rms"] == {}
-    joined = experiment.join(s, experiment.plan(s, str(tmp_path)), str(tmp_path), Ctx())
-    text = "\n".join(report.lines(joined))
-    assert "Kaplan's E + ((A/N)^(α/β) + B/D)^β" in text and re.search(r"^\| llama \| kaplan \| — \| 5 \|", text, re.M)
-    with pytest.raises(PredictError, match=r"study.form: law form 'joint': pass auto or one of additive, kaplan"):
-        experiment.plan(predict_study(ladder[0], form="joint"), str(tmp_path / "bad"))
