@@ -62,6 +62,47 @@ def test_a_rung_trains_the_predictions_budget_not_the_ladders_budget_of_its_size
     step = cfg.train.batch_size * cfg.train.seq_len
     assert 2.0e6 <= cfg.train.steps * step < 2.0e6 + step
 
+
+def test_an_own_lr_law_continues_past_its_sizes_along_the_default_exponent(lad):
+    """tnl's own lr law (the shipped rule's, fitted on three sizes) beyond its range: continuous at the
+    nearer edge, then along the default law's exponent; inside the range, or for an arch on the
+    default law, the rule is left alone; the rung's note and the report say so."""
+    import copy
+    import dataclasses
+
+    from linscale_jax.study.predict import protocol
+    from linscale_jax.study.predict import report as report_lib
+    from linscale_jax.train import rule
+
+    tuned = rule.load(rule.rule_path("tuned"))
+    own, base = rule.arch_rule(tuned, "tnl"), rule.arch_rule(tuned, "llama")
+    assert own is not base and own["lr"]["exponent"] != pytest.approx(base["lr"]["exponent"], abs=0.05)
+    lo, hi = (float(own["range"][k]) for k in ("n_min", "n_max"))
+    for arch, n in (("tnl", (lo * hi) ** 0.5), ("llama", 4 * hi)):
+        w = copy.deepcopy(tuned)
+        assert protocol.continue_lr(w, arch, n, lo, hi) is None and w == tuned
+    for n, edge in ((4 * hi, hi), (lo / 4, lo)):
+        w = copy.deepcopy(tuned)
+        assert protocol.continue_lr(w, "tnl", n, lo, hi) == dict(n_edge=edge, exponent=base["lr"]["exponent"])
+        at_edge = rule.power(own["lr"], edge)
+        assert rule.power(rule.arch_rule(w, "tnl")["lr"], edge) == pytest.approx(at_edge)
+        assert rule.power(rule.arch_rule(w, "tnl")["lr"], n) == pytest.approx(
+            at_edge * (n / edge) ** base["lr"]["exponent"])
+        assert rule.arch_rule(w, "llama") == base and tuned["archs"]["tnl"]["lr"] == own["lr"]  # a copy changed
+
+    study = lad.study.copy_and_resolve_references()
+    study.overrides.optim.rule = "tuned"
+    tl = dataclasses.replace(lad, study=study)
+    cfgs = {size: protocol.rung_config(tl, "tnl", size, 2.0e6, "extrapolate") for size in ("d128", "d192")}
+    notes = [note for _, note in cfgs.values()]
+    assert all(nt["lr_continued"] == dict(n_edge=hi, exponent=base["lr"]["exponent"]) for nt in notes)
+    assert all(nt["n_params"] > hi for nt in notes)
+    (c1, _), (c2, _) = cfgs.values()  # the same tokens (to a step): the horizon factor cancels
+    assert c2.optim.lr / c1.optim.lr == pytest.approx(
+        (notes[1]["n_params"] / notes[0]["n_params"]) ** base["lr"]["exponent"], rel=2e-3)
+    text = report_lib.rule_lines(dict(archs=dict(tnl=dict(rungs=[dict(size="d128", rule=notes[0])]))))
+    assert "own lr law continued from its rate at N = " in "\n".join(text)
+
 def fake_results(run, loss: float):
     ev = Path(run.workdir) / "eval"
     ev.mkdir(parents=True, exist_ok=True)

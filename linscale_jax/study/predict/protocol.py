@@ -9,7 +9,10 @@ learning-rate rule. A learning-rate rule holds only on the sizes it was fitted o
 a size beyond the ladder often lies outside them. study.rule decides:
   extrapolate   the rule's power laws (lr, batch, warmup per N, its β2) evaluated at that N, pinned
                 in the run config (optim.rule=paper with those values); rule_note records the range
-                left and the values, and the report states them
+                left and the values, and the report states them. An arch with its own lr law (tnl's,
+                fitted on the few sizes of a check) continues beyond its sizes from its rate at the
+                nearer edge along the exponent of the rule's default law, fitted on the grid with an
+                interval (continue_lr)
   as_given      the rule as the ladder used it: a size outside its range is refused in one line
                 that names --config.rule=extrapolate
 """
@@ -34,6 +37,23 @@ def _ladder_with(lad, tokens: float):
 def _rule_range(rule_file: dict, arch: str) -> tuple[float, float]:
     rng = rule_file["archs"].get(arch, {}).get("range", rule_file["range"])
     return float(rng["n_min"]), float(rng["n_max"])
+
+
+def continue_lr(rule_file: dict, arch: str, n: float, lo: float, hi: float) -> dict | None:
+    """Continue `arch`'s own lr law past N = lo..hi (in place in `rule_file`, the rule's copy) from its
+    rate at the edge nearer `n` along the exponent of the rule's default law: an own law rests on the
+    few sizes of a check (its exponent has no interval), the default law's on the grid. Returns
+    {"n_edge", "exponent"}, or None for `n` inside the range or an arch on the default law."""
+    from linscale_jax.train import rule
+
+    own = rule.arch_rule(rule_file, arch)
+    base = rule.arch_rule(rule_file, rule_file.get("default", "llama"))
+    if own is base or lo <= n <= hi:
+        return None
+    edge, e0 = (lo if n < lo else hi), float(base["lr"]["exponent"])
+    own["lr"] = dict(own["lr"], coefficient=rule.power(own["lr"], edge) / edge ** e0, exponent=e0,
+                     coefficient_ci=None, exponent_ci=None)
+    return dict(n_edge=edge, exponent=e0)
 
 
 def rung_config(lad, arch: str, size: str, tokens: float, mode: str, seed: int = 0):
@@ -70,6 +90,7 @@ def rung_config(lad, arch: str, size: str, tokens: float, mode: str, seed: int =
     for entry in wide["archs"].values():
         if "range" in entry:
             entry["range"] = dict(entry["range"], **span)
+    edge = continue_lr(wide, mc.arch, n, lo, hi)
     seq = int(pcfg.train.seq_len)
     s = rule.settings(wide, mc.arch, n, seq, str(pcfg.data.vocab), source=f"optim.rule={name}")
     steps = max(1, math.ceil(float(tokens) / (s["batch_size"] * seq)))  # the rung's length, for a rule with a horizon
@@ -78,6 +99,8 @@ def rung_config(lad, arch: str, size: str, tokens: float, mode: str, seed: int =
     study.overrides.train.batch_size = s["batch_size"]
     note = dict(rule=name, n_params=n, range=[lo, hi], lr=s["lr"], batch_size=s["batch_size"], b2=s["b2"],
                 warmup_steps=s["warmup_steps"])
+    if edge is not None:
+        note["lr_continued"] = edge
     return plan_lib.run_config(study, arch, size, seed), note
 
 

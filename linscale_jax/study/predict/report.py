@@ -50,8 +50,17 @@ def rule_lines(fc: dict) -> list[str]:
          f"N = {r0['range'][0]:.3g}–{r0['range'][1]:.3g}; these rungs lie outside it and train at the rule's laws "
          "evaluated at their N (study.rule=extrapolate; study.rule=as_given refuses them instead):", ""]
     L += [f"- {a}-{g['size']} (N = {g['rule']['n_params']:.3g}): lr {g['rule']['lr']:.4g}, batch "
-          f"{g['rule']['batch_size']}, β2 {g['rule']['b2']:g}, warmup {g['rule']['warmup_steps']} steps" for a, g in notes]
+          f"{g['rule']['batch_size']}, β2 {g['rule']['b2']:g}, warmup {g['rule']['warmup_steps']} steps"
+          + _continued(g["rule"]) for a, g in notes]
     return L
+
+
+def _continued(note: dict) -> str:
+    c = note.get("lr_continued")
+    if not c:
+        return ""
+    return (f" (the arch's own lr law continued from its rate at N = {c['n_edge']:.3g} along the default law's "
+            f"exponent {c['exponent']:.3f}: protocol.continue_lr)")
 
 
 def _act(row: dict) -> str:
