@@ -48,6 +48,32 @@ def test_the_rungs_bracket_the_optimum_at_4x_the_ladder(ladder, lad, planned):
     assert experiment.plan(study, P)[1].name == runs[1].name  # made once: the stored prediction is reused
 
 
+def test_a_stored_prediction_whose_rates_changed_is_made_again(planned, tmp_path):
+    """The record written before the rungs trained is reused while its settings hold and every rung
+    would still train at the rates it names; a rate that differs (a rule file or its continuation
+    changed since) makes it again."""
+    import shutil
+
+    from linscale_jax.study.predict import forecast as fc_lib
+
+    study, P, _ = planned
+    Q = str(tmp_path / "P")
+    shutil.copytree(P, Q)
+    path = Path(Q) / "predictions.json"
+    stored = json.loads(path.read_text())
+    rung = json.loads(json.dumps(stored["archs"]["llama"]["rungs"][1]))
+    assert rung["rule"] is not None  # N_opt lies beyond the rule's sizes: its rates are recorded
+    stored["archs"]["llama"]["rungs"][1]["predicted"] = 99.0  # marks the stored record
+    path.write_text(json.dumps(stored))
+    lad = open_ladder(study)
+    assert fc_lib.forecast(study, lad, Q)["archs"]["llama"]["rungs"][1]["predicted"] == 99.0  # reused
+    stored["archs"]["llama"]["rungs"][1]["rule"]["lr"] *= 1.5
+    path.write_text(json.dumps(stored))
+    again = fc_lib.forecast(study, lad, Q)["archs"]["llama"]["rungs"][1]
+    assert again["predicted"] == pytest.approx(rung["predicted"]) and again["rule"] == rung["rule"]
+    assert json.loads(path.read_text())["archs"]["llama"]["rungs"][1]["rule"] == rung["rule"]
+
+
 
 def test_a_rung_trains_the_predictions_budget_not_the_ladders_budget_of_its_size(lad):
     """A ladder with a budget per size (study.tokens_by_size, as the main job's) predicts at one

@@ -124,9 +124,21 @@ def predict_arch(study, lad, arch: str, c: float) -> dict:
                 rungs=rungs)
 
 
+def _same_rates(study, lad, old: dict) -> bool:
+    """Whether every stored rung would train at the rates its record names (protocol.rung_config's note):
+    a rule file or its continuation changed since makes the record again, and a rung trained at the old
+    rates is then refused by its checkpoint's config (scaling.runner.check_config)."""
+    for arch, p in old.get("archs", {}).items():
+        for g in p.get("rungs", []) if isinstance(p, dict) else []:
+            _, note = protocol.rung_config(lad, arch, g["size"], g["budget_tokens"], str(study.rule))
+            if json.loads(json.dumps(note)) != g.get("rule"):
+                return False
+    return True
+
+
 def forecast(study, lad, workdir: str) -> dict:
     """P/predictions.json (module docstring) for study's archs: an arch predicted before under the same
-    settings is read back, never made again (the record written before its rungs trained); an arch
+    settings and rates (_same_rates) is read back, never made again (the record written before its rungs trained); an arch
     added later is predicted (its draws are seeded per arch, so alone or together gives the same) and
     appended to the file."""
     path = os.path.join(workdir, PREDICTIONS_JSON)
@@ -135,7 +147,7 @@ def forecast(study, lad, workdir: str) -> dict:
     if os.path.exists(path):
         old = _load_json(path, "delete it to make the prediction again (it is the record written "
                          "before the rungs trained)")
-        if _same(old.get("settings", {}), want):
+        if _same(old.get("settings", {}), want) and _same_rates(study, lad, old):
             out = old
     if out is None:
         big = lad.largest
