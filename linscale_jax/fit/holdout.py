@@ -119,6 +119,12 @@ def _law(r: approach3.Result, loss_min: float) -> dict:
     return out
 
 
+def central(x: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """(low [k], high [k]): the central `level` of draws x [m, k]."""
+    tail = 100 * (1 - level) / 2
+    return tuple(np.percentile(x, [tail, 100 - tail], axis=0))
+
+
 @dataclasses.dataclass(frozen=True)
 class LawDraws:
     """Approach 3 fitted on one arch's curves (`point`) and refitted on draws of them with the
@@ -128,7 +134,7 @@ class LawDraws:
     point: approach3.Result
     thetas: np.ndarray  # [b, 5] (a, b, e, alpha, beta) of the successful refits
     sigma: np.ndarray  # [b] the seed-sd draw of each of them
-    ckpt_sd: float  # RMS of the fitted sizes' residuals around the law plus their mean offsets
+    ckpt_sd: float  # one run's checkpoint noise: RMS of each run's residuals around the law plus its own offset
     resid_sd: float  # RMS residual of the point fit (nats)
     failed: float  # share of refits that failed
     loss_min: float  # the fitted curves' lowest loss (the bound of E)
@@ -146,19 +152,23 @@ class LawDraws:
         n, d = np.broadcast_arrays(np.atleast_1d(np.asarray(n, float)), np.atleast_1d(np.asarray(d, float)))
         return FORMS[self.form].loss(np.exp(e), np.exp(a), np.exp(b), al, be, n[None], d[None])
 
-    def interval(self, n, d, rng: np.random.Generator, replicates: int = 1, level: float = 0.95):
-        """(low [k], high [k]) of the observed loss at (n, d) [k] of a run averaged over `replicates`
-        seeds: the refits' values plus that run's seed offset (sd drawn with each refit) and
-        checkpoint noise; None when more than MAX_FAILED of the refits failed."""
+    def observed(self, n, d, rng: np.random.Generator, replicates: int = 1) -> np.ndarray | None:
+        """[m, k] draws of the observed loss at (n, d) [k] of a run averaged over `replicates` seeds:
+        the refits' values plus the mean's seed offset (sd drawn with each refit, over √replicates)
+        and its checkpoint noise (ckpt_sd over √replicates: each seed's run fluctuates on its own);
+        None when more than MAX_FAILED of the refits failed."""
         if self.failed > MAX_FAILED or not len(self.thetas):
             return None
         reps = max(1, 4000 // len(self.thetas))
-        tail = 100 * (1 - level) / 2
         s = np.repeat(self.sigma, reps)
         x = np.repeat(self.values(n, d), reps, axis=0)  # [b·reps, k]
         x = x + ((s / np.sqrt(replicates)) * rng.standard_normal(len(s)))[:, None]
-        x = x + self.ckpt_sd * rng.standard_normal(x.shape)
-        return tuple(np.percentile(x, [tail, 100 - tail], axis=0))
+        return x + (self.ckpt_sd / np.sqrt(replicates)) * rng.standard_normal(x.shape)
+
+    def interval(self, n, d, rng: np.random.Generator, replicates: int = 1, level: float = 0.95):
+        """(low [k], high [k]): the central `level` of observed's draws; None as there."""
+        x = self.observed(n, d, rng, replicates)
+        return None if x is None else central(x, level)
 
 
 def refit_starts(theta: np.ndarray, curves: list[bs.Curve]) -> np.ndarray:
@@ -211,7 +221,12 @@ def law_draws(curves: list[bs.Curve], arch: str, rng: np.random.Generator, *, n_
         trends.append((law, (u - u.mean()) * np.sqrt(len(u) / max(len(u) - 1, 1))))
     resid_sd = float(np.sqrt(np.mean(np.concatenate([c.mean - point.predict(c.n_params, c.tokens)
                                                       for c in curves]) ** 2)))
-    ckpt_sd, rho = bs.ar1([r for _, r in trends])
+    runs = []  # every run's residuals around the law plus its own offset: one run's checkpoint noise
+    for c in curves:
+        for u in c.loss - point.predict(c.n_params, c.tokens)[None]:
+            runs.append((u - u.mean()) * np.sqrt(len(u) / max(len(u) - 1, 1)))
+    ckpt_sd = bs.ar1(runs)[0]
+    rho = bs.ar1([r for _, r in trends])[1]  # the block length of the draws of the mean curves
     thetas, sig, failed = np.zeros((0, 5)), np.zeros(0), 1.0 if n_boot else 0.0
     if n_boot:
         sigma = seed_sd.draws(rng, n_boot)

@@ -47,21 +47,29 @@ def at_compute(ld: LawDraws, rungs: list[dict], compute: float, rng: np.random.G
 
 
 def at_tokens(ld: LawDraws, rungs: list[dict], tokens, rng: np.random.Generator, level: float = 0.95,
-              replicates: int = 1) -> list[dict]:
+              replicates: int = 1, target: float | None = None) -> list[dict]:
     """at_compute's rows for rungs that each train their own number of tokens ([r]: e.g. a planned
     run's, rounded up to whole steps): tokens, flops (= flops_per_token · tokens), predicted,
-    ci_low, ci_high (for the mean of `replicates` seeds of the run), predicted_optimum."""
+    ci_low, ci_high (for the mean of `replicates` seeds of the run), predicted_optimum; with a
+    `target` (nats), p_met: the share of the interval's draws within target of the prediction and
+    inside the interval, the chance the check is met if the law's uncertainty is what its draws say."""
+    from linscale_jax.fit.holdout import central
+
     n, _ = _check(rungs, 1.0)
     d = np.asarray(tokens, float)
     if d.shape != n.shape or np.any(d <= 0):
         raise FitError(f"give one positive token count per rung: {len(n)} rung(s), tokens {d.tolist()}")
     rows = []
     for r, ni, di in zip(rungs, n, d):
-        ci = ld.interval(ni, di, rng, replicates, level)
-        rows.append(dict(r, tokens=float(di), flops=float(r["flops_per_token"]) * float(di),
-                         predicted=float(ld.point.predict(ni, di)),
-                         ci_low=None if ci is None else float(ci[0][0]),
-                         ci_high=None if ci is None else float(ci[1][0])))
+        predicted = float(ld.point.predict(ni, di))
+        x = ld.observed(ni, di, rng, replicates)
+        ci = None if x is None else central(x, level)
+        row = dict(r, tokens=float(di), flops=float(r["flops_per_token"]) * float(di), predicted=predicted,
+                   ci_low=None if ci is None else float(ci[0][0]), ci_high=None if ci is None else float(ci[1][0]))
+        if target is not None:
+            row["p_met"] = None if x is None else float(np.mean(
+                (np.abs(x[:, 0] - predicted) <= target) & (x[:, 0] >= row["ci_low"]) & (x[:, 0] <= row["ci_high"])))
+        rows.append(row)
     best = int(np.argmin([r["predicted"] for r in rows]))
     for i, r in enumerate(rows):
         r["predicted_optimum"] = i == best

@@ -135,3 +135,29 @@ def test_the_pool_bench_runs_and_finds_the_refits_identical():
     assert out.returncode == 0, out.stderr[-2000:]
     (row,) = json.loads(out.stdout.strip().splitlines()[-1])["rows"]
     assert row["arch"] == "planted" and row["n_boot"] == 32 and row["identical"] is True
+
+
+def test_checkpoint_noise_is_one_runs_and_a_mean_of_k_runs_carries_it_over_root_k():
+    """Sizes of 1 and 4 runs, each run the law plus its own offset plus white checkpoint noise of
+    0.02: law_draws estimates one run's noise (a mean of 4 runs shows half of it), and the interval
+    of a mean of k runs carries that noise over √k."""
+    import dataclasses
+
+    from linscale_jax.fit.bootstrap import Curve
+
+    law, sd, rng = Law(), 0.02, np.random.default_rng(0)
+    curves = []
+    for i, n in enumerate(SIZES):
+        tokens = np.geomspace(2e8, 2e9, 40)
+        k = 1 if i < 2 else 4
+        runs = law.loss(n, tokens)[None] + rng.normal(0, 0.01, (k, 1)) + rng.normal(0, sd, (k, len(tokens)))
+        curves.append(Curve(n_params=float(n), flops=6 * n * tokens, tokens=tokens, loss=runs))
+    ld = holdout.law_draws(curves, "llama", rng, n_boot=0, seed_sd=SeedSd(0.01, np.inf, "assumed"))
+    assert ld.ckpt_sd == pytest.approx(sd, rel=0.1)  # the mean curves alone would give about 0.015
+    flat = dataclasses.replace(ld, thetas=np.repeat(ld.point.theta[None], 400, axis=0), sigma=np.zeros(400),
+                               ckpt_sd=sd, failed=0.0)
+    n, d = SIZES[-1], np.array([2e9])
+    width = {k: float(np.subtract(*flat.interval(n, d, np.random.default_rng(1), replicates=k)[::-1])[0])
+             for k in (1, 4)}
+    assert width[1] == pytest.approx(2 * 1.96 * sd, rel=0.1)
+    assert width[4] / width[1] == pytest.approx(0.5, rel=0.1)

@@ -169,6 +169,9 @@ def test_join_writes_the_table_and_the_report(planned):
     text = Path(path).read_text()
     assert "not judged: 1 arch(s) measured, the target counts 3 of 4 (1 of 1 met so far)" in text
     assert "The learning-rate rule is extrapolated" in text and "**wins**" in text and "## Cost" in text
+    p = next(g["p_met"] for g in fc["archs"]["llama"]["rungs"] if g["predicted_optimum"])
+    assert 0 < p < 1 and f"**The target's chance before training**" in text and f"llama {p:.2f}; 1 or more" in text
+    assert joined["verdicts"]["summary"]["chance"]["overall"] == pytest.approx(p)  # one arch: its own chance
     assert re.search(r"\| llama \| \w+ \(N_opt\) \|.* \| 1\.2345 \|$", text, re.M)
     assert (Path(P) / "prediction.png").stat().st_size > 0
     assert any("[predict] llama: N_opt" in x for x in ctx.lines)
@@ -208,6 +211,22 @@ def test_the_verdicts():
     assert v["archs"]["a0"]["wins"]["verdict"] == "loses" and v["archs"]["a0"]["wins"]["lowest_actual"] == "s0"
     v = outcome.judge(*_case([0.0], [True], wins_gap=(0.001, -0.001)), sd, 0.05, 0.03)
     assert v["archs"]["a0"]["wins"]["verdict"] == "equivalent"
+    assert v["summary"]["chance"] is None  # a prediction stored without p_met
+
+
+def test_the_targets_chance_before_training():
+    """P(at least 3 of 4 archs meet the check) from each N_opt's p_met (the Poisson binomial)."""
+    assert outcome.at_least([0.5] * 4, 3) == pytest.approx(5 / 16)
+    assert outcome.at_least([1.0, 1.0, 0.0, 0.0], 3) == 0.0 and outcome.at_least([1.0, 1.0, 1.0, 0.0], 3) == 1.0
+    assert outcome.at_least([0.9, 0.8, 0.7, 0.6], 0) == pytest.approx(1.0)
+    ps = [0.9, 0.8, 0.7, 0.6]
+    exact = sum(np.prod([p if (m >> i) & 1 else 1 - p for i, p in enumerate(ps)])
+                for m in range(16) if bin(m).count("1") >= 3)
+    assert outcome.at_least(ps, 3) == pytest.approx(exact)
+    fc = {"archs": {f"a{i}": {"rungs": [dict(predicted_optimum=False, p_met=0.0),
+                                        dict(predicted_optimum=True, p_met=p)]} for i, p in enumerate(ps)}}
+    c = outcome.chance(fc)
+    assert c["needed"] == 3 and c["overall"] == pytest.approx(exact) and c["archs"]["a3"] == 0.6
 
 
 @pytest.mark.parametrize("change, message", [

@@ -14,7 +14,8 @@ Table-1 FLOPs per token (rounded up to whole steps of its batch) under the ladde
 (protocol.rung_config), and its predicted loss is the law's at the loss point of the laws' estimator
 (protocol.point_tokens: the last step, or for cooldown the end of the branch off it), with the
 interval for an observed run, or for the mean of study.seeds runs (the refits, a seed offset and
-checkpoint noise).
+checkpoint noise), and p_met: the share of those draws that would meet the check (within study.target
+of the prediction and inside the interval).
 """
 
 from __future__ import annotations
@@ -38,12 +39,14 @@ def settings(study, lad) -> dict:
     return dict(ladder_from=os.path.abspath(lad.workdir), ladder_preset=str(study.ladder_preset),
                 estimator=lad.estimator, compute_factor=float(study.compute_factor), bootstrap=int(study.bootstrap), seed=int(study.seed),
                 rule=str(study.rule), seeds=seeds_of(study), form=str(study.get("form", "additive")),
+                target=float(study.target),
                 archs=archs_of(study, lad))
 
 
 def _same(a: dict, b: dict) -> bool:
     def key(s):
-        return dict({k: v for k, v in s.items() if k != "archs"}, seeds=s.get("seeds", 1), form=s.get("form", "additive"))
+        return dict({k: v for k, v in s.items() if k != "archs"}, seeds=s.get("seeds", 1), form=s.get("form", "additive"),
+                    target=s.get("target"))
 
     return key(a) == key(b)
 
@@ -110,14 +113,14 @@ def predict_arch(study, lad, arch: str, c: float) -> dict:
         notes.append(note)
     pts = [protocol.point_tokens(lad, cfg) for cfg in runs]
     rows = prediction.at_tokens(ld, [dict(n_params=f["n_law"], flops_per_token=f["flops_per_token"]) for f in chosen],
-                                pts, rng, replicates=seeds_of(study))
+                                pts, rng, replicates=seeds_of(study), target=float(study.target))
     rungs = []
     for j, (f, cfg, note, r) in enumerate(zip(chosen, runs, notes, rows)):
         rungs.append(dict(size=f["size"], name=str(cfg.name), n_params=f["n_params"], n_law=f["n_law"],
                           flops_per_token=f["flops_per_token"], budget_tokens=c / f["flops_per_token"],
                           steps=int(cfg.train.steps), batch_size=int(cfg.train.batch_size), lr=float(cfg.optim.lr),
                           tokens=r["tokens"], flops=r["flops"], predicted=r["predicted"], ci_low=r["ci_low"],
-                          ci_high=r["ci_high"], predicted_optimum=j == 1, rule=note))
+                          ci_high=r["ci_high"], p_met=r["p_met"], predicted_optimum=j == 1, rule=note))
     return dict(law=ld.law, form_rms=form_rms, failed=ld.failed, resid_sd=ld.resid_sd, sizes_fitted=ld.n_sizes, optimum=opt,
                 family=[dict(size=f["size"], n_params=f["n_params"], n_law=f["n_law"],
                              predicted=float(ld.point.predict(f["n_law"], at / f["flops_per_token"]))) for f in fam],

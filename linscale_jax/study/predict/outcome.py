@@ -155,4 +155,26 @@ def judge(fc: dict, rows: list[dict], seed_sd, margin: float, target: float, see
         overall = (f"not judged: {len(judged)} arch(s) measured, the target counts {TARGET_ARCHS} of {OF_ARCHS}"
                    + (f" ({met} of {len(judged)} met so far)" if judged else ""))
     return dict(archs=out, summary=dict(measured=len(judged), met=met, overall=overall, target=target,
-                                        margin=margin))
+                                        margin=margin, chance=chance(fc)))
+
+
+def at_least(p: list[float], k: int) -> float:
+    """P(at least k of independent events with probabilities p occur) (the Poisson binomial)."""
+    dist = np.zeros(len(p) + 1)
+    dist[0] = 1.0
+    for q in p:
+        dist[1:] = dist[1:] * (1 - q) + dist[:-1] * q
+        dist[0] *= 1 - q
+    return float(dist[k:].sum())
+
+
+def chance(fc: dict) -> dict | None:
+    """{"archs": {arch: p_met of N_opt}, "needed", "overall": P(at least `needed` archs meet it)}: what the
+    prediction's own draws give the target before anything trains (independent archs); None for a
+    prediction stored without p_met."""
+    p = {a: next((g.get("p_met") for g in v.get("rungs", []) if g["predicted_optimum"]), None)
+         for a, v in fc["archs"].items()}
+    if not p or any(x is None for x in p.values()):
+        return None
+    need = int(np.ceil(TARGET_ARCHS * len(p) / OF_ARCHS))
+    return dict(archs=p, needed=need, overall=at_least(list(p.values()), need))

@@ -63,6 +63,16 @@ def _continued(note: dict) -> str:
             f"exponent {c['exponent']:.3f}: protocol.continue_lr)")
 
 
+def _chance(s: dict) -> list[str]:
+    c = s.get("chance")
+    if not c:
+        return []
+    return [f"**The target's chance before training**, if the intervals hold (the share of each N_opt's interval "
+            f"draws within {s['target']:g} of its prediction and inside): "
+            + ", ".join(f"{a} {p:.2f}" for a, p in c["archs"].items())
+            + f"; {c['needed']} or more of {len(c['archs'])} archs: **{c['overall']:.2f}** (archs independent).", ""]
+
+
 def _act(row: dict) -> str:
     """A rung's actual: its seeds' mean, or how many of its seeds are measured so far."""
     if row.get("actual") is not None or not row.get("measured"):
@@ -77,7 +87,7 @@ def lines(joined: dict) -> list[str]:
     one = "one observed run" if k == 1 else f"the mean of {k} observed runs (init seeds)"
     L = ["# A prediction beyond the ladder", "",
          f"**Target** (|actual − predicted| ≤ {s['target']:g} nats at the predicted N_opt and actual inside its 95% "
-         f"interval, for at least 3 of 4 archs): **{s['overall']}**.", "",
+         f"interval, for at least 3 of 4 archs): **{s['overall']}**.", ""] + _chance(s) + [
          f"The ladder: `{lad['workdir']}` (preset {st['ladder_preset']}). Its laws L(N, D) "
          f"({FORM_WORDS.get(fc['settings'].get('form', 'additive'), fc['settings'].get('form'))}; "
          f"{fc['settings']['bootstrap']} refits on draws with the sizes fixed) under its laws' "
@@ -178,5 +188,7 @@ def console_lines(joined: dict) -> list[str]:
               f"inside: {_yes(r['inside'])}, N_opt {r['wins']['verdict']}"
         out.append(f"[predict] {a}: N_opt {opt['size']}, predicted {opt['predicted']:.4f} "
                    f"{_ci(opt['ci_low'], opt['ci_high'])}, {act}")
-    out.append(f"[predict] target: {v['summary']['overall']}")
+    c = v["summary"].get("chance")
+    out.append(f"[predict] target: {v['summary']['overall']}"
+               + ("" if not c else f" (its chance before training, if the intervals hold: {c['overall']:.2f})"))
     return out
