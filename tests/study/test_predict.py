@@ -48,6 +48,17 @@ def test_the_rungs_bracket_the_optimum_at_4x_the_ladder(ladder, lad, planned):
     assert experiment.plan(study, P)[1].name == runs[1].name  # made once: the stored prediction is reused
 
 
+def test_the_dry_run_lists_the_rungs_and_the_prediction(planned):
+    study, P, runs = planned
+    text = experiment.dry_run(study, runs)
+    fc = json.loads((Path(P) / "predictions.json").read_text())
+    g = next(x for x in fc["archs"]["llama"]["rungs"] if x["predicted_optimum"])
+    assert text.startswith("3 run(s):") and runs[1].name in text
+    assert f"llama: N_opt {g['size']} (N = {g['n_params']:.3g}), predicted {g['predicted']:.4f}" in text
+    assert f"chance of the check {g['p_met']:.2f}" in text
+    assert f"the target (1 or more of 1 archs): chance {g['p_met']:.2f} if the intervals hold" in text
+
+
 def test_a_stored_prediction_whose_rates_changed_is_made_again(planned, tmp_path):
     """The record written before the rungs trained is reused while its settings hold and every rung
     would still train at the rates it names; a rate that differs (a rule file or its continuation

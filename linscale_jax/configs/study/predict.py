@@ -4,7 +4,7 @@ on each side trained at that compute under the ladder's protocol, predicted agai
 
     python -m linscale_jax.study --config=configs/study/predict.py --workdir=P --config.ladder_from=DIR
     python -m linscale_jax.study --config=predict --workdir=P --config.ladder_from=DIR --config.archs=llama
-    python -m linscale_jax.study --config=predict --workdir=P --config.ladder_from=DIR --dry_run  # the prediction, no training
+    python -m linscale_jax.study --config=predict --workdir=P --config.ladder_from=DIR --dry_run  # the prediction and its chance, no training
     python -m linscale_jax.study --config=predict --workdir=P --config.ladder_from=DIR --config.rungs=optimum  # N_opt alone
     python -m linscale_jax.study --config=predict --workdir=P --config.ladder_from=DIR --join_only  # report what is trained
     python -m linscale_jax.study --config=predict --workdir=P --config.ladder_from=DIR --config.estimator=cooldown

@@ -13,4 +13,4 @@ from linscale_jax.study.predict import experiment
 
 experiments.register(experiments.Experiment(
     kind=experiments.Kind.PREDICT, plan=experiment.plan, process=experiment.process_run, join=experiment.join,
-    report=experiment.report))
+    report=experiment.report, dry_run=experiment.dry_run))

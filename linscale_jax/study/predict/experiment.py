@@ -68,6 +68,19 @@ def plan(study, workdir: str) -> list:
     return [r for r in runs if r.name in want or f"{r.arch}-{r.size}" in want]
 
 
+def dry_run(study, runs, spec: str | None = None) -> str:
+    """--dry_run: the rungs, then the prediction plan() wrote (report.forecast_lines)."""
+    from linscale_jax.study.experiments import listing
+    from linscale_jax.study.predict import report as report_lib
+
+    text = listing(study, runs, spec)
+    if not runs:
+        return text
+    workdir = os.path.dirname(os.path.dirname(runs[0].workdir))  # P/runs/<name>
+    fc = fc_lib.forecast(study, open_ladder(study), workdir)
+    return "\n".join([text, *report_lib.forecast_lines(fc)])
+
+
 def ladder_study(study):
     """The ladder's preset as a rung's processing uses it: one cooldown branch, off the last checkpoint."""
     from linscale_jax.study.presets import preset

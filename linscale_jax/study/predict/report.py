@@ -180,6 +180,23 @@ def _sg(x) -> str:
     return "—" if x is None else f"{x:+.3f}"
 
 
+def forecast_lines(fc: dict) -> list[str]:
+    """The prediction as --dry_run prints it: per arch N_opt, its predicted loss and the check's chance."""
+    from linscale_jax.study.predict import outcome
+
+    L = ["The prediction (predictions.json, written before anything trains):"]
+    for a, p in fc["archs"].items():
+        g = next(x for x in p["rungs"] if x["predicted_optimum"])
+        ch = "" if g.get("p_met") is None else f", chance of the check {g['p_met']:.2f}"
+        L.append(f"  {a}: N_opt {g['size']} (N = {g['n_params']:.3g}), predicted {g['predicted']:.4f} "
+                 f"{_ci(g['ci_low'], g['ci_high'])}{ch}")
+    c = outcome.chance(fc)
+    if c:
+        L.append(f"  the target ({c['needed']} or more of {len(c['archs'])} archs): chance {c['overall']:.2f} if the "
+                 "intervals hold")
+    return L
+
+
 def console_lines(joined: dict) -> list[str]:
     v, out = joined["verdicts"], []
     for a, r in v["archs"].items():
