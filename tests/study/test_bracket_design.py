@@ -94,6 +94,21 @@ def test_tokens_by_size_gives_each_size_its_budget(tmp_path):
             plan.build_plan(study, str(tmp_path))
 
 
+def test_the_precise_preset_is_the_main_job_with_three_seeds_at_the_ends(tmp_path):
+    main = plan.build_plan(preset("cpu"), str(tmp_path / "main"))
+    precise = plan.build_plan(preset("cpu_precise"), str(tmp_path / "precise"))
+    assert (len(main), len(precise)) == (32, 44)
+    seeds = {}
+    for r in precise:
+        seeds.setdefault((r.arch, r.size), []).append(r.seed)
+    assert {k: len(v) for k, v in seeds.items() if len(v) > 1} == {
+        (a, s): 3 for a in ("llama", "tnl", "hgrn2", "cosformer2") for s in ("d32l2", "d48l2", "d96l2")}
+    first = {(r.arch, r.size): sorted(r.command.split()) for r in main if r.seed == 0}
+    ours = {(r.arch, r.size): sorted(r.command.replace(str(tmp_path / "precise"), str(tmp_path / "main")).split())
+            for r in precise if r.seed == 0}
+    assert len(ours) == 20 and ours == first  # the 20 main runs train as the main job's (flags in any order)
+
+
 def test_a_finished_studys_laws_noise_and_sizes_predict_its_redesign(tmp_path):
     import json
 
