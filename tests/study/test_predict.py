@@ -140,22 +140,6 @@ def test_an_own_lr_law_continues_past_its_sizes_along_the_default_exponent(lad):
     text = report_lib.rule_lines(dict(archs=dict(tnl=dict(rungs=[dict(size="d128", rule=notes[0])]))))
     assert "own lr law continued from its rate at N = " in "\n".join(text)
 
-def fake_results(run, loss: float):
-    ev = Path(run.workdir) / "eval"
-    ev.mkdir(parents=True, exist_ok=True)
-    (ev / "results.jsonl").write_text(json.dumps(dict(task="val_loss", arch=run.arch, run=run.name, step=run.steps,
-                                                      val_loss=loss)) + "\n")
-
-
-class Ctx:
-    runs_s, slots, options = 12.0, 2, None
-
-    def __init__(self):
-        self.lines = []
-
-    def log(self, line):
-        self.lines.append(line)
-
 
 def test_join_writes_the_table_and_the_report(planned):
     study, P, runs = planned
