@@ -1,8 +1,8 @@
 """The main job with its seed noise measured on 24 df: configs/study/cpu.py with three seeds at
 d32l2, d48l2 and d96l2 (the ends of the ladder and one between) in place of two at d64l2, d80l2 and
-d96l2 (12 df), 44 runs instead of 32. Its laws know N_opt's loss at 4× the ladder's compute about
-twice as sharply: the 4× prediction's target (3 of 4 archs within 0.03) has a chance of 0.71-0.74
-before training against 0.43-0.60, and was met at both ladder seeds measured (docs/results.md,
+d96l2 (12 df), 44 runs instead of 32. Its laws predict N_opt's loss at 4× the ladder's compute
+more closely: the 4× prediction's target (3 of 4 archs within 0.03) was met at ladder seeds 0, 7
+and 21 (3, 4 and 4 of 4), against 2, 3 and 3 of 4 from the main job's ladder (docs/results.md,
 "A prediction 4× beyond"). About 31 minutes on 2 idle cores, past the main job's 20.
 
     python -m linscale_jax.study --config=cpu_precise --workdir=DIR
