@@ -70,6 +70,12 @@ def loss(E, A, B, alpha, beta, n, d):
     return E + A / np.asarray(n, float) ** alpha + B / np.asarray(d, float) ** beta
 
 
+def huber(r, delta=DELTA):
+    """Elementwise Huber loss of residuals r: quadratic within delta, linear beyond."""
+    absr = np.abs(r)
+    return np.where(absr <= delta, 0.5 * r * r, delta * (absr - 0.5 * delta))
+
+
 def huber_objective(theta, ln_n, ln_d, ln_l, delta=DELTA):
     """Summed Huber loss of the LSE model and its gradient; theta = (a, b, e, alpha, beta) [5]."""
     a, b, e, alpha, beta = theta
@@ -78,8 +84,7 @@ def huber_objective(theta, ln_n, ln_d, ln_l, delta=DELTA):
     w1, w2, w3 = np.exp(t1 - m), np.exp(t2 - m), np.exp(e - m)
     s = w1 + w2 + w3
     r = m + np.log(s) - ln_l
-    absr = np.abs(r)
-    loss = np.where(absr <= delta, 0.5 * r * r, delta * (absr - 0.5 * delta)).sum()
+    loss = huber(r, delta).sum()
     g = np.clip(r, -delta, delta) / s  # dHuber/dr times the softmax normaliser
     g1, g2 = g * w1, g * w2
     grad = np.array([g1.sum(), g2.sum(), (g * w3).sum(), -(g1 @ ln_n), -(g2 @ ln_d)])
@@ -94,8 +99,7 @@ def _grid_objective(starts, ln_n, ln_d, ln_l, delta=DELTA, chunk=512):
         t = np.stack(np.broadcast_arrays(a - al * ln_n, b - be * ln_d, e + 0 * ln_n))
         m = t.max(axis=0)
         r = m + np.log(np.exp(t - m).sum(axis=0)) - ln_l
-        absr = np.abs(r)
-        out.append(np.where(absr <= delta, 0.5 * r**2, delta * (absr - 0.5 * delta)).sum(axis=1))
+        out.append(huber(r, delta).sum(axis=1))
     return np.concatenate(out)
 
 

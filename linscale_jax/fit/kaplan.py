@@ -66,8 +66,7 @@ def huber_objective(theta, ln_n, ln_d, ln_l, delta=DELTA):
     f = np.logaddexp(e, v)
     we, wv = np.exp(e - f), np.exp(v - f)
     r = f - ln_l
-    absr = np.abs(r)
-    total = np.where(absr <= delta, 0.5 * r * r, delta * (absr - 0.5 * delta)).sum()
+    total = approach3.huber(r, delta).sum()
     g = np.clip(r, -delta, delta)
     grad = np.array([(g * wv * p1 * alpha).sum(),
                      (g * wv * beta * (1 - p1)).sum(),
@@ -80,8 +79,7 @@ def huber_objective(theta, ln_n, ln_d, ln_l, delta=DELTA):
 def _grid_objective(starts, ln_n, ln_d, ln_l, delta=DELTA):
     """Objective at many starts [s, 5] (no gradient)."""
     r = np.stack([log_loss(t, ln_n, ln_d) for t in starts]) - ln_l
-    absr = np.abs(r)
-    return np.where(absr <= delta, 0.5 * r**2, delta * (absr - 0.5 * delta)).sum(axis=1)
+    return approach3.huber(r, delta).sum(axis=1)
 
 
 def default_starts() -> np.ndarray:
