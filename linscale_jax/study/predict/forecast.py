@@ -131,8 +131,11 @@ def _same_rates(study, lad, old: dict) -> bool:
     """Whether every stored rung would train at the rates its record names (protocol.rung_config's note):
     a rule file or its continuation changed since makes the record again, and a rung trained at the old
     rates is then refused by its checkpoint's config (scaling.runner.check_config)."""
-    for arch, p in old.get("archs", {}).items():
+    archs = old.get("archs")
+    for arch, p in (archs.items() if isinstance(archs, dict) else ()):
         for g in p.get("rungs", []) if isinstance(p, dict) else []:
+            if not (isinstance(g, dict) and arch in lad.archs and "size" in g and "budget_tokens" in g):
+                return False  # a record of another shape: made again
             _, note = protocol.rung_config(lad, arch, g["size"], g["budget_tokens"], str(study.rule))
             if json.loads(json.dumps(note)) != g.get("rule"):
                 return False
