@@ -8,8 +8,9 @@
 Each rung's run config is the preset's own (study.plan.build_plan: model, the tuned rule's lr,
 batch and beta2, log and checkpoint cadence, eval batches); --steps shortens a run to N steps and
 keeps every cadence (default: the preset's steps). The process runs as a study worker: pinned to
-one core (--core), single-threaded XLA (study.backends.SINGLE_THREAD), the workers' malloc
-settings, huge pages, the persistent compilation cache. Per rung, in one process:
+one core (--core), single-threaded XLA (study.backends.SINGLE_THREAD) with its own fusions
+(parallel.cpu_codegen), the workers' malloc settings, huge pages, the persistent compilation
+cache. Per rung, in one process:
 
   loop   trainer.train(config, workdir, scores=CheckpointScores(...)), then eval.runner.evaluate of every
          checkpoint with the study's eval context (val_loss): runner.process_run's training and
@@ -64,14 +65,16 @@ from loop_parts import PARTS, Clock, CompileClock, ProgramLog, instrumented  # n
 def as_worker(core: int) -> None:
     """This process as a study worker's: the workers' environment (re-executing once so glibc and
     XLA read it at start), pinned to `core`."""
-    from linscale_jax.parallel import host_memory
+    from linscale_jax.parallel import cpu_codegen, host_memory
     from linscale_jax.study.backends import MALLOC_ENV, SINGLE_THREAD
 
     env = dict(os.environ)
+    cpu_codegen.use_xla_fusions(env)  # as `python -m linscale_jax.study` sets for its workers
     flags = env.get("XLA_FLAGS", "")
-    missing = SINGLE_THREAD not in flags or any(k not in env for k in MALLOC_ENV)
+    missing = (flags != os.environ.get("XLA_FLAGS", "") or SINGLE_THREAD not in flags
+               or any(k not in env for k in MALLOC_ENV))
     if missing:
-        env["XLA_FLAGS"] = f"{flags} {SINGLE_THREAD}".strip()
+        env["XLA_FLAGS"] = flags if SINGLE_THREAD in flags else f"{flags} {SINGLE_THREAD}".strip()
         for k, v in MALLOC_ENV.items():
             env.setdefault(k, v)
         sys.stdout.flush()

@@ -23,8 +23,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 if __name__ == "__main__":  # huge pages for XLA:CPU's step buffers (linscale_jax.parallel.host_memory)
-    from linscale_jax.parallel import host_memory
+    from linscale_jax.parallel import cpu_codegen, host_memory
 
+    cpu_codegen.use_xla_fusions()  # the trainer's XLA:CPU fusions
     host_memory.use_huge_pages()
 
 

@@ -8,9 +8,7 @@ per run, two xdist workers.
   compiling is most of their time, and the two together cut it by about 2.5x (the HLO passes --
   fusion, simplification, sharding -- still run; only the CPU code generation is cheaper). An
   XLA_FLAGS that already names one of them keeps its value (=3 / =true are XLA's defaults).
-- --xla_cpu_experimental_ynn_fusion_type turns XLA:CPU's YNNPACK fusions off: on some x86 CPUs
-  (an AMD EPYC here) the gradient of the chunked linear attention at odd chunk sizes crashes the
-  process inside a YNNPACK transpose (SIGSEGV in YnnFusionThunk), taking an xdist worker with it.
+- XLA:CPU's own fusions, not YNNPACK's, as the entry points set (linscale_jax.parallel.cpu_codegen).
 - A fresh, empty persistent compilation cache per test run (a temp dir, removed afterwards), shared
   by the xdist workers and the subprocesses the tests start, so the same train step compiled by
   a second test, worker or CLI process is read back instead of rebuilt, and nothing depends on
@@ -31,6 +29,8 @@ import tempfile
 
 import pytest
 
+from linscale_jax.parallel import cpu_codegen
+
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
@@ -40,11 +40,11 @@ os.environ.setdefault("NO_GCE_CHECK", "true")
 _TEST_XLA_FLAGS = {
     "xla_backend_optimization_level": "0",
     "xla_cpu_use_fusion_emitters": "false",
-    "xla_cpu_experimental_ynn_fusion_type": "-dot,-eltwise,-reduce,-individual_dot,-individual_convolution",
 }
 for _flag, _value in _TEST_XLA_FLAGS.items():
     if _flag not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --{_flag}={_value}".strip()
+cpu_codegen.use_xla_fusions()
 
 _FRESH_CACHE = None
 _FRESH_DATA = None

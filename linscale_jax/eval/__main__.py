@@ -11,9 +11,10 @@ Checkpoints written by any mesh or number of processes load onto one device. Sev
 import sys
 
 if __name__ == "__main__":  # huge pages for XLA:CPU's step buffers (linscale_jax.parallel.host_memory)
-    from linscale_jax.parallel import host_memory
+    from linscale_jax.parallel import cpu_codegen, host_memory
     from linscale_jax.run import signals
 
+    cpu_codegen.use_xla_fusions()  # XLA:CPU's own fusions, as the trainer's
     host_memory.use_huge_pages()
     signals.install()  # any number of SIGTERM / Ctrl-C: one stop line, exit 0
 

@@ -26,8 +26,9 @@ Errors are one line (ERROR: ...); tracebacks go to a log the line names.
 from __future__ import annotations
 
 if __name__ == "__main__":  # huge pages for XLA:CPU's step buffers (linscale_jax.parallel.host_memory)
-    from linscale_jax.parallel import host_memory, supervise
+    from linscale_jax.parallel import cpu_codegen, host_memory, supervise
 
+    cpu_codegen.use_xla_fusions()  # XLA:CPU's own fusions, not YNNPACK's (the workers inherit it)
     host_memory.use_huge_pages()
     supervise.maybe_supervise("study")  # several processes: one console, a line for a lost peer
     from linscale_jax.run import signals

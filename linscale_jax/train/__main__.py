@@ -1,8 +1,9 @@
 """`python -m linscale_jax.train --config=... --workdir=DIR` (the command: linscale_jax.train.cli); a
 bare --config name is a packaged config (linscale_jax.run.config_file)."""
 
-from linscale_jax.parallel import host_memory
+from linscale_jax.parallel import cpu_codegen, host_memory
 
+cpu_codegen.use_xla_fusions()  # XLA:CPU's own fusions, not YNNPACK's (before a backend starts)
 host_memory.use_huge_pages()  # before jax is imported: XLA:CPU's step buffers on huge pages
 
 from linscale_jax.parallel import supervise  # noqa: E402

@@ -15,8 +15,9 @@ bracketing, held-out check, backtest and the paper's findings in DIR/report.md.
 configs/study/cpu_paper.py trains the same runs at one rate (the paper's protocol); passing its
 workdir judges every finding under both protocols.
 
-Run it, which takes 15–18 minutes on 2 Intel Xeon cores (30–35 CPU-minutes, on two days) and 26–28
-on 2 AMD EPYC cores (50–55 CPU-minutes; docs/results.md "The main job"):
+Run it, which takes 15–18 minutes on 2 Intel Xeon cores (30–35 CPU-minutes, on two days, XLA:CPU's
+YNNPACK fusions on) and 26–31 on 2 AMD EPYC cores (50–60 CPU-minutes; docs/results.md "The main
+job"):
 
 python -m linscale_jax.study --config=cpu --workdir=/tmp/study \
     --config.protocol_from=/tmp/study_paper
