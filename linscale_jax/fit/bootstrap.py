@@ -3,6 +3,7 @@
     boot = bootstrap(table, fit_fn, n, seed)         # whole runs drawn with replacement, refitted
     curves = curves_of(table)                        # one arch: a Curve per size (replicates kept)
     sd = seed_sd_of(curves); pooled([sd, ...])       # the seed-to-seed sd with its degrees of freedom
+    sd, check = with_prior(sd, prior)                # pooled with other studies' measurement of it
     draws = draw_curves({key: curves}, {key: sigma}, n, rng, block)   # {key: [n, k_i] per size}
 
 **Whole runs.** Checkpoints of one run are strongly correlated, so the unit of resampling is the
@@ -202,6 +203,44 @@ def pooled(sds: list[SeedSd]) -> SeedSd:
     if not df:
         return SeedSd(0.0, 0, "no replicates")
     return SeedSd(float(np.sqrt(sum(s.df * s.sd**2 for s in m) / df)), df, f"pooled: {len(m)} archs, {df:g} df")
+
+
+def with_prior(own: SeedSd, prior: SeedSd | None, alpha: float = 0.05) -> tuple[SeedSd, dict | None]:
+    """(The seed sd the intervals use, the check of `prior` or None.) `own`: the study's pooled
+    measured sd; `prior`: a measurement of the same protocol's sd by other studies. Both measured:
+    pooled (df-weighted variances, df summed) unless an F test of own against prior rejects one sd
+    at `alpha` (two-sided), then own alone. Own unmeasured (no replicates, or only assumed): the
+    prior. No measured prior: own, check None. The check: {"prior", "f", "p", "used"}."""
+    if prior is None or not (0 < prior.df < np.inf):
+        return own, None
+    if not (0 < own.df < np.inf):
+        check = dict(prior=prior.json(), f=None, p=None, used=True)
+        return SeedSd(prior.sd, prior.df, f"prior: {prior.source}"), check
+    from scipy import stats
+
+    f = (own.sd / prior.sd) ** 2 if prior.sd > 0 else np.inf
+    p = float(min(1.0, 2 * min(stats.f.cdf(f, own.df, prior.df), stats.f.sf(f, own.df, prior.df))))
+    check = dict(prior=prior.json(), f=float(f), p=p, used=p >= alpha)
+    if not check["used"]:
+        return SeedSd(own.sd, own.df, f"{own.source}; prior {prior.sd:.4f} ({prior.df:g} df) rejected, "
+                                      f"F test p {p:.2g}"), check
+    both = pooled([own, prior])
+    return SeedSd(both.sd, both.df, f"{own.source} + prior {prior.df:g} df ({prior.source}; F test p {p:.2g})"), check
+
+
+def bartlett(sds: list[SeedSd]) -> float | None:
+    """Bartlett's test that measured sds share one true sd: its p (χ² on k − 1 df), None below two."""
+    m = [s for s in sds if 0 < s.df < np.inf and s.sd > 0]
+    if len(m) < 2:
+        return None
+    from scipy import stats
+
+    df = np.array([s.df for s in m], float)
+    var = np.array([s.sd**2 for s in m], float)
+    sp = float(np.sum(df * var) / df.sum())
+    c = 1 + (np.sum(1 / df) - 1 / df.sum()) / (3 * (len(m) - 1))
+    stat = (df.sum() * np.log(sp) - np.sum(df * np.log(var))) / c
+    return float(stats.chi2.sf(stat, len(m) - 1))
 
 
 def ar1(residuals: list[np.ndarray]) -> tuple[float, float]:

@@ -4,6 +4,7 @@
    python -m linscale_jax.study verdicts --table=FILE|NAME=FILE [...] [--recall=FILE] [--margin=M]
        [--tolerance=T] [--seed_sd=S] [--bootstrap=B] [--seed=S] [--min_step=K] [--json]
    python -m linscale_jax.study side_by_side --workdir=A --workdir=B [...] [--out=FILE.md]
+   python -m linscale_jax.study seed_sd_prior --workdir=A --workdir=B [...] [--out=FILE.json]
 
 PRESET: a packaged preset's name (cpu, the default; quick, paper, tune, recall, recall_sweep, noise,
 calibrate, ...: linscale_jax/configs/study/) or a preset file. Runs the preset's experiment (its `kind`, study.experiments: scaling, tune, recall, noise,
@@ -17,7 +18,8 @@ $RAY_ADDRESS), whose nodes must all see DIR; lost workers, nodes and slices are 
 (study.cluster.max_retries). The default, local, processes in this process or in study.workers'
 pinned processes (study.executor).
 `verdicts` judges the paper's findings from checkpoint tables (scaling.verdicts); `side_by_side`
-compares finished scaling studies (scaling.side_by_side).
+compares finished scaling studies (scaling.side_by_side); `seed_sd_prior` pools finished studies'
+seed sds into the prior file a study of their design reads (study.noise.prior; scaling.seed_prior).
 SIGTERM or Ctrl-C stops like train: every run under way saves its checkpoint (an evaluation stops
 between rows), one line says so, exit status 0; re-running resumes. Further signals change nothing.
 Errors are one line (ERROR: ...); tracebacks go to a log the line names.
@@ -47,7 +49,8 @@ _CONFIG = config_flags.DEFINE_config_file(
     "config", config_file.resolve("cpu", "study"),
     "Study preset: a packaged name (cpu, quick, tune, recall, noise, calibrate, ...) or a file; its kind "
     "says what runs.")
-_WORKDIR = flags.DEFINE_multi_string("workdir", None, "Study directory (side_by_side: repeat, 2 or more).")
+_WORKDIR = flags.DEFINE_multi_string("workdir", None, "Study directory (side_by_side, seed_sd_prior: repeat, "
+                                     "2 or more).")
 _DRY = flags.DEFINE_bool("dry_run", False, "Print the runs, their commands and compute; process nothing.")
 _SHARD = flags.DEFINE_string("shard", None, "i/n: process only runs with index % n == i.")
 _JOIN = flags.DEFINE_bool("join_only", False, "Process nothing: join and report what exists now.")
@@ -70,11 +73,13 @@ _SEED = flags.DEFINE_integer("seed", 0, "verdicts: seed of the draws.")
 _MIN_STEP = flags.DEFINE_float("min_step", 0.0, "verdicts: ignore checkpoints before this step.")
 _JSON = flags.DEFINE_bool("json", False, "verdicts: print JSON.")
 # side_by_side
-_OUT = flags.DEFINE_string("out", None, "side_by_side: also write the markdown here.")
+_OUT = flags.DEFINE_string("out", None, "side_by_side: also write the markdown here; seed_sd_prior: write "
+                           "the prior's JSON here.")
 
 COMMANDS = {  # subcommand -> its own flags (the experiment's: none of these)
     "verdicts": ("table", "recall", "margin", "tolerance", "seed_sd", "bootstrap", "seed", "min_step", "json"),
     "side_by_side": ("workdir", "out"),
+    "seed_sd_prior": ("workdir", "out"),
 }
 RUN_FLAGS = ("config", "workdir", "dry_run", "shard", "join_only", "approach", "backend", "ray_address")
 
@@ -115,6 +120,10 @@ def main(argv) -> None:
         if len(_WORKDIR.value or []) < 2:
             _usage("side_by_side needs two or more --workdir=DIR (finished studies)")
         sys.exit(command.run(_side_by_side, command="study"))
+    if name == "seed_sd_prior":
+        if len(_WORKDIR.value or []) < 2:
+            _usage("seed_sd_prior needs two or more --workdir=DIR (finished studies of one design)")
+        sys.exit(command.run(_seed_sd_prior, command="study"))
     if len(_WORKDIR.value or []) != 1:
         _usage("give one --workdir=DIR (the study directory)")
     sys.exit(command.run(_study, workdir=_WORKDIR.value[0], command="study"))
@@ -135,6 +144,12 @@ def _side_by_side() -> None:
     if _OUT.value:
         with open(_OUT.value, "w") as f:
             f.write(text)
+
+
+def _seed_sd_prior() -> None:
+    from linscale_jax.study.scaling import seed_prior
+
+    print(seed_prior.main(_WORKDIR.value, _OUT.value))
 
 
 def _study() -> None:

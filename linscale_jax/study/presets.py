@@ -16,8 +16,9 @@ seeds of some sizes: the seed-to-seed sd the intervals use), verdicts (the equiv
 the held-out tolerance: study.verdicts), recall_from (a recall study's workdir whose recall.csv the
 findings section reads), protocol_from (a finished study under the other learning-rate protocol,
 whose findings.json every finding is also judged by), noise (seed_sd: assumed for archs without
-replicates), fit (how laws are fitted), cluster (what each run asks of a Ray cluster under
---backend=ray: study.ray_backend).
+replicates; prior: other studies' seed sd of the same design, study.scaling.seed_prior), fit (how
+laws are fitted), cluster (what each run asks of a Ray cluster under --backend=ray:
+study.ray_backend).
 """
 
 import ml_collections
@@ -67,7 +68,9 @@ def study_defaults(kind: str) -> ml_collections.ConfigDict:
         replicates=dict(sizes="", seeds=0),  # e.g. sizes="smallest,largest", seeds=1
         verdicts=dict(margin=0.05,  # nats: equivalent when the 90% interval is inside ±margin (TOST)
                       tolerance=0.1),  # nats: the held-out largest size's error allowed (finding 1)
-        noise=dict(seed_sd=0.0),  # nats: assumed seed-to-seed sd for archs without replicates
+        # seed_sd, nats: assumed when no arch has replicates; prior: other studies' measured seed sd
+        # of this design (a packaged name or a file: study.scaling.seed_prior), pooled with the own
+        noise=dict(seed_sd=0.0, prior=""),
         fit=dict(approach=1, bootstrap=200, include_clamped=False, seed=0,
                  count="non_embedding"),  # N of the backtest's laws: non_embedding (as the paper) | total
         # (with the embedding and head); the laws size by size are reported in both counts

@@ -5,9 +5,11 @@ configs/ladder.py (depth 2, head dim 16, 2 to 6 heads; non-embedding N 2.5e4 .. 
 on its own budget of byte tokens of the embedded corpus, about inversely proportional to N so every
 rung ends near one compute and the envelope brackets the optimum for every arch (study.tokens_by_size:
 12.6M tokens at d32l2 down to 1.43M at d96l2; docs/results.md "The main job"), with 12 checkpoints
-and one replicate seed of d64l2, d80l2 and d96l2 per arch (32 runs: the pooled seed sd rests on 12 df
-from three rungs, the cheapest to repeat). Learning rate, batch and AdamW β2 per arch and size from the tuned
-rule (optim.rule=tuned: linscale_jax/train/tuned_rule.json, the tuning grid's laws checked at these
+and one replicate seed of d64l2, d80l2 and d96l2 per arch (32 runs: the study's own pooled seed sd
+rests on 12 df from three rungs, the cheapest to repeat; the intervals pool it with three finished
+main jobs' 36 df, configs/study/cpu_seed_sd.json, unless an F test rejects one sd:
+study.noise.prior). Learning rate, batch and AdamW β2 per arch and size from the tuned rule
+(optim.rule=tuned: linscale_jax/train/tuned_rule.json, the tuning grid's laws checked at these
 sizes, tnl on its own rate, each run's rate falling with its length as D^-0.17): batch 4 x 128
 (24,576 steps at d32l2 to 2,784 at d96l2), peak lr 3.0e-3 (llama, d32l2) .. 1.2e-3 (tnl, d32l2),
 β2 0.999, constant after a warmup of N tokens. Losses under val_loss and cooldown; laws, envelope
@@ -41,5 +43,6 @@ def get_config():
     c.cooldown.update(points=3, fraction=0.1, shape="1-sqrt")  # the last checkpoint, 1/2, 1/4
     c.replicates.update(sizes="d64l2,d80l2,d96l2", seeds=1)  # the seed sd per arch, measured in the study (12 df pooled)
     c.noise.seed_sd = 0.05  # nats: assumed only for an arch without replicates
+    c.noise.prior = "cpu_seed_sd"  # 3 finished studies of this design, 36 df (study.scaling.seed_prior)
     c.fit.include_clamped = True
     return c

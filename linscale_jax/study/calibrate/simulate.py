@@ -14,13 +14,15 @@ null-crossing-at-C*, one arch lower, one arch higher); each run adds the arch's 
 (AR(1) with the sd and lag-1 autocorrelation of its trend residuals) and a seed effect whose sd makes
 a run's late loss vary over seeds by the study's pooled measured seed sd (`true_seed_sd`: another
 one, or one per size), at 1x and 3x, as offsets or slope changes. The study's own judge
-(scaling.verdicts.judge) decides each. So the 1x offset scenario is the model behind the report's
-MDE (fit.power): its simulated power crosses 80% at the MDE. A case is one run of the experiment
-(DIR/calibration/<design>/<case>/counts.json: the verdicts counted per scenario, and per simulated
-study its intervals' widths, MDEs and model power), so the four cases run on any backend; the join
-writes DIR/calibration.json (one entry per design: the four shares, `n`, `target`, `by_scenario`,
-`widths` (how often two studies' interval widths agree within 1.5x) of each case, and the study's
-own model power at the effect) and the report renders DIR/report.md again and prints the table.
+(scaling.verdicts.judge) decides each, pooling each simulated study's measured seed sd with the
+study's seed sd prior where the study had one (study.scaling.seed_prior). So the 1x offset scenario
+is the model behind the report's MDE (fit.power): its simulated power crosses 80% at the MDE. A
+case is one run of the experiment (DIR/calibration/<design>/<case>/counts.json: the verdicts
+counted per scenario, and per simulated study its intervals' widths, MDEs and model power), so the
+four cases run on any backend; the join writes DIR/calibration.json (one entry per design: the
+four shares, `n`, `target`, `by_scenario`, `widths` (how often two studies' interval widths agree
+within 1.5x) of each case, and the study's own model power at the effect) and the report renders
+DIR/report.md again and prints the table.
 replicate_sizes/replicate_seeds simulate another replicate design and give its cost. Method and
 targets: docs/study.md "Estimators and verdicts".
 """
@@ -39,7 +41,7 @@ from linscale_jax.study.scaling.verdicts import plain
 
 CASES = ("null-equal", "null-crossing-at-C*", "one arch lower", "one arch higher")
 SCENARIOS = (("1x offset", 1.0, False), ("3x offset", 3.0, False), ("1x slope", 1.0, True), ("3x slope", 3.0, True))
-MODEL_VERSION = 2  # the simulated noise model (stored counts of another one are simulated again)
+MODEL_VERSION = 3  # the simulated noise model (stored counts of another one are simulated again)
 FALSE_RESOLVED_MAX = 0.10
 POWER_MIN = 0.80
 
@@ -236,12 +238,13 @@ def case_counts(found: dict, des: dict, linear: tuple, ci: int, seeds: int, effe
     case = CASES[ci]
     counts = {s[0]: dict.fromkeys(verdicts.OUTCOMES, 0) for s in SCENARIOS}
     rows = {s[0]: {} for s in SCENARIOS}
+    priors = {est: prior_of(found, est) for est in des}
     for s in range(seeds):
         scen = scenarios[s % len(scenarios)]
         rng = np.random.default_rng([ci, s])
         for est, d in des.items():
             r = verdicts.judge(simulate(d, case, effect, scen, rng), margin=found["margin"], n_boot=n_boot,
-                               seed=s, holdout=False, linear=linear)
+                               seed=s, holdout=False, linear=linear, prior=priors[est])
             for a, row in r["equal_compute"]["archs"].items():
                 counts[scen[0]][row["verdict"]] += 1
                 if row.get("ci_low") is not None:
@@ -249,6 +252,18 @@ def case_counts(found: dict, des: dict, linear: tuple, ci: int, seeds: int, effe
                     rows[scen[0]].setdefault(f"{est}/{a}", []).append(
                         [row["ci_high"] - row["ci_low"], row["mde"], power.power(effect, m)])
     return counts, rows
+
+
+def prior_of(found: dict, estimator: str):
+    """The seed sd prior the study pooled with its own under `estimator` (study.scaling.seed_prior),
+    as fit.bootstrap.SeedSd, or None: the simulated studies pool theirs with it the same way."""
+    from linscale_jax.fit.bootstrap import SeedSd
+
+    check = found["by_estimator"][estimator].get("seed_sd_prior")
+    if not check:
+        return None
+    p = check["prior"]
+    return SeedSd(float(p["sd"]), float(p["df"]), p["source"])
 
 
 WIDTH_RATIO_MAX = 1.5  # two studies' interval widths agree when they are within this factor

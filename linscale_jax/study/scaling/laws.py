@@ -286,10 +286,27 @@ def tokens_section(bt: dict | None) -> list[str]:
     return L + [""]
 
 
+def seed_sd_line(found: dict) -> str:
+    """One line: per estimator the seed sd the intervals use, and where a prior is in it, the own
+    and the prior's with the F test (fit.bootstrap.with_prior)."""
+    cells = []
+    for est, by in found["by_estimator"].items():
+        pool, check = by["seed_sd_pooled"], by.get("seed_sd_prior")
+        df = "assumed" if pool["df"] is None else f"{pool['df']:g} df"
+        cell = f"{est} {pool['sd']:.4f} ({df})"
+        if check:
+            own, prior = by["seed_sd_own"], check["prior"]
+            test = "" if check["p"] is None else f", F test p {check['p']:.2g}"
+            cell += (f" = own {own['sd']:.4f} ({own['df']:g} df) + prior {prior['sd']:.4f} ({prior['df']:g} df)"
+                     if check["used"] else f": own; prior {prior['sd']:.4f} ({prior['df']:g} df) rejected") + test
+        cells.append(cell)
+    return "[study] seed sd the intervals use: " + "; ".join(cells)
+
+
 def console_lines(found: dict) -> list[str]:
     """The laws' fit per arch under the laws' estimator and count, the backtest's summary, and
     the archs without a backtest (fewer than 4 sizes), one line each kind."""
-    out = []
+    out = [seed_sd_line(found)] if found.get("by_estimator") else []
     by, bt = found.get("laws_by_size"), found.get("backtest")
     if by and bt:
         est, count = found["estimators"][0], bt["count"]

@@ -30,7 +30,7 @@ import numpy as np
 from linscale_jax import contract
 from linscale_jax.models.sizes import Variant
 from linscale_jax.study import files
-from linscale_jax.study.scaling import compare, findings, holdout, laws, plan, state_axis
+from linscale_jax.study.scaling import compare, findings, holdout, laws, plan, seed_prior, state_axis
 
 BRACKETING_COLUMNS = ("arch", "estimator", "interior", "smallest", "largest", "one_size")
 CLAMPED = {"interior": 0, "smallest": -1, "largest": 1, "one_size": 2}  # approach1.Envelope.clamped
@@ -317,12 +317,15 @@ def write(study, runs, workdir: str, fit_errors: dict | None = None, wall: dict 
     first = next(iter(tabs))
     v = study.get("verdicts", {})
     recall_rows, recall_src = findings.recall_rows_from(study)
-    found = verdicts.judge_all(tabs, recall_rows, recall_src,
+    prior_spec = str(study.get("noise", {}).get("prior", "") or "")
+    priors, prior_note = seed_prior.for_design(prior_spec, design(study, runs))
+    found = verdicts.judge_all(tabs, recall_rows, recall_src, priors=priors,
                                margin=float(v.get("margin", verdicts.DEFAULT_MARGIN)),
                                tolerance=float(v.get("tolerance", verdicts.DEFAULT_TOLERANCE)),
                                seed_sd=float(study.get("noise", {}).get("seed_sd", 0.0)) or None,
                                n_boot=max(int(study.fit.bootstrap), 20), seed=int(study.fit.seed))
     per = found["by_estimator"]
+    found["seed_sd_prior"] = prior_note
     found.update(common_compute=per[first]["common_compute"], law_at_common_compute=per[first]["law_at_common_compute"],
                  n_boot=per[first]["n_boot"], checkpoint_sd=compare.checkpoint_sd(tabs[first]))
     pool = per[first]["seed_sd_pooled"]

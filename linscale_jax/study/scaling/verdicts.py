@@ -44,14 +44,17 @@ def linear_archs() -> tuple[str, ...]:
 
 # ---- the study's noise model --------------------------------------------------------------------
 
-def prepare(table, seed_sd: float | None = None) -> dict:
-    """{"curves": {arch: [Curve]}, "seed_sd": {arch: SeedSd}, "pooled": SeedSd (the draws'), "noise":
-    {arch: (residual sd, lag-1 autocorrelation)}, "block": moving-block length} of one table."""
+def prepare(table, seed_sd: float | None = None, prior=None) -> dict:
+    """{"curves": {arch: [Curve]}, "seed_sd": {arch: SeedSd}, "own": SeedSd (pooled over the archs),
+    "pooled": SeedSd (the draws': own with `prior`, fit.bootstrap.with_prior), "prior_check", "noise":
+    {arch: (residual sd, lag-1 autocorrelation)}, "block": moving-block length} of one table.
+    `seed_sd`: assumed when nothing is measured; `prior`: other studies' SeedSd of this protocol."""
     from linscale_jax.fit import bootstrap as bs
 
     curves = {a: bs.curves_of(table.select(a)) for a in table.archs}
     sds = {a: bs.seed_sd_of(c) for a, c in curves.items()}
-    pool = bs.pooled(list(sds.values()))
+    own = bs.pooled(list(sds.values()))
+    pool, check = bs.with_prior(own, prior)
     if not pool.df:
         pool = (bs.SeedSd(float(seed_sd), np.inf, "assumed (no replicates in the table)") if seed_sd else
                 bs.SeedSd(0.0, 0, "none: no replicates and no seed_sd given"))
@@ -59,7 +62,8 @@ def prepare(table, seed_sd: float | None = None) -> dict:
     all_curves = [c for cs in curves.values() for c in cs]
     _, rho = bs.residual_noise(all_curves)
     k = max(len(c.flops) for c in all_curves)
-    return dict(curves=curves, seed_sd=sds, pooled=pool, noise=noise, block=bs.block_length(rho, k))
+    return dict(curves=curves, seed_sd=sds, own=own, pooled=pool, prior_check=check, noise=noise,
+                block=bs.block_length(rho, k))
 
 
 def draw(prep: dict, n: int, rng) -> dict:
@@ -154,12 +158,13 @@ def _ranking(points: dict, draws: dict, baseline: str) -> dict:
 
 def judge(table, *, margin: float = DEFAULT_MARGIN, tolerance: float = DEFAULT_TOLERANCE,
           seed_sd: float | None = None, n_boot: int = 200, seed: int = 0, holdout: bool = True,
-          baseline: str = BASELINE_ARCH, linear: tuple | None = None) -> dict:
-    """Findings 1 and 2 of one table (one loss estimator); see the module docstring."""
+          baseline: str = BASELINE_ARCH, linear: tuple | None = None, prior=None) -> dict:
+    """Findings 1 and 2 of one table (one loss estimator); see the module docstring. `prior`: other
+    studies' SeedSd of this protocol and estimator (prepare)."""
     from linscale_jax.fit.table import FitError
 
     linear = linear_archs() if linear is None else linear
-    prep = prepare(table, seed_sd)
+    prep = prepare(table, seed_sd, prior)
     rng = np.random.default_rng(seed)
     draws, sigma = draw_with_sigma(prep, n_boot, rng)
     seed_of = (sigma, prep["pooled"])
@@ -173,6 +178,7 @@ def judge(table, *, margin: float = DEFAULT_MARGIN, tolerance: float = DEFAULT_T
             unfitted[a] = f"no law: {e}"
     out = dict(margin=margin, tolerance=tolerance, n_boot=n_boot, baseline=baseline, compute=c_star,
                seed_sd={a: s.json() for a, s in prep["seed_sd"].items()}, seed_sd_pooled=prep["pooled"].json(),
+               seed_sd_own=prep["own"].json(), seed_sd_prior=prep["prior_check"],
                noise={a: dict(ckpt_sd=v[0], rho=v[1]) for a, v in prep["noise"].items()}, block=prep["block"])
     # finding 2 ---------------------------------------------------------------------------------
     # a variant label (`cosformer2+tpe=none`, models.sizes.Variant) is judged as its arch
@@ -269,13 +275,15 @@ ROW_KEYS = ("diff", "ci_low", "ci_high", "verdict", "reason", "failed", "mde", "
             "note")
 
 
-def judge_all(tables: dict, recall_rows=None, recall_source: str = "", **kw) -> dict:
+def judge_all(tables: dict, recall_rows=None, recall_source: str = "", priors: dict | None = None,
+              **kw) -> dict:
     """{estimator: Table} -> the findings JSON: per finding `verdict` (combined over estimators),
-    `by_estimator`, and per arch the first estimator's numbers with the combined verdict."""
+    `by_estimator`, and per arch the first estimator's numbers with the combined verdict. `priors`:
+    {estimator: SeedSd} (study.scaling.seed_prior)."""
     from linscale_jax.study.recall.verdicts import equal_steps
     from linscale_jax.study.scaling import findings
 
-    per = {name: judge(t, **kw) for name, t in tables.items()}
+    per = {name: judge(t, prior=(priors or {}).get(name), **kw) for name, t in tables.items()}
     first = next(iter(per))
     out = dict(estimators=list(per), margin=per[first]["margin"], tolerance=per[first]["tolerance"],
                findings={}, by_estimator=per)

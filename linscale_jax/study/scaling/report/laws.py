@@ -172,6 +172,15 @@ def exponents(doc) -> list[str]:
     return L + [""]
 
 
+def prior_cell(check) -> str:
+    """The prior's sd and df with the F test of this study's sd against it (fit.bootstrap.with_prior)."""
+    if not check:
+        return "—"
+    p = check["prior"]
+    test = "" if check.get("p") is None else f"; F {check['f']:.2f}, p {check['p']:.2g}"
+    return f"{p['sd']:.4f} ({p['df']:g} df{test}): " + ("pooled" if check["used"] else "**rejected**, not used")
+
+
 def noise(doc) -> list[str]:
     """Seed-to-seed sd per arch and estimator with df and interval, the pooled one the draws use,
     each run's smoothness, and each arch's L(N, D) lack of fit."""
@@ -192,7 +201,15 @@ def noise(doc) -> list[str]:
     for a in archs:
         L.append(f"| {a} | " + " | ".join(sd_cell(by[n]["seed_sd"][a]) if a in by[n]["seed_sd"] else "—"
                                           for n in est) + " |")
+    if any(by[n].get("seed_sd_prior") for n in est):  # study.noise.prior: other studies of this design
+        L.append("| this study, pooled over the archs | "
+                 + " | ".join(sd_cell(by[n]["seed_sd_own"]) for n in est) + " |")
+        L.append("| prior (other studies of this design) | " + " | ".join(
+            prior_cell(by[n].get("seed_sd_prior")) for n in est) + " |")
     L.append("| **pooled (the draws')** | " + " | ".join(sd_cell(by[n]["seed_sd_pooled"]) for n in est) + " |")
+    if found.get("seed_sd_prior"):
+        L += ["", f"Seed sd prior (study.noise.prior): {found['seed_sd_prior']}. A prior is pooled with this "
+              "study's own sd (df-weighted variances, df summed) unless an F test rejects one sd (p < 0.05)."]
     L += ["", "Smoothness of the laws' curves (not a noise sd: neighbouring checkpoints are correlated, and "
           "for val_loss_avg they share weights): RMS residual of the second half of every run around its "
           "quadratic trend in ln C, and the share of successive checkpoints whose loss rises.", "",
