@@ -176,6 +176,11 @@ class SeedSd:
             return np.full(n, float(self.sd))
         return self.sd * np.sqrt(self.df / rng.chisquare(self.df, n))
 
+    @classmethod
+    def of(cls, d: dict) -> "SeedSd":
+        """The SeedSd that json() wrote (df None: assumed, inf)."""
+        return cls(float(d["sd"]), np.inf if d.get("df") is None else float(d["df"]), d.get("source", ""))
+
     def json(self) -> dict:
         ci = self.interval()
         return dict(sd=float(self.sd), df=None if not np.isfinite(self.df) else float(self.df),

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from linscale_jax import contract
+from linscale_jax.fit.bootstrap import SeedSd
 from linscale_jax.study import files
 from linscale_jax.study.scaling import plan
 
@@ -326,7 +327,7 @@ def test_the_backtest_in_the_count_with_the_embedding(written, tmp_path):
     table = load(str(wd / "fit" / "table.csv")).select("llama")
     counts = {a: v for a, v in results.param_counts(runs).items() if a == "llama"}
     (tmp_path / files.STUDY_FIT).mkdir()
-    sd = laws._seed_sd(found["by_estimator"]["val_loss"]["seed_sd_pooled"])
+    sd = SeedSd.of(found["by_estimator"]["val_loss"]["seed_sd_pooled"])
     ours = [r for r in found["backtest"]["rows"] if r["arch"] == "llama"]
     same = laws.backtest(table, sd, counts, "non_embedding", str(tmp_path), 20, 0)["rows"]  # the study's call
     assert [r["predicted"] for r in same] == pytest.approx([r["predicted"] for r in ours], abs=1e-9)

@@ -31,6 +31,7 @@ def test_with_prior_pools_or_keeps_the_own_sd_by_an_f_test():
     # nothing measured here: the prior alone; no prior (or an assumed one): the own sd, no check
     sd, check = bs.with_prior(bs.SeedSd(0.0, 0, "none"), prior)
     assert (sd.sd, sd.df) == (0.015, 36) and check["p"] is None
+    assert bs.SeedSd.of(sd.json()) == sd and bs.SeedSd.of(bs.SeedSd(0.02, np.inf, "x").json()).df == np.inf
     assert bs.with_prior(own, None) == (own, None) and bs.with_prior(own, bs.SeedSd(0.02, np.inf, "x")) == (own, None)
 
 
@@ -110,6 +111,12 @@ def test_bad_inputs_name_the_problem_and_the_fix(tmp_path):
     (tmp_path / "bad.json").write_text("{")
     with pytest.raises(seed_prior.PriorError, match="not JSON"):
         seed_prior.read(str(tmp_path / "bad.json"))
+    (tmp_path / "nan.json").write_text(json.dumps(dict(design=DESIGN, pooled=dict(val_loss=dict(sd=float("nan"), df=12)))))
+    with pytest.raises(seed_prior.PriorError, match="pooled.val_loss needs a finite sd"):
+        seed_prior.read(str(tmp_path / "nan.json"))
+    (tmp_path / "list.json").write_text("[]")
+    with pytest.raises(seed_prior.PriorError, match="lacks 'pooled'"):
+        seed_prior.read(str(tmp_path / "list.json"))
 
 
 def test_the_packaged_prior_measures_the_main_jobs_design(tmp_path):

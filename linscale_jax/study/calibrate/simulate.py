@@ -260,10 +260,7 @@ def prior_of(found: dict, estimator: str):
     from linscale_jax.fit.bootstrap import SeedSd
 
     check = found["by_estimator"][estimator].get("seed_sd_prior")
-    if not check:
-        return None
-    p = check["prior"]
-    return SeedSd(float(p["sd"]), float(p["df"]), p["source"])
+    return SeedSd.of(check["prior"]) if check else None
 
 
 WIDTH_RATIO_MAX = 1.5  # two studies' interval widths agree when they are within this factor

@@ -24,8 +24,6 @@ import dataclasses
 import os
 import re
 
-import numpy as np
-
 from linscale_jax.errors import UserError
 from linscale_jax.study import files
 
@@ -103,8 +101,7 @@ class Ladder:
         """The laws' estimator's pooled seed sd (fit.bootstrap.SeedSd) from findings.json."""
         from linscale_jax.fit.bootstrap import SeedSd
 
-        pool = self.findings["by_estimator"][self.estimator]["seed_sd_pooled"]
-        return SeedSd(pool["sd"], pool["df"] if pool["df"] is not None else np.inf, pool["source"])
+        return SeedSd.of(self.findings["by_estimator"][self.estimator]["seed_sd_pooled"])
 
     def margin(self) -> float:
         """The ladder's verdict margin (nats): equivalence inside it."""

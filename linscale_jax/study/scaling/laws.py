@@ -64,12 +64,6 @@ def recounted(table, counts: dict, count: str):
     return recount(table, {a: {n: v[count] for n, v in by.items()} for a, by in counts.items()})
 
 
-def _seed_sd(pool: dict):
-    from linscale_jax.fit.bootstrap import SeedSd
-
-    return SeedSd(pool["sd"], pool["df"] if pool["df"] is not None else np.inf, pool["source"])
-
-
 def by_size(tabs: dict, per: dict, counts: dict, count: str = "non_embedding") -> dict:
     """{count: {estimator: {arch: fit.holdout.full_law, or {"note"}}}} (module docstring); each
     estimator's residuals are judged against its own pooled seed sd. The laws' own fits (the first
@@ -83,7 +77,7 @@ def by_size(tabs: dict, per: dict, counts: dict, count: str = "non_embedding") -
     for c in COUNTS:
         out[c] = {}
         for est, t in tabs.items():
-            sd = _seed_sd(per[est]["seed_sd_pooled"])
+            sd = bs.SeedSd.of(per[est]["seed_sd_pooled"])
             out[c][est] = {}
             for a in t.archs:
                 try:
@@ -127,11 +121,12 @@ def backtest_tokens(tabs: dict, per: dict, counts: dict, count: str, workdir: st
     fit.backtest.backtest_tokens at TOKENS_FACTOR per arch and estimator (each with its own pooled seed
     sd), written to DIR/fit/backtest_tokens.csv (n_params without the embedding)."""
     from linscale_jax.fit import backtest as bt
+    from linscale_jax.fit import bootstrap as bs
     from linscale_jax.fit.table import FitError
 
     rows, summary, errors = [], {}, {}
     for est, t in tabs.items():
-        sd = _seed_sd(per[est]["seed_sd_pooled"])
+        sd = bs.SeedSd.of(per[est]["seed_sd_pooled"])
         mine = []
         for a in t.archs:
             back = {v[count] if count != "non_embedding" else n: n for n, v in counts.get(a, {}).items()}

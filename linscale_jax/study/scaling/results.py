@@ -328,8 +328,7 @@ def write(study, runs, workdir: str, fit_errors: dict | None = None, wall: dict 
     found["seed_sd_prior"] = prior_note
     found.update(common_compute=per[first]["common_compute"], law_at_common_compute=per[first]["law_at_common_compute"],
                  n_boot=per[first]["n_boot"], checkpoint_sd=compare.checkpoint_sd(tabs[first]))
-    pool = per[first]["seed_sd_pooled"]
-    seed_sd = SeedSd(pool["sd"], pool["df"] if pool["df"] is not None else np.inf, pool["source"])
+    seed_sd = SeedSd.of(per[first]["seed_sd_pooled"])
     found["holdout"] = holdout.write(tabs[first], seed_sd, workdir, n_boot=max(int(study.fit.bootstrap), 20),
                                      seed=int(study.fit.seed))
     found["laws_nd"] = laws_nd(tabs, per)
@@ -367,8 +366,7 @@ def laws_nd(tabs: dict, per: dict) -> dict:
 
     out = {}
     for est, t in tabs.items():
-        pool = per[est]["seed_sd_pooled"]
-        sd = SeedSd(pool["sd"], pool["df"] if pool["df"] is not None else np.inf, pool["source"])
+        sd = SeedSd.of(per[est]["seed_sd_pooled"])
         out[est] = {}
         for a in t.archs:
             try:

@@ -23,6 +23,8 @@ from __future__ import annotations
 import json
 import os
 
+import numpy as np
+
 from linscale_jax.study import files, inputs
 
 # design fields the seed sd depends on (the ladder, budgets, rule and data; not the fit's settings,
@@ -57,9 +59,16 @@ def read(spec: str) -> dict:
     except json.JSONDecodeError as e:
         raise PriorError(f"seed sd prior {spec!r} is not JSON ({e}); write it again with "
                          "`python -m linscale_jax.study seed_sd_prior ...`") from None
-    if not isinstance(prior.get("pooled"), dict) or not isinstance(prior.get("design"), dict):
-        raise PriorError(f"seed sd prior {spec!r} lacks 'pooled' or 'design'; write it again with "
-                         "`python -m linscale_jax.study seed_sd_prior ...`")
+    fix = "write it again with `python -m linscale_jax.study seed_sd_prior ...`"
+    if not isinstance(prior, dict) or not isinstance(prior.get("pooled"), dict) \
+            or not isinstance(prior.get("design"), dict):
+        raise PriorError(f"seed sd prior {spec!r} lacks 'pooled' or 'design'; {fix}")
+    for est, v in prior["pooled"].items():
+        ok = isinstance(v, dict) and all(isinstance(v.get(k), (int, float)) and np.isfinite(v[k]) and v[k] > 0
+                                         for k in ("sd", "df"))
+        if not ok:
+            raise PriorError(f"seed sd prior {spec!r}: pooled.{est} needs a finite sd > 0 and df > 0, "
+                             f"got {v!r}; {fix}")
     return prior
 
 
