@@ -63,7 +63,7 @@ def test_an_installed_package_runs_its_commands_from_a_folder_with_its_own_eval_
                            env=env, capture_output=True, text=True, timeout=120).stdout
     assert where.startswith(str(site)), where  # the installed copy, not the clone
     text = run("linscale_jax.study", "--config=cpu", f"--workdir={tmp_path / 'study'}", "--dry_run")
-    assert text.startswith("32 run(s):") and "python -m linscale_jax.train --config=ladder:llama-d32l2" in text
+    assert text.startswith("24 run(s):") and "python -m linscale_jax.train --config=ladder:llama-d32l2" in text
     text = run("linscale_jax.study", "--config=recall", f"--workdir={tmp_path / 'recall'}", "--dry_run")
     assert text.startswith("38 run(s):")
     wd = tmp_path / "run"

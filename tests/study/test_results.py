@@ -103,11 +103,11 @@ def test_results_are_written_once_as_data(written):
         m = r["measured"]
         assert r["failed"] == 0 and r["mde"] > 0 and m["ci_low"] < m["diff"] < m["ci_high"]
     sd = on_disk["by_estimator"]["val_loss"]["seed_sd"]["llama"]
-    assert sd["df"] == 3 and sd["ci95"][0] < sd["sd"] < sd["ci95"][1]  # a replicate seed of d64l2, d80l2, d96l2
+    assert sd["df"] == 1 and sd["ci95"][0] < sd["sd"] < sd["ci95"][1]  # a replicate seed of d96l2
     by = on_disk["by_estimator"]["val_loss"]
-    assert by["seed_sd_own"]["df"] == 12  # the main job's design: its 12 df pooled with the packaged prior's
+    assert by["seed_sd_own"]["df"] == 4  # the main job's design: its 4 df pooled with the packaged prior's
     check = by["seed_sd_prior"]
-    assert by["seed_sd_pooled"]["df"] == (12 + check["prior"]["df"] if check["used"] else 12)
+    assert by["seed_sd_pooled"]["df"] == (4 + check["prior"]["df"] if check["used"] else 4)
     assert on_disk["seed_sd_prior"].startswith("prior cpu_seed_sd: 3 finished studies")
     with open(wd / "fit" / "bracketing.csv") as f:
         rows = list(csv.DictReader(f))
@@ -149,7 +149,7 @@ def test_results_are_written_once_as_data(written):
     assert "| estimator | arch | size 1 | size 2 | size 3 | size 4 | size 5 | mean abs error | inside |" in text
     assert re.search(r"\| cooldown \| llama \| [+-]0\.\d{3}\*? \|", text)
     sd_line, fitted, back_line, d_line = laws.console_lines(on_disk)  # the study's last console lines
-    assert sd_line.startswith("[study] seed sd the intervals use: val_loss ") and "(12 df) + prior " in sd_line
+    assert sd_line.startswith("[study] seed sd the intervals use: val_loss ") and "(4 df) + prior " in sd_line
     assert d_line.startswith("[study] backtest along D") and "val_loss cosformer2 " in d_line and "; cooldown " in d_line
     assert fitted.startswith("[study] laws (val_loss, N without the embedding") and "llama p " in fitted
     assert all(f"{a} mean |error|" in back_line for a in OFFSET) and "fit/backtest.csv" in back_line

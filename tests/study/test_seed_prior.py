@@ -134,6 +134,22 @@ def test_the_packaged_prior_measures_the_main_jobs_design(tmp_path):
     assert seed_prior.for_design(paper.noise.prior, other)[0] is None
 
 
+def test_the_report_says_when_a_study_has_only_the_prior():
+    from linscale_jax.study.scaling import laws as console
+    from linscale_jax.study.scaling.report import laws
+
+    own, prior = bs.SeedSd(0.0, 0, "none"), bs.SeedSd(0.015, 36, "cpu_seed_sd: 3 studies")
+    sd, check = bs.with_prior(own, prior)
+    by = {"val_loss": dict(seed_sd={"llama": own.json()}, seed_sd_own=own.json(), seed_sd_prior=check,
+                           seed_sd_pooled=sd.json())}
+    found = dict(estimators=["val_loss"], by_estimator=by, seed_sd_prior="prior cpu_seed_sd")
+    text = "\n".join(laws.noise(types.SimpleNamespace(found=found)))
+    assert "| this study, pooled over the archs | not measured (no replicate runs) |" in text
+    assert "| **pooled (the draws')** | 0.0150 (36 df)" in text and "trains no replicate seeds" in text
+    assert console.seed_sd_line(found) == ("[study] seed sd the intervals use: val_loss 0.0150 (36 df): the prior "
+                                           "alone (cpu_seed_sd: 3 studies; this study trains no replicates)")
+
+
 def test_the_report_shows_the_own_the_prior_and_the_pooled_sd():
     from linscale_jax.study.scaling.report import laws
 

@@ -292,8 +292,11 @@ def seed_sd_line(found: dict) -> str:
         if check:
             own, prior = by["seed_sd_own"], check["prior"]
             test = "" if check["p"] is None else f", F test p {check['p']:.2g}"
-            cell += (f" = own {own['sd']:.4f} ({own['df']:g} df) + prior {prior['sd']:.4f} ({prior['df']:g} df)"
-                     if check["used"] else f": own; prior {prior['sd']:.4f} ({prior['df']:g} df) rejected") + test
+            if not own["df"]:
+                cell += f": the prior alone ({prior['source']}; this study trains no replicates)"
+            else:
+                cell += (f" = own {own['sd']:.4f} ({own['df']:g} df) + prior {prior['sd']:.4f} ({prior['df']:g} df)"
+                         if check["used"] else f": own; prior {prior['sd']:.4f} ({prior['df']:g} df) rejected") + test
         cells.append(cell)
     return "[study] seed sd the intervals use: " + "; ".join(cells)
 

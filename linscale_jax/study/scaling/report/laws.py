@@ -188,6 +188,8 @@ def noise(doc) -> list[str]:
     est, by = found["estimators"], found["by_estimator"]
 
     def sd_cell(s):
+        if not s["df"] and not s["sd"]:
+            return "not measured (no replicate runs)"
         iv = s.get("ci95")
         return (f"{s['sd']:.4f}" + (f" ({s['df']:g} df) [{iv[0]:.3g}, {iv[1]:.3g}]" if iv else f" ({s['source']})"))
 
@@ -210,6 +212,9 @@ def noise(doc) -> list[str]:
     if found.get("seed_sd_prior"):
         L += ["", f"Seed sd prior (study.noise.prior): {found['seed_sd_prior']}. A prior is pooled with this "
               "study's own sd (df-weighted variances, df summed) unless an F test rejects one sd (p < 0.05)."]
+        if all(not by[n]["seed_sd_own"]["df"] and (by[n].get("seed_sd_prior") or {}).get("used") for n in est):
+            L[-1] += (" This study trains no replicate seeds (study.replicates), so the intervals use the "
+                      "prior's sd alone and nothing here checks it.")
     L += ["", "Smoothness of the laws' curves (not a noise sd: neighbouring checkpoints are correlated, and "
           "for val_loss_avg they share weights): RMS residual of the second half of every run around its "
           "quadratic trend in ln C, and the share of successive checkpoints whose loss rises.", "",
