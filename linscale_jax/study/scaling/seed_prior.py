@@ -4,9 +4,9 @@
     python -m linscale_jax.study seed_sd_prior --workdir=A --workdir=B [...] --out=FILE
     priors, note = for_design("cpu_seed_sd", design)   # {estimator: SeedSd} or None; why
 
-A study's pooled seed sd rests on its own replicates (12 df in the main job), and two 12-df
-estimates of one sd differ by more than 1.5× about one time in six, and the widths of the two
-studies' intervals with them. The seed sd belongs to the protocol (the ladder, its token budgets,
+A study's own seed sd rests on its replicates (4 df in the main job, 12 in the 32-run design that
+the packaged prior's studies ran), and two 12-df estimates of one sd differ by more than 1.5× about
+one time in six, and the widths of the two studies' intervals with them. The seed sd belongs to the protocol (the ladder, its token budgets,
 the learning-rate rule, the data), so finished studies of one design measure it together: the file
 holds each study's own pooled sd per estimator with its df, and their pooling (df-weighted
 variances, df summed) with Bartlett's test of one sd across them. A study whose design
