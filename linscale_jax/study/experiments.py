@@ -162,12 +162,12 @@ def listing(study, runs: list, spec: str | None = None) -> str:
     return "\n".join(lines)
 
 
-def _say(msg: str) -> None:
+def say(msg: str) -> None:
     if distributed.is_primary():  # every process of a multi-host launch runs the same study
         print(msg, flush=True)
 
 
-def run(study, workdir: str, options: Options = Options(), log=_say) -> dict:
+def run(study, workdir: str, options: Options = Options(), log=say) -> dict:
     """Run the preset's experiment in `workdir` (module docstring): {"kind", "runs", "processed",
     "stopped", and the join's output}. Resumable: re-running processes only what is missing."""
     exp = get(kind_of(study))
@@ -180,9 +180,9 @@ def run(study, workdir: str, options: Options = Options(), log=_say) -> dict:
         if options.dry_run:
             print((exp.dry_run or listing)(study, runs, options.shard))
             return dict(kind=exp.kind, runs=len(runs), processed=0, stopped=False, dry_run=True)
-        if exp.staged and {r.name for r in runs} & {r.name for r in every}:
-            raise RuntimeError(f"{exp.kind}: a stage asks again for runs it processed: "
-                               f"{sorted({r.name for r in runs} & {r.name for r in every})}")
+        again = {r.workdir for r in runs} & {r.workdir for r in every}  # a run is its directory
+        if exp.staged and again:
+            raise RuntimeError(f"{exp.kind}: a stage asks again for runs it processed: {sorted(again)}")
         every += runs
         mine = [] if options.join_only else shard(runs, options.shard)
         todo = [r for r in mine if exp.finished is None or not exp.finished(study, r)]

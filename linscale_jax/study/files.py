@@ -45,6 +45,7 @@ RECALL_PNG = "recall.png"
 NOISE_JSON = "noise.json"  # noise: the statistics
 NOISE_MD = "noise.md"
 TUNE_DIR = "tune"  # tune: tune/cells.csv, cells.md, rule.json, lr.png
+PREDICT_LADDER = "ladder"  # predict: the ladder completed with the replicate runs it lacked (a scaling study)
 
 
 def study_path(workdir, *names: str) -> str:

@@ -50,6 +50,7 @@ def get_config():
 
 def predict_study(ladder: str, **changes):
     s = preset(str(ROOT / "configs" / "study" / "predict.py"))
+    s.replicates.sizes = ""  # the ladder as it is (test_predict_top_up completes one)
     s.update(dict(dict(ladder_from=ladder, ladder_preset=str(Path(ladder) / "mixed.py"), archs="llama",
                        bootstrap=20), **changes))
     return s

@@ -15,7 +15,9 @@ sizes, tnl on its own rate, each run's rate falling with its length as D^-0.17):
 β2 0.999, constant after a warmup of N tokens. Losses under val_loss and cooldown; laws, envelope
 bracketing, held-out check, backtest and the paper's findings in DIR/report.md.
 configs/study/cpu_paper.py trains the same 20 runs at one rate (the paper's protocol), with its own
-replicates; passing its workdir judges every finding under both protocols.
+replicates; passing its workdir judges every finding under both protocols. The 4x prediction
+(configs/study/predict.py) first completes this ladder with a replicate seed of d64l2 and d80l2 per
+arch (8 runs) and predicts from the laws of that 32-run ladder.
 
 Run it, which takes 19.5 minutes on 2 AMD EPYC cores (37 CPU-minutes, warm caches;
 docs/results.md "The main job"; the 32-run design of the prior's studies,

@@ -7,7 +7,7 @@ and 21 (3, 4 and 4 of 4), against 2, 3 and 3 of 4 from the 32-run design's ladde
 took 15; docs/results.md "The study twice"), past its 20.
 
     python -m linscale_jax.study --config=cpu_precise --workdir=DIR
-    python -m linscale_jax.study --config=predict --workdir=P --config.ladder_from=DIR --config.ladder_preset=cpu_precise --config.seeds=2
+    python -m linscale_jax.study --config=predict --workdir=P --config.ladder_from=DIR --config.ladder_preset=cpu_precise --config.seeds=2 --config.replicates.sizes=
 """
 
 from linscale_jax.study.presets import preset

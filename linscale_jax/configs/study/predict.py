@@ -29,6 +29,12 @@ def get_config():
         kind="predict",
         ladder_from="",  # DIR: the finished scaling study whose laws predict
         ladder_preset="cpu",  # the preset (packaged name or file) that ran DIR: the rungs train under it
+        # the replicate seeds the laws rest on: each named size of the ladder with at least `seeds` replicate
+        # seeds; what the ladder lacks is trained in P/ladder first (the ladder's preset with these replicates
+        # added: sizes the union, seeds the larger) and the laws are that completed ladder's. The main job
+        # repeats d96l2 alone; its laws' refits at 4x spread less with d64l2 and d80l2 repeated too (8 runs,
+        # docs/results.md "A prediction 4x beyond"). sizes="": the ladder as it is.
+        replicates=ml_collections.ConfigDict(dict(sizes="d64l2,d80l2,d96l2", seeds=1)),
         estimator="",  # "": the ladder's laws' estimator (its first); or another of its estimators (e.g. cooldown):
         # the laws of that estimator's fit table predict, and the rungs' actual loss is measured under it
         archs="",  # "": every arch of the ladder; or a comma list of them

@@ -1,7 +1,10 @@
-"""The prediction beyond a ladder as an experiment (kind "predict", study.experiments).
+"""The prediction beyond a ladder as an experiment (kind "predict", study.experiments; staged).
 
-    runs = plan(study, P)               # the ladder opened, the prediction made (P/predictions.json), 3 rungs per arch
-                                        # (study.rungs: all, optimum = N_opt alone, or a list), study.seeds runs each
+    runs = plan(study, P)               # stage 1: the replicate runs the ladder lacks (study.replicates, top_up),
+                                        # trained in P/ladder; stage 2: the completed ladder joined and opened,
+                                        # the prediction made (P/predictions.json), 3 rungs per arch
+                                        # (study.rungs: all, optimum = N_opt alone, or a list), study.seeds runs
+                                        # each, those not processed yet
     process_run(study, run, log, final) # one rung trained under the ladder's protocol, its loss point measured
     joined = join(study, runs, P, ctx)  # P/prediction.csv, P/prediction.png, the verdicts and
                                         # P/prediction_curves.csv (the error along each rung's tokens: along)
@@ -10,7 +13,8 @@
 A rung is a scaling run (scaling.plan.make_run) in P/runs/<arch>-<size>/ (its replicates, with
 study.seeds > 1, in P/runs/<arch>-<size>-seed<k>/), processed by the scaling
 kind's own step (scaling.runner.process_run with the ladder's preset: every checkpoint's val_loss,
-and under the cooldown estimator one cooldown branch, off the last checkpoint).
+and under the cooldown estimator one cooldown branch, off the last checkpoint). A run added to the
+ladder (P/ladder/runs/) is processed as the ladder's own runs are (every cooldown branch).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import os
 from linscale_jax.contract import split_list
 from linscale_jax.study import files
 from linscale_jax.study.predict import forecast as fc_lib
-from linscale_jax.study.predict import along, outcome, protocol
+from linscale_jax.study.predict import along, outcome, protocol, top_up
 from linscale_jax.study.predict.ladder import PredictError, open_ladder
 
 PREDICTION_CSV = "prediction.csv"
@@ -42,12 +46,29 @@ def runs_of(study, lad, fc: dict, workdir: str) -> list:
     return runs
 
 
+def ladder_of(study, workdir: str, log=None):
+    """The ladder the laws predict from: study.ladder_from, completed in P/ladder when study.replicates
+    adds runs to it (top_up.completed; they must be trained)."""
+    from linscale_jax.study import experiments
+
+    ctx = experiments.Context(log or experiments.say, experiments.Options())
+    return top_up.completed(study, open_ladder(study), workdir, ctx)
+
+
 def plan(study, workdir: str) -> list:
-    """The rungs to train (study.rungs), each at study.seeds seeds: all (every arch's three), optimum (every
-    arch's N_opt alone: its loss is checked, whether it wins is not measured) or a comma list of rung names
-    (<arch>-<size>: every seed of it; <arch>-<size>-seed<k>: that replicate alone); the join reads every
-    rung trained in P, by this invocation or an earlier one."""
-    lad = open_ladder(study)
+    """Stage 1: the replicate runs the ladder lacks (top_up.pending), while any is unprocessed. Stage 2:
+    the rungs to train (study.rungs) not processed yet, each at study.seeds seeds: all (every arch's
+    three), optimum (every arch's N_opt alone: its loss is checked, whether it wins is not measured) or a
+    comma list of rung names (<arch>-<size>: every seed of it; <arch>-<size>-seed<k>: that replicate
+    alone); the join reads every rung trained in P, by this invocation or an earlier one."""
+    added = top_up.pending(study, open_ladder(study), workdir)
+    if added:
+        return added
+    return [r for r in _rungs(study, workdir) if not top_up.processed(r)]
+
+
+def _rungs(study, workdir: str) -> list:
+    lad = ladder_of(study, workdir)
     fc = fc_lib.forecast(study, lad, workdir)
     runs = runs_of(study, lad, fc, workdir)
     which = str(study.get("rungs", "all") or "all")
@@ -69,15 +90,20 @@ def plan(study, workdir: str) -> list:
 
 
 def dry_run(study, runs, spec: str | None = None) -> str:
-    """--dry_run: the rungs, then the prediction plan() wrote (report.forecast_lines)."""
+    """--dry_run: the rungs, then the prediction plan() wrote (report.forecast_lines); or the replicate runs
+    the ladder lacks, which the prediction waits for."""
     from linscale_jax.study.experiments import listing
     from linscale_jax.study.predict import report as report_lib
 
     text = listing(study, runs, spec)
     if not runs:
         return text
+    if top_up.is_added(runs[0]):
+        return "\n".join([text, f"[predict] these replicate runs complete the ladder {study.ladder_from} in "
+                           f"{os.path.dirname(os.path.dirname(runs[0].workdir))} (study.replicates); the prediction "
+                           "is made from its laws once they are trained"])
     workdir = os.path.dirname(os.path.dirname(runs[0].workdir))  # P/runs/<name>
-    fc = fc_lib.forecast(study, open_ladder(study), workdir)
+    fc = fc_lib.forecast(study, ladder_of(study, workdir), workdir)
     return "\n".join([text, *report_lib.forecast_lines(fc)])
 
 
@@ -91,9 +117,13 @@ def ladder_study(study):
 
 
 def process_run(study, run, log=print, final: bool = False) -> None:
+    """A rung under ladder_study; a run added to the ladder as the ladder's own (top_up.extended)."""
     from linscale_jax.study.scaling import runner
 
-    runner.process_run(ladder_study(study), run, log=log, final=False)
+    if top_up.is_added(run):
+        runner.process_run(top_up.extended(study, open_ladder(study)), run, log=log, final=run.final)
+    else:
+        runner.process_run(ladder_study(study), run, log=log, final=False)
 
 
 def cost(runs) -> dict:
@@ -114,7 +144,7 @@ def join(study, runs, workdir: str, ctx) -> dict:
     trained by this invocation or an earlier one (`runs`, this invocation's, are not consulted)."""
     from linscale_jax.study.predict import figure
 
-    lad = open_ladder(study)
+    lad = ladder_of(study, workdir, ctx.log)
     fc = fc_lib.forecast(study, lad, workdir)
     runs = runs_of(study, lad, fc, workdir)
     rows = outcome.rows_of(fc, runs, lad.estimator)
@@ -124,7 +154,9 @@ def join(study, runs, workdir: str, ctx) -> dict:
     figure.plot(fc, rows, os.path.join(workdir, PREDICTION_PNG))
     path = along.rows_of(fc, runs, lad.estimator)
     along.write_csv(path, os.path.join(workdir, PREDICTION_CURVES_CSV))
-    return dict(forecast=fc, rows=rows, verdicts=verdicts, along=along.summary(path, along.seen_of(lad, fc)), cost=dict(cost(runs), runs_s=ctx.runs_s, slots=ctx.slots),
+    added = [r for r in lad.runs if r.name in lad.added]
+    return dict(forecast=fc, rows=rows, verdicts=verdicts, along=along.summary(path, along.seen_of(lad, fc)),
+                cost=dict(cost(runs), runs_s=ctx.runs_s, slots=ctx.slots, added=cost(added) if added else None),
                 study=dict(ladder_preset=str(study.ladder_preset), rule=str(study.rule),
                            compute_factor=float(study.compute_factor), seeds=fc_lib.seeds_of(study)))
 

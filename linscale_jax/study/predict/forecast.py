@@ -39,14 +39,22 @@ def settings(study, lad) -> dict:
     return dict(ladder_from=os.path.abspath(lad.workdir), ladder_preset=str(study.ladder_preset),
                 estimator=lad.estimator, compute_factor=float(study.compute_factor), bootstrap=int(study.bootstrap), seed=int(study.seed),
                 rule=str(study.rule), seeds=seeds_of(study), form=str(study.get("form", "additive")),
-                target=float(study.target),
+                target=float(study.target), completed=completed_as(lad),
                 archs=archs_of(study, lad))
+
+
+def completed_as(lad) -> str:
+    """How the ladder was completed (top_up): its replicates and the runs added, "" when it was not."""
+    if not lad.source:
+        return ""
+    return (f"{lad.source}: replicates.sizes={lad.study.replicates.sizes}, seeds={int(lad.study.replicates.seeds)}, "
+            f"{len(lad.added)} run(s) added")
 
 
 def _same(a: dict, b: dict) -> bool:
     def key(s):
         return dict({k: v for k, v in s.items() if k != "archs"}, seeds=s.get("seeds", 1), form=s.get("form", "additive"),
-                    target=s.get("target"))
+                    target=s.get("target"), completed=s.get("completed", ""))
 
     return key(a) == key(b)
 
@@ -158,7 +166,7 @@ def forecast(study, lad, workdir: str) -> dict:
     if out is None:
         big = lad.largest
         out = dict(settings=dict(want, archs=[]), compute=compute(study, lad),
-                   ladder=dict(workdir=lad.workdir, estimator=lad.estimator, count=lad.count,
+                   ladder=dict(workdir=lad.workdir, source=lad.source, added=list(lad.added), estimator=lad.estimator, count=lad.count,
                                largest=dict(name=big.name, flops=float(big.flops)), seed_sd=lad.seed_sd().json(),
                                margin=lad.margin()), archs={})
     new = [a for a in want["archs"] if a not in out["archs"]]

@@ -64,6 +64,8 @@ class Ladder:
     estimator: str  # the laws' estimator: study.estimator, else the first of the preset's estimators
     count: str  # the laws' parameter count (study.fit.count)
     table: str  # the estimator's fit table
+    source: str = ""  # completed (top_up): the ladder's own directory, DIR; "" when workdir is DIR
+    added: tuple = ()  # completed: the names of the replicate runs the prediction trained in workdir
 
     @property
     def archs(self) -> list[str]:
@@ -148,19 +150,12 @@ def open_ladder(study) -> Ladder:
     """The finished scaling study at study.ladder_from, run by study.ladder_preset (module docstring);
     PredictError in one line when DIR is missing, unfinished, or was run by another preset."""
     from linscale_jax.study.presets import preset
-    from linscale_jax.study.scaling import laws
-    from linscale_jax.study.scaling import plan as plan_lib
 
     wd = str(study.get("ladder_from", "") or "")
     if not wd:
         raise PredictError("no ladder to predict from; pass --config.ladder_from=DIR, a finished scaling study")
     if not os.path.isdir(wd):
         raise PredictError(f"--config.ladder_from={wd} does not exist; pass a finished scaling study's directory")
-    rerun = f"finish it with python -m linscale_jax.study --config=<its preset> --workdir={wd}"
-    for name in (files.FINDINGS_JSON, files.STUDY_PLAN):
-        if not os.path.exists(files.study_path(wd, name)):
-            raise PredictError(f"{wd} is not a finished scaling study (no {name}); {rerun}")
-    found = _load_json(files.study_path(wd, files.FINDINGS_JSON), rerun)
     name = str(study.ladder_preset)
     try:
         lad = preset(name)
@@ -169,6 +164,20 @@ def open_ladder(study) -> Ladder:
     if str(lad.get("kind", "")) != "scaling":
         raise PredictError(f"study.ladder_preset={name!r} is a {lad.get('kind')!r} preset; give the scaling "
                            f"preset that ran {wd} (e.g. cpu)")
+    return open_at(wd, lad, name, str(study.get("estimator", "") or ""))
+
+
+def open_at(wd: str, lad, name: str, estimator: str = "") -> Ladder:
+    """The finished scaling study in `wd` run by the scaling preset `lad` (named `name` in messages), its
+    laws read under `estimator` ("": the preset's first); PredictError in one line as open_ladder."""
+    from linscale_jax.study.scaling import laws
+    from linscale_jax.study.scaling import plan as plan_lib
+
+    rerun = f"finish it with python -m linscale_jax.study --config=<its preset> --workdir={wd}"
+    for f in (files.FINDINGS_JSON, files.STUDY_PLAN):
+        if not os.path.exists(files.study_path(wd, f)):
+            raise PredictError(f"{wd} is not a finished scaling study (no {f}); {rerun}")
+    found = _load_json(files.study_path(wd, files.FINDINGS_JSON), rerun)
     runs = plan_lib.build_plan(lad, wd)
     with open(files.study_path(wd, files.STUDY_PLAN)) as f:
         theirs = _commands(f.read())
@@ -178,7 +187,7 @@ def open_ladder(study) -> Ladder:
         raise PredictError(f"{wd} was not run by the preset {name!r}: its plan.txt differs at {differ[0]}; pass "
                            "--config.ladder_preset=<the preset, or a preset file, that ran it>")
     ests = [str(e) for e in plan_lib.estimators(lad)]
-    est = str(study.get("estimator", "") or ests[0])
+    est = estimator or ests[0]
     if est not in ests:
         raise PredictError(f"--config.estimator={est} is not an estimator of the ladder {wd} ({', '.join(ests)}); "
                            f"pass one of them, or leave it empty for its laws' ({ests[0]})")

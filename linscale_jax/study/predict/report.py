@@ -80,6 +80,17 @@ def _act(row: dict) -> str:
     return f"— ({row['measured']} of {row['seeds']} seeds)"
 
 
+def _ladder_words(lad: dict, st: dict) -> str:
+    """The ladder the laws are fitted to: the study, or it completed with the replicate runs it lacked."""
+    if not lad.get("source"):
+        return f"The ladder: `{lad['workdir']}` (preset {st['ladder_preset']})."
+    added = lad.get("added", [])
+    sizes = ", ".join(dict.fromkeys(n.rsplit("-seed", 1)[0].split("-", 1)[1] for n in added))
+    return (f"The ladder: `{lad['source']}` (preset {st['ladder_preset']}), completed in `{lad['workdir']}` with "
+            f"{len(added)} replicate run(s) it lacked (at {sizes}: study.replicates), so each of those sizes is a "
+            "mean of more seeds; its report there gives the completed ladder's laws.")
+
+
 def lines(joined: dict) -> list[str]:
     fc, v, c, st = joined["forecast"], joined["verdicts"], joined["cost"], joined["study"]
     lad, s = fc["ladder"], v["summary"]
@@ -88,7 +99,7 @@ def lines(joined: dict) -> list[str]:
     L = ["# A prediction beyond the ladder", "",
          f"**Target** (|actual − predicted| ≤ {s['target']:g} nats at the predicted N_opt and actual inside its 95% "
          f"interval, for at least 3 of 4 archs): **{s['overall']}**.", ""] + _chance(s) + [
-         f"The ladder: `{lad['workdir']}` (preset {st['ladder_preset']}). Its laws L(N, D) "
+         _ladder_words(lad, st) + " Its laws L(N, D) "
          f"({FORM_WORDS.get(fc['settings'].get('form', 'additive'), fc['settings'].get('form'))}; "
          f"{fc['settings']['bootstrap']} refits on draws with the sizes fixed) under its laws' "
          f"estimator, **{lad['estimator']}**, in {COUNT_WORDS.get(lad['count'], lad['count'])}. The compute: "
@@ -155,6 +166,10 @@ def lines(joined: dict) -> list[str]:
              + (f" ({done})" if done else "") + "."
              + ("" if c.get("runs_s") is None else f" This invocation: {fmt_time(c['runs_s'])} on {c['slots']} "
                 "worker(s)."))
+    a = c.get("added")
+    if a:
+        L.append(f"The {a['trained']} replicate run(s) added to the ladder ({lad['workdir']}): their wall time (train, eval "
+                 f"and cooldown, every invocation): {fmt_time(a['seconds'])}.")
     return L
 
 
