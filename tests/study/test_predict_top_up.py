@@ -6,6 +6,7 @@ completed ladder's laws reading the replicate means."""
 import csv
 import json
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -109,6 +110,17 @@ def test_the_added_runs_train_in_the_prediction_and_the_laws_read_their_means(tm
     again = []
     assert experiment.ladder_of(study, P, again.append).workdir == lad.workdir and again == []  # joined once
     assert _tree(D) == before  # the ladder's directory is only read
+
+    # the ladder moved: its links follow it
+    shutil.move(str(D), str(tmp_path / "moved"))
+    moved = _predict(str(tmp_path / "moved"), mini, "d48,d64")
+    assert top_up.pending(moved, experiment.open_ladder(moved), P) == []
+    link = Path(files.study_run_dir(top_up.ladder_dir(P), "tnl-d32"))
+    assert link.resolve() == (tmp_path / "moved" / files.STUDY_RUNS / "tnl-d32").resolve()
+    link.unlink()
+    link.mkdir()  # not a link: refused, nothing replaced
+    with pytest.raises(PredictError, match="is a directory, not a link to the ladder's run"):
+        top_up.pending(moved, experiment.open_ladder(moved), P)
     found = json.loads(Path(top_up.ladder_dir(P), files.FINDINGS_JSON).read_text())
     assert found["by_estimator"]["val_loss"]["seed_sd_pooled"]["df"] == lad.seed_sd().df
     assert os.path.exists(Path(top_up.ladder_dir(P), files.REPORT_MD))

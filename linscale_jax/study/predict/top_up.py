@@ -91,9 +91,15 @@ def pending(study, lad: Ladder, workdir: str) -> list:
     runs = _plan(ext, workdir)
     own = {r.name for r in lad.runs}
     os.makedirs(files.study_path(wd, files.STUDY_RUNS), exist_ok=True)
-    for r in runs:
-        if r.name in own and not os.path.lexists(r.workdir):
-            os.symlink(os.path.abspath(files.study_run_dir(lad.workdir, r.name)), r.workdir)
+    for r in (r for r in runs if r.name in own):
+        target = os.path.abspath(files.study_run_dir(lad.workdir, r.name))
+        if os.path.islink(r.workdir) and os.readlink(r.workdir) != target:
+            os.remove(r.workdir)  # a link to the ladder's former place, or to another ladder
+        elif os.path.exists(r.workdir) and not os.path.islink(r.workdir):
+            raise PredictError(f"{r.workdir} is a directory, not a link to the ladder's run {target}; remove it "
+                               f"(the ladder's own runs are read from {lad.workdir}) and re-run")
+        if not os.path.lexists(r.workdir):
+            os.symlink(target, r.workdir)
     runner.start(ext, wd, runs)
     return [r for r in runs if r.name not in own and not processed(r)]
 
